@@ -1,0 +1,552 @@
+//! The configuration file (DESIGN §11): one typed tree, unknown keys rejected.
+//!
+//! Loading order: the TOML file (or the built-in defaults), then environment
+//! overrides `TALLY_<SECTION>__<KEY>` (nested with more `__`), then `validate()`.
+//! Under `[kafka]`, any key containing a dot is a librdkafka property passed
+//! through verbatim; in an env override such a key is written with `_` for `.`
+//! (`TALLY_KAFKA__SESSION_TIMEOUT_MS` → `session.timeout.ms`).
+//!
+//! Invariant: a `Config` that passed `validate()` yields an `EngineConfig` with a
+//! positive window size, non-negative bounds and at least one priced model.
+
+pub mod duration;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+pub use duration::{Millis, OptMillis};
+
+use crate::engine::{EngineConfig, TimeSource};
+use crate::model::{NanoPer1k, PriceEntry, PriceTable};
+use crate::time::WindowSpec;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config: {0}")]
+    Parse(String),
+    #[error("config key `{key}`: {msg}")]
+    Invalid { key: String, msg: String },
+}
+
+fn invalid(key: impl Into<String>, msg: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        msg: msg.into(),
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub job: JobConfig,
+    pub kafka: KafkaConfig,
+    pub topics: TopicsConfig,
+    pub window: WindowConfig,
+    pub watermark: WatermarkConfig,
+    pub dedup: DedupConfig,
+    pub limits: LimitsConfig,
+    pub checkpoint: CheckpointConfig,
+    pub state: StateConfig,
+    pub sink: SinkConfig,
+    /// Per model: USD per 1,000 tokens as decimal strings.
+    pub prices: BTreeMap<String, PriceConfig>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JobConfig {
+    /// Carried in every result; a higher generation replaces a lower one in the
+    /// sink (re-billing after a price fix).
+    #[serde(deserialize_with = "duration::de_u64")]
+    pub generation: u64,
+}
+
+impl Default for JobConfig {
+    fn default() -> Self {
+        Self { generation: 1 }
+    }
+}
+
+/// `[kafka]`: the two named keys plus librdkafka pass-through properties.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(try_from = "BTreeMap<String, toml::Value>")]
+pub struct KafkaConfig {
+    pub bootstrap_servers: String,
+    pub group_id: String,
+    /// librdkafka properties (keys with a dot), verbatim.
+    pub properties: BTreeMap<String, String>,
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        Self {
+            bootstrap_servers: "127.0.0.1:9092".into(),
+            group_id: "tally".into(),
+            properties: BTreeMap::new(),
+        }
+    }
+}
+
+impl TryFrom<BTreeMap<String, toml::Value>> for KafkaConfig {
+    type Error = String;
+    fn try_from(map: BTreeMap<String, toml::Value>) -> Result<Self, String> {
+        let mut k = KafkaConfig::default();
+        for (key, v) in map {
+            let s = match v {
+                toml::Value::String(s) => s,
+                toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
+                other => {
+                    return Err(format!(
+                        "kafka.{key}: expected a string, got {}",
+                        other.type_str()
+                    ))
+                }
+            };
+            match key.as_str() {
+                "bootstrap_servers" => k.bootstrap_servers = s,
+                "group_id" => k.group_id = s,
+                p if p.contains('.') => {
+                    k.properties.insert(key, s);
+                }
+                _ => {
+                    return Err(format!(
+                        "unknown key `kafka.{key}` (known: bootstrap_servers, group_id; librdkafka \
+                         properties contain a dot, e.g. \"session.timeout.ms\")"
+                    ))
+                }
+            }
+        }
+        Ok(k)
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TopicsConfig {
+    pub input: String,
+    pub results: String,
+    pub late: String,
+    pub dead_letter: String,
+}
+
+impl Default for TopicsConfig {
+    fn default() -> Self {
+        Self {
+            input: "requests".into(),
+            results: "tenant-cost".into(),
+            late: "requests.late".into(),
+            dead_letter: "requests.dlq".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WindowConfig {
+    /// Tumbling window size.
+    pub size: Millis,
+    /// Shift of window boundaries from the epoch (e.g. for days in a time zone).
+    pub offset: Millis,
+    /// How long after its on-time pane a window still accepts late events.
+    pub allowed_lateness: Millis,
+}
+
+impl Default for WindowConfig {
+    fn default() -> Self {
+        Self {
+            size: Millis(60_000),
+            offset: Millis(0),
+            allowed_lateness: Millis(30_000),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WatermarkConfig {
+    /// The bound of bounded out-of-orderness; "0" is the monotonous strategy.
+    pub max_out_of_orderness: Millis,
+    /// Silence after which a partition's watermark follows the wall clock ("off").
+    pub idle_timeout: OptMillis,
+    /// Events this far ahead of the wall clock are dead letters ("off" disables).
+    pub max_future: OptMillis,
+    /// completed_ts (default) | started_ts | kafka_timestamp | processing_time.
+    pub time_source: TimeSource,
+}
+
+impl Default for WatermarkConfig {
+    fn default() -> Self {
+        Self {
+            max_out_of_orderness: Millis(5_000),
+            idle_timeout: OptMillis(None),
+            max_future: OptMillis(Some(Millis(3_600_000))),
+            time_source: TimeSource::CompletedTs,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DedupConfig {
+    /// How long request ids are remembered after their window is purged.
+    pub extra_horizon: Millis,
+}
+
+impl Default for DedupConfig {
+    fn default() -> Self {
+        Self {
+            extra_horizon: Millis(3_600_000),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Larger input records are dead letters.
+    #[serde(deserialize_with = "duration::de_u64")]
+    pub max_record_bytes: u64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_record_bytes: 1 << 20,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CheckpointConfig {
+    pub dir: PathBuf,
+    /// Time between state commits (producer flush, state write, offset commit).
+    pub interval: Millis,
+    #[serde(deserialize_with = "duration::de_u64")]
+    pub retain: u64,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        Self {
+            dir: "./data/checkpoints".into(),
+            interval: Millis(10_000),
+            retain: 3,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StateConfig {
+    pub dir: PathBuf,
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        Self {
+            dir: "./data/state".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SinkConfig {
+    pub database_url: String,
+    /// Consumer group of the sink on the results topic.
+    pub group_id: String,
+}
+
+impl Default for SinkConfig {
+    fn default() -> Self {
+        Self {
+            database_url: "postgres://postgres@127.0.0.1:5432/tally".into(),
+            group_id: "tally-sink".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceConfig {
+    pub input_per_1k: String,
+    pub output_per_1k: String,
+    /// When this price starts to apply (UTC, e.g. "2026-01-01T00:00:00Z");
+    /// absent = always.
+    #[serde(default)]
+    pub effective_from: Option<String>,
+    /// Earlier or later prices of the same model.
+    #[serde(default)]
+    pub schedule: Vec<ScheduledPrice>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduledPrice {
+    pub effective_from: String,
+    pub input_per_1k: String,
+    pub output_per_1k: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            job: JobConfig::default(),
+            kafka: KafkaConfig::default(),
+            topics: TopicsConfig::default(),
+            window: WindowConfig::default(),
+            watermark: WatermarkConfig::default(),
+            dedup: DedupConfig::default(),
+            limits: LimitsConfig::default(),
+            checkpoint: CheckpointConfig::default(),
+            state: StateConfig::default(),
+            sink: SinkConfig::default(),
+            prices: BTreeMap::new(),
+        }
+    }
+}
+
+impl Config {
+    /// Loads `path` (if given), applies `TALLY_*` environment overrides, validates.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let text = match path {
+            Some(p) => std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                path: p.into(),
+                source,
+            })?,
+            None => String::new(),
+        };
+        Self::from_toml_with_env(&text, std::env::vars())
+    }
+
+    /// Parses TOML text with the given environment overrides, then validates.
+    pub fn from_toml_with_env(
+        text: &str,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let mut root: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+        for (name, value) in env {
+            let Some(path) = name.strip_prefix("TALLY_") else {
+                continue;
+            };
+            let parts: Vec<String> = path.split("__").map(str::to_ascii_lowercase).collect();
+            if parts.len() < 2 || parts.iter().any(String::is_empty) {
+                continue;
+            }
+            apply_override(&mut root, &parts, value);
+        }
+        let cfg: Config = Config::deserialize(toml::Value::Table(root))
+            .map_err(|e| ConfigError::Parse(e.to_string()))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Cross-field checks; each error names the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.window.size.0 <= 0 {
+            return Err(invalid("window.size", "must be greater than 0"));
+        }
+        if self.checkpoint.interval.0 <= 0 {
+            return Err(invalid("checkpoint.interval", "must be greater than 0"));
+        }
+        if self.checkpoint.retain == 0 {
+            return Err(invalid("checkpoint.retain", "must be at least 1"));
+        }
+        if self.job.generation == 0 {
+            return Err(invalid("job.generation", "must be at least 1"));
+        }
+        for (key, v) in [
+            ("topics.input", &self.topics.input),
+            ("topics.results", &self.topics.results),
+            ("topics.late", &self.topics.late),
+            ("topics.dead_letter", &self.topics.dead_letter),
+            ("kafka.group_id", &self.kafka.group_id),
+        ] {
+            if v.is_empty() {
+                return Err(invalid(key, "must not be empty"));
+            }
+        }
+        if self.topics.input == self.topics.results || self.topics.input == self.topics.late {
+            return Err(invalid(
+                "topics.input",
+                "must differ from topics.results and topics.late",
+            ));
+        }
+        self.price_table()?;
+        Ok(())
+    }
+
+    /// The price table, parsed exactly.
+    pub fn price_table(&self) -> Result<PriceTable, ConfigError> {
+        if self.prices.is_empty() {
+            return Err(invalid(
+                "prices",
+                "no model has a price; add e.g. [prices.small] input_per_1k = \"0.00015\"",
+            ));
+        }
+        let mut table = PriceTable::default();
+        for (model, p) in &self.prices {
+            let key = |k: &str| format!("prices.{model}.{k}");
+            let price = |k: &str, v: &str| NanoPer1k::parse_usd(v).map_err(|m| invalid(key(k), m));
+            let from = |k: &str, v: &Option<String>| match v {
+                None => Ok(i64::MIN),
+                Some(s) => duration::parse_utc_ms(s).map_err(|m| invalid(key(k), m)),
+            };
+            table.insert(
+                model,
+                PriceEntry {
+                    effective_from_ms: from("effective_from", &p.effective_from)?,
+                    input: price("input_per_1k", &p.input_per_1k)?,
+                    output: price("output_per_1k", &p.output_per_1k)?,
+                },
+            );
+            for s in &p.schedule {
+                table.insert(
+                    model,
+                    PriceEntry {
+                        effective_from_ms: from(
+                            "schedule.effective_from",
+                            &Some(s.effective_from.clone()),
+                        )?,
+                        input: price("schedule.input_per_1k", &s.input_per_1k)?,
+                        output: price("schedule.output_per_1k", &s.output_per_1k)?,
+                    },
+                );
+            }
+        }
+        Ok(table)
+    }
+
+    /// The engine's view of the configuration.
+    pub fn engine(&self) -> Result<Arc<EngineConfig>, ConfigError> {
+        Ok(Arc::new(EngineConfig {
+            window: WindowSpec::new(self.window.size.0, self.window.offset.0),
+            allowed_lateness_ms: self.window.allowed_lateness.0,
+            max_out_of_orderness_ms: self.watermark.max_out_of_orderness.0,
+            max_future_ms: self.watermark.max_future.0.map(|m| m.0),
+            time_source: self.watermark.time_source,
+            dedup_extra_ms: self.dedup.extra_horizon.0,
+            max_record_bytes: usize::try_from(self.limits.max_record_bytes).unwrap_or(usize::MAX),
+            generation: self.job.generation,
+            prices: self.price_table()?,
+        }))
+    }
+}
+
+fn apply_override(table: &mut toml::Table, path: &[String], value: String) {
+    let (last, parents) = match path.split_last() {
+        Some(x) => x,
+        None => return,
+    };
+    let mut t = table;
+    for p in parents {
+        let entry = t
+            .entry(p.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let toml::Value::Table(next) = entry else {
+            return;
+        };
+        t = next;
+    }
+    let mut key = last.clone();
+    if parents.len() == 1
+        && parents[0] == "kafka"
+        && !matches!(key.as_str(), "bootstrap_servers" | "group_id")
+    {
+        key = key.replace('_', ".");
+    }
+    t.insert(key, toml::Value::String(value));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PRICES: &str = "[prices.small]\ninput_per_1k = \"0.00015\"\noutput_per_1k = \"0.0006\"\n";
+
+    fn load(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        Config::from_toml_with_env(
+            text,
+            env.iter().map(|(k, v)| (k.to_string(), v.to_string())),
+        )
+    }
+
+    #[test]
+    fn defaults_and_passthrough() {
+        let c = load(
+            &format!("[kafka]\n\"session.timeout.ms\" = \"6000\"\n{PRICES}"),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.window.size, Millis(60_000));
+        assert_eq!(c.kafka.properties["session.timeout.ms"], "6000");
+        assert_eq!(c.topics.late, "requests.late");
+        let e = c.engine().unwrap();
+        assert_eq!(e.max_out_of_orderness_ms, 5_000);
+    }
+
+    #[test]
+    fn env_overrides_win() {
+        let c = load(
+            PRICES,
+            &[
+                ("TALLY_KAFKA__BOOTSTRAP_SERVERS", "10.0.0.1:9092"),
+                ("TALLY_KAFKA__SESSION_TIMEOUT_MS", "7000"),
+                ("TALLY_WINDOW__SIZE", "5m"),
+                ("TALLY_CHECKPOINT__RETAIN", "5"),
+                ("TALLY_PRICES__SMALL__INPUT_PER_1K", "0.001"),
+                ("UNRELATED", "x"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.kafka.bootstrap_servers, "10.0.0.1:9092");
+        assert_eq!(c.kafka.properties["session.timeout.ms"], "7000");
+        assert_eq!(c.window.size, Millis(300_000));
+        assert_eq!(c.checkpoint.retain, 5);
+        assert_eq!(c.prices["small"].input_per_1k, "0.001");
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let err = |t: &str| load(t, &[]).unwrap_err().to_string();
+        assert!(err(&format!("[window]\nsise = \"1m\"\n{PRICES}")).contains("sise"));
+        assert!(err(&format!("[kafka]\nbootstrap = \"x\"\n{PRICES}")).contains("kafka.bootstrap"));
+        assert!(err(&format!("[window]\nsize = \"0\"\n{PRICES}")).contains("window.size"));
+        assert!(err(&format!("[window]\nsize = \"5 minutes\"\n{PRICES}")).contains("5 minutes"));
+        assert!(
+            err("[prices.small]\ninput_per_1k = \"0.1\"\noutput_per_1k = \"1e-3\"\n")
+                .contains("prices.small.output_per_1k")
+        );
+        assert!(err("").contains("prices"));
+    }
+
+    #[test]
+    fn effective_dated_prices() {
+        let c = load(
+            &format!(
+                "{PRICES}effective_from = \"2026-01-01T00:00:00Z\"\n[[prices.small.schedule]]\n\
+                 effective_from = \"2026-02-01T00:00:00Z\"\ninput_per_1k = \"0.0001\"\noutput_per_1k = \"0.0004\"\n"
+            ),
+            &[],
+        )
+        .unwrap();
+        let t = c.price_table().unwrap();
+        let jan = duration::parse_utc_ms("2026-01-15T00:00:00Z").unwrap();
+        let feb = duration::parse_utc_ms("2026-02-15T00:00:00Z").unwrap();
+        assert_eq!(t.cost("small", 1000, 0, jan).unwrap().0, 150_000_000);
+        assert_eq!(t.cost("small", 1000, 0, feb).unwrap().0, 100_000_000);
+        assert!(t.cost("small", 1000, 0, jan - 31 * 86_400_000).is_err());
+    }
+}

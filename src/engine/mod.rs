@@ -1,0 +1,106 @@
+//! The partition task: dedup, windows, panes, purge — pure logic, no I/O.
+//!
+//! One `PartitionTask` owns every window, watermark and dedup entry of one input
+//! partition (DESIGN §2). Feed it record payloads in partition order; it returns
+//! each record's `Route` and appends the panes that record caused. Everything it
+//! decides is a function of the payloads, their order and the configuration —
+//! except the `max_future` guard and processing-time modes, which read the `now_ms`
+//! the caller passes in.
+
+mod dedup;
+mod result;
+mod task;
+
+pub use dedup::{Dedup, DedupChange};
+pub use result::{PaneKind, ResultKind, ResultRecord};
+pub use task::{PartitionTask, StateDelta, TaskSnapshot, WindowAcc, WindowKey};
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{DeadLetterReason, PriceTable};
+use crate::time::WindowSpec;
+
+/// Where an event's timestamp comes from (DESIGN §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeSource {
+    /// The payload's `completed_ts` (default; the only choice fit for billing).
+    CompletedTs,
+    /// The payload's `started_ts`.
+    StartedTs,
+    /// The Kafka record timestamp (CreateTime or LogAppendTime). Not for billing:
+    /// a retry burst lands in the minute it was re-sent.
+    KafkaTimestamp,
+    /// The wall clock at ingest. Not for billing: replays are not reproducible.
+    ProcessingTime,
+}
+
+/// Everything the engine needs to decide, fixed for a job's lifetime.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub window: WindowSpec,
+    pub allowed_lateness_ms: i64,
+    pub max_out_of_orderness_ms: i64,
+    /// Events more than this far ahead of the wall clock are dead letters.
+    pub max_future_ms: Option<i64>,
+    pub time_source: TimeSource,
+    /// How long after a window's purge its request ids are still remembered.
+    pub dedup_extra_ms: i64,
+    pub max_record_bytes: usize,
+    pub generation: u64,
+    pub prices: PriceTable,
+}
+
+/// The outcome for one input record: exactly one per record (DESIGN §1.4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// Folded into a window.
+    Window,
+    /// Too late: its window was already purged. Goes to the late-events topic.
+    TooLate {
+        window_end: i64,
+        watermark: i64,
+    },
+    DeadLetter(DeadLetterReason),
+    /// A repeated `request_id` within the dedup horizon; counted, not billed.
+    Duplicate,
+}
+
+/// Conservation audit: `consumed == folded + too_late + dead_letter + duplicate`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    pub consumed: u64,
+    pub folded: u64,
+    pub too_late: u64,
+    pub dead_letter: u64,
+    pub duplicate: u64,
+    pub panes: u64,
+}
+
+impl Counters {
+    pub fn balanced(&self) -> bool {
+        self.consumed == self.folded + self.too_late + self.dead_letter + self.duplicate
+    }
+
+    pub fn add(&mut self, o: &Counters) {
+        self.consumed += o.consumed;
+        self.folded += o.folded;
+        self.too_late += o.too_late;
+        self.dead_letter += o.dead_letter;
+        self.duplicate += o.duplicate;
+        self.panes += o.panes;
+    }
+}
+
+/// One record as the engine sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordIn<'a> {
+    pub payload: &'a [u8],
+    /// The Kafka record timestamp, if any.
+    pub kafka_ts: Option<i64>,
+    /// Wall clock at ingest, ms.
+    pub now_ms: i64,
+}
+
+#[cfg(test)]
+mod tests;

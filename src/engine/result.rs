@@ -1,0 +1,108 @@
+//! The result record (DESIGN §3): one per emitted pane, JSON on the results topic.
+//!
+//! Invariants: the payload is a pure function of the window's content — no wall
+//! clock, no host names. Field order is fixed by this struct, so equal content
+//! gives byte-identical JSON. `cost_pico` is a decimal string: integers above 2^53
+//! lose precision in many JSON readers, and money must not.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::model::Pico;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PaneKind {
+    OnTime,
+    Late,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResultKind {
+    /// A window pane from `tally run`.
+    Window,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResultRecord {
+    pub kind: ResultKind,
+    pub tenant_id: String,
+    pub window_start: i64,
+    pub window_end: i64,
+    #[serde(
+        serialize_with = "pico_as_string",
+        deserialize_with = "pico_from_string"
+    )]
+    pub cost_pico: Pico,
+    pub usd: String,
+    pub requests: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub source_partition: i32,
+    pub version: u64,
+    pub pane: PaneKind,
+    pub pane_index: u32,
+    pub generation: u64,
+}
+
+impl ResultRecord {
+    /// The Kafka key: `"{tenant_id}/{window_end_ms}"`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.tenant_id, self.window_end)
+    }
+
+    pub fn to_json(&self) -> Vec<u8> {
+        // Serializing a struct of plain fields to a Vec cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+fn pico_as_string<S: Serializer>(p: &Pico, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(p)
+}
+
+fn pico_from_string<'de, D: Deserializer<'de>>(d: D) -> Result<Pico, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either<'a> {
+        Num(u128),
+        Str(&'a str),
+    }
+    match Either::deserialize(d)? {
+        Either::Num(n) => Ok(Pico(n)),
+        Either::Str(s) => s.parse().map(Pico).map_err(serde::de::Error::custom),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_round_trip_keeps_money_exact() {
+        let r = ResultRecord {
+            kind: ResultKind::Window,
+            tenant_id: "acme".into(),
+            window_start: 0,
+            window_end: 60_000,
+            cost_pico: Pico(u128::from(u64::MAX) * 7),
+            usd: Pico(u128::from(u64::MAX) * 7).usd_string(),
+            requests: 2,
+            prompt_tokens: 3,
+            completion_tokens: 4,
+            source_partition: 1,
+            version: 2,
+            pane: PaneKind::OnTime,
+            pane_index: 0,
+            generation: 1,
+        };
+        let json = String::from_utf8(r.to_json()).unwrap();
+        assert!(
+            json.contains("\"cost_pico\":\"129127208515966861305\""),
+            "{json}"
+        );
+        assert!(json.contains("\"pane\":\"on_time\""));
+        assert_eq!(serde_json::from_str::<ResultRecord>(&json).unwrap(), r);
+        assert_eq!(r.key(), "acme/60000");
+    }
+}

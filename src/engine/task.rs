@@ -1,0 +1,396 @@
+//! `PartitionTask`: the per-partition state machine of DESIGN §2.
+//!
+//! Rules, in the order they are applied to each record:
+//! 1. size, parse, time-source and timestamp guards, pricing → dead letter on failure
+//!    (a dead letter never touches the watermark);
+//! 2. dedup by `request_id` → duplicate;
+//! 3. lateness against the watermark *before* this event: `W >= end-1+lateness` is too
+//!    late; `W >= end-1` folds into a fired (or new) window and emits a late pane at
+//!    once; otherwise the event folds into an open window;
+//! 4. the event advances the watermark; open windows with `end-1 <= W` emit their
+//!    on-time pane (in `(window_end, tenant_id)` order), and windows with
+//!    `end-1+lateness <= W` are purged.
+//!
+//! Invariants: `version` = events folded into the window, so equal versions mean equal
+//! content; `pane_index` counts the panes a window has emitted. Open and fired windows
+//! are disjoint, and every fired window satisfies `W < end-1+lateness`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::dedup::{Dedup, DedupChange};
+use super::result::{PaneKind, ResultKind, ResultRecord};
+use super::{Counters, EngineConfig, RecordIn, Route, TimeSource};
+use crate::model::event::MIN_MILLIS_TS;
+use crate::model::{event, DeadLetterReason, Event, Pico, PriceError};
+use crate::time::Watermark;
+
+/// The accumulator of one `(tenant, window)`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowAcc {
+    pub cost: Pico,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// Events folded in (also the request count).
+    pub version: u64,
+    /// Panes emitted so far.
+    pub panes: u32,
+    /// Changed since the state store last saw it.
+    #[serde(skip)]
+    pub dirty: bool,
+}
+
+/// `(window_end, tenant_id)`: the identity of a window within a partition.
+pub type WindowKey = (i64, Box<str>);
+
+type Windows = BTreeMap<i64, HashMap<Box<str>, WindowAcc>>;
+
+/// A restorable image of a task.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskSnapshot {
+    pub watermark: Option<Watermark>,
+    pub counters: Counters,
+    /// Open (not yet fired) windows.
+    pub open: Vec<(WindowKey, WindowAcc)>,
+    /// Fired windows retained for allowed lateness.
+    pub fired: Vec<(WindowKey, WindowAcc)>,
+    pub dedup: Vec<(Box<str>, i64)>,
+}
+
+pub struct PartitionTask {
+    partition: i32,
+    cfg: Arc<EngineConfig>,
+    watermark: Watermark,
+    open: Windows,
+    fired: Windows,
+    dedup: Dedup,
+    counters: Counters,
+    /// Windows removed since the last `drain_purged`.
+    purged: Vec<WindowKey>,
+}
+
+impl PartitionTask {
+    pub fn new(partition: i32, cfg: Arc<EngineConfig>) -> Self {
+        Self::restore(partition, cfg, TaskSnapshot::default())
+    }
+
+    pub fn restore(partition: i32, cfg: Arc<EngineConfig>, snap: TaskSnapshot) -> Self {
+        let collect = |list: Vec<(WindowKey, WindowAcc)>| {
+            let mut m = Windows::new();
+            for ((end, tenant), acc) in list {
+                m.entry(end).or_default().insert(tenant, acc);
+            }
+            m
+        };
+        Self {
+            partition,
+            watermark: snap
+                .watermark
+                .unwrap_or(Watermark::new(cfg.max_out_of_orderness_ms)),
+            open: collect(snap.open),
+            fired: collect(snap.fired),
+            dedup: Dedup::restore(snap.dedup),
+            counters: snap.counters,
+            purged: Vec::new(),
+            cfg,
+        }
+    }
+
+    pub fn partition(&self) -> i32 {
+        self.partition
+    }
+
+    pub fn watermark(&self) -> i64 {
+        self.watermark.current()
+    }
+
+    pub fn watermark_state(&self) -> Watermark {
+        self.watermark
+    }
+
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    pub fn open_windows(&self) -> usize {
+        self.open.values().map(HashMap::len).sum::<usize>()
+            + self.fired.values().map(HashMap::len).sum::<usize>()
+    }
+
+    /// Routes one record; panes it causes are appended to `out`.
+    pub fn process(&mut self, rec: RecordIn<'_>, out: &mut Vec<ResultRecord>) -> Route {
+        self.counters.consumed += 1;
+        let route = self.route(rec, out);
+        match route {
+            Route::Window => self.counters.folded += 1,
+            Route::TooLate { .. } => self.counters.too_late += 1,
+            Route::DeadLetter(_) => self.counters.dead_letter += 1,
+            Route::Duplicate => self.counters.duplicate += 1,
+        }
+        route
+    }
+
+    fn route(&mut self, rec: RecordIn<'_>, out: &mut Vec<ResultRecord>) -> Route {
+        let (ev, ts, cost) = match self.validate(rec) {
+            Ok(v) => v,
+            Err(reason) => return Route::DeadLetter(reason),
+        };
+        let cfg = &self.cfg;
+        let window = cfg.window.assign(ts);
+        let expiry = (window.end - 1)
+            .saturating_add(cfg.allowed_lateness_ms)
+            .saturating_add(cfg.dedup_extra_ms);
+        if self.dedup.check_and_insert(&ev.request_id, expiry) {
+            return Route::Duplicate;
+        }
+        let w = self.watermark.current();
+        let lateness = cfg.allowed_lateness_ms;
+        if w >= (window.end - 1).saturating_add(lateness) {
+            return Route::TooLate {
+                window_end: window.end,
+                watermark: w,
+            };
+        }
+        let fired = w >= window.end - 1;
+        let map = if fired {
+            &mut self.fired
+        } else {
+            &mut self.open
+        };
+        let tenants = map.entry(window.end).or_default();
+        let acc = match tenants.get_mut(ev.tenant_id.as_ref()) {
+            Some(acc) => acc,
+            None => tenants.entry(ev.tenant_id.as_ref().into()).or_default(),
+        };
+        let folded = (|| {
+            Some(WindowAcc {
+                cost: acc.cost.checked_add(cost).ok()?,
+                prompt_tokens: acc.prompt_tokens.checked_add(ev.prompt_tokens)?,
+                completion_tokens: acc.completion_tokens.checked_add(ev.completion_tokens)?,
+                version: acc.version + 1,
+                panes: acc.panes,
+                dirty: true,
+            })
+        })();
+        let Some(new_acc) = folded else {
+            return Route::DeadLetter(DeadLetterReason::Overflow);
+        };
+        *acc = new_acc;
+        if fired {
+            let pane = Self::pane(
+                self.partition,
+                cfg,
+                window.end,
+                &ev.tenant_id,
+                acc,
+                PaneKind::Late,
+            );
+            out.push(pane);
+            self.counters.panes += 1;
+        }
+        if self.watermark.observe(ts) {
+            self.advance(out);
+        }
+        Route::Window
+    }
+
+    /// Steps 1 of the rules: everything that makes a record a dead letter.
+    fn validate<'a>(&self, rec: RecordIn<'a>) -> Result<(Event<'a>, i64, Pico), DeadLetterReason> {
+        let cfg = &self.cfg;
+        if rec.payload.len() > cfg.max_record_bytes {
+            return Err(DeadLetterReason::Oversized {
+                bytes: rec.payload.len(),
+                limit: cfg.max_record_bytes,
+            });
+        }
+        let ev = event::parse(rec.payload)?;
+        let ts = match cfg.time_source {
+            TimeSource::CompletedTs => ev.completed_ts,
+            TimeSource::StartedTs => ev
+                .started_ts
+                .ok_or(DeadLetterReason::MissingField("started_ts"))?,
+            TimeSource::KafkaTimestamp => rec.kafka_ts.ok_or(DeadLetterReason::NoTimestamp)?,
+            TimeSource::ProcessingTime => rec.now_ms,
+        };
+        // The payload's own completed_ts is checked whatever the time source: a
+        // seconds value there is bad data either way.
+        for t in [ev.completed_ts, ts] {
+            if t < MIN_MILLIS_TS {
+                return Err(DeadLetterReason::NotMilliseconds(t));
+            }
+        }
+        if let Some(max_future) = cfg.max_future_ms {
+            if ts > rec.now_ms.saturating_add(max_future) {
+                return Err(DeadLetterReason::TooFarInFuture {
+                    ts,
+                    now: rec.now_ms,
+                });
+            }
+        }
+        // Prices are in effect by event time (the completed_ts of the request).
+        let cost = cfg
+            .prices
+            .cost(
+                &ev.model,
+                ev.prompt_tokens,
+                ev.completion_tokens,
+                ev.completed_ts,
+            )
+            .map_err(|e| match e {
+                PriceError::UnknownModel => DeadLetterReason::UnknownModel(ev.model.to_string()),
+                PriceError::NotYetPriced => DeadLetterReason::NoPriceInEffect(ev.model.to_string()),
+                PriceError::Overflow => DeadLetterReason::Overflow,
+            })?;
+        Ok((ev, ts, cost))
+    }
+
+    /// Step 4: fire on-time panes and purge, after the watermark moved.
+    fn advance(&mut self, out: &mut Vec<ResultRecord>) {
+        let w = self.watermark.current();
+        let lateness = self.cfg.allowed_lateness_ms;
+        while let Some(entry) = self.open.first_entry() {
+            let end = *entry.key();
+            if end - 1 > w {
+                break;
+            }
+            let mut tenants: Vec<_> = entry.remove().into_iter().collect();
+            tenants.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            let retain = w < (end - 1).saturating_add(lateness);
+            for (tenant, mut acc) in tenants {
+                out.push(Self::pane(
+                    self.partition,
+                    &self.cfg,
+                    end,
+                    &tenant,
+                    &mut acc,
+                    PaneKind::OnTime,
+                ));
+                self.counters.panes += 1;
+                if retain {
+                    self.fired.entry(end).or_default().insert(tenant, acc);
+                } else {
+                    self.purged.push((end, tenant));
+                }
+            }
+        }
+        while let Some(entry) = self.fired.first_entry() {
+            let end = *entry.key();
+            if (end - 1).saturating_add(lateness) > w {
+                break;
+            }
+            self.purged
+                .extend(entry.remove().into_keys().map(|t| (end, t)));
+        }
+        self.dedup.expire(w);
+    }
+
+    fn pane(
+        partition: i32,
+        cfg: &EngineConfig,
+        end: i64,
+        tenant: &str,
+        acc: &mut WindowAcc,
+        kind: PaneKind,
+    ) -> ResultRecord {
+        let pane_index = acc.panes;
+        acc.panes += 1;
+        acc.dirty = true;
+        ResultRecord {
+            kind: ResultKind::Window,
+            tenant_id: tenant.to_string(),
+            window_start: cfg.window.ending_at(end).start,
+            window_end: end,
+            cost_pico: acc.cost,
+            usd: acc.cost.usd_string(),
+            requests: acc.version,
+            prompt_tokens: acc.prompt_tokens,
+            completion_tokens: acc.completion_tokens,
+            source_partition: partition,
+            version: acc.version,
+            pane: kind,
+            pane_index,
+            generation: cfg.generation,
+        }
+    }
+
+    /// Emits the on-time pane of every open window, as if the input ended here.
+    /// Used at the end of a bounded run (file input, `--until-end`); the task must
+    /// not be persisted afterwards, so a later live run restores the state from
+    /// before and re-emits the same panes (same versions) when data closes them.
+    pub fn end_of_input(&mut self, out: &mut Vec<ResultRecord>) {
+        for (end, tenants) in std::mem::take(&mut self.open) {
+            let mut tenants: Vec<_> = tenants.into_iter().collect();
+            tenants.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            for (tenant, mut acc) in tenants {
+                out.push(Self::pane(
+                    self.partition,
+                    &self.cfg,
+                    end,
+                    &tenant,
+                    &mut acc,
+                    PaneKind::OnTime,
+                ));
+                self.counters.panes += 1;
+            }
+        }
+    }
+
+    /// Windows changed since the last call (clearing their dirty flag), the
+    /// windows purged since then, and the dedup changes — what the state store
+    /// must write to catch up with this task.
+    pub fn drain_changes(&mut self) -> StateDelta {
+        let mut changed = Vec::new();
+        for (open, map) in [(true, &mut self.open), (false, &mut self.fired)] {
+            for (end, tenants) in map.iter_mut() {
+                for (tenant, acc) in tenants.iter_mut().filter(|(_, a)| a.dirty) {
+                    acc.dirty = false;
+                    changed.push(((*end, tenant.clone()), *acc, open));
+                }
+            }
+        }
+        StateDelta {
+            changed,
+            purged: std::mem::take(&mut self.purged),
+            dedup: self.dedup.drain_changes(),
+            watermark: self.watermark,
+            counters: self.counters,
+        }
+    }
+
+    /// A full image of the task (for tests and full snapshots).
+    pub fn snapshot(&self) -> TaskSnapshot {
+        let list = |m: &Windows| {
+            let mut v: Vec<(WindowKey, WindowAcc)> = m
+                .iter()
+                .flat_map(|(e, ts)| {
+                    ts.iter()
+                        .map(move |(t, a)| ((*e, t.clone()), WindowAcc { dirty: false, ..*a }))
+                })
+                .collect();
+            v.sort_by(|a, b| a.0.cmp(&b.0));
+            v
+        };
+        let mut dedup: Vec<(Box<str>, i64)> = self.dedup.entries().collect();
+        dedup.sort();
+        TaskSnapshot {
+            watermark: Some(self.watermark),
+            counters: self.counters,
+            open: list(&self.open),
+            fired: list(&self.fired),
+            dedup,
+        }
+    }
+}
+
+/// What changed in a task since the state store last caught up.
+#[derive(Debug)]
+pub struct StateDelta {
+    /// `(key, accumulator, is_open)`.
+    pub changed: Vec<(WindowKey, WindowAcc, bool)>,
+    pub purged: Vec<WindowKey>,
+    pub dedup: Vec<DedupChange>,
+    pub watermark: Watermark,
+    pub counters: Counters,
+}

@@ -1,0 +1,215 @@
+//! Engine tests: the seed's retry burst, lateness, dedup and dead letters.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::model::{NanoPer1k, PriceEntry, PriceTable};
+use crate::time::WindowSpec;
+
+const T10: i64 = 1_767_261_600_000; // 2026-01-01T10:00:00Z
+const S: i64 = 1_000;
+const MIN: i64 = 60 * S;
+
+fn cfg(lateness: i64) -> Arc<EngineConfig> {
+    let mut prices = PriceTable::default();
+    // 1000 prompt + 500 completion tokens = $0.05 + $0.05 = $0.10.
+    let entry = PriceEntry {
+        effective_from_ms: i64::MIN,
+        input: NanoPer1k(50_000_000),
+        output: NanoPer1k(100_000_000),
+    };
+    prices.insert("large", entry);
+    Arc::new(EngineConfig {
+        window: WindowSpec::new(MIN, 0),
+        allowed_lateness_ms: lateness,
+        max_out_of_orderness_ms: 5 * S,
+        max_future_ms: Some(3_600_000),
+        time_source: TimeSource::CompletedTs,
+        dedup_extra_ms: 3_600_000,
+        max_record_bytes: 4096,
+        generation: 1,
+        prices,
+    })
+}
+
+fn ev(id: &str, tenant: &str, ts: i64) -> String {
+    format!(
+        r#"{{"request_id":"{id}","tenant_id":"{tenant}","model":"large","prompt_tokens":1000,"completion_tokens":500,"completed_ts":{ts}}}"#
+    )
+}
+
+/// The seed's burst: r-103/r-104 (10:00:40–59) arrive after r-105 (10:01:09).
+fn burst() -> Vec<String> {
+    vec![
+        ev("r-101", "acme", T10 + 10 * S),
+        ev("r-102", "acme", T10 + 20 * S),
+        ev("r-105", "acme", T10 + 69 * S),
+        ev("r-103", "acme", T10 + 44 * S),
+        ev("r-104", "acme", T10 + 52 * S),
+        ev("r-106", "acme", T10 + 80 * S),
+        // A later event that closes 10:01 (and, with lateness, purges 10:00).
+        ev("r-107", "acme", T10 + 160 * S),
+    ]
+}
+
+fn run(task: &mut PartitionTask, records: &[String]) -> (Vec<Route>, Vec<ResultRecord>) {
+    let mut out = Vec::new();
+    let routes = records
+        .iter()
+        .map(|r| {
+            task.process(
+                RecordIn {
+                    payload: r.as_bytes(),
+                    kafka_ts: None,
+                    now_ms: T10 + 3_600_000,
+                },
+                &mut out,
+            )
+        })
+        .collect();
+    (routes, out)
+}
+
+#[test]
+fn burst_without_lateness_fires_once_and_routes_the_burst_late() {
+    let mut task = PartitionTask::new(0, cfg(0));
+    let (routes, panes) = run(&mut task, &burst());
+    assert!(
+        matches!(routes[3], Route::TooLate { window_end, watermark } if window_end == T10 + MIN && watermark == T10 + 64 * S)
+    );
+    assert!(matches!(routes[4], Route::TooLate { .. }));
+    let summary: Vec<_> = panes
+        .iter()
+        .map(|p| (p.window_end, p.usd.as_str(), p.pane, p.version))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (T10 + MIN, "0.200000000000", PaneKind::OnTime, 2),
+            (T10 + 2 * MIN, "0.200000000000", PaneKind::OnTime, 2),
+        ]
+    );
+    assert!(task.counters().balanced());
+    assert_eq!(task.counters().too_late, 2);
+}
+
+#[test]
+fn burst_with_lateness_emits_one_late_pane_per_late_event() {
+    let mut task = PartitionTask::new(3, cfg(30 * S));
+    let (routes, panes) = run(&mut task, &burst());
+    assert!(routes.iter().all(|r| *r == Route::Window));
+    let summary: Vec<_> = panes
+        .iter()
+        .map(|p| (p.window_end, p.usd.as_str(), p.pane, p.pane_index))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (T10 + MIN, "0.200000000000", PaneKind::OnTime, 0),
+            (T10 + MIN, "0.300000000000", PaneKind::Late, 1),
+            (T10 + MIN, "0.400000000000", PaneKind::Late, 2),
+            (T10 + 2 * MIN, "0.200000000000", PaneKind::OnTime, 0),
+        ]
+    );
+    assert!(panes
+        .iter()
+        .all(|p| p.source_partition == 3 && p.requests == p.version));
+    // r-107 moved W to 10:02:35: 10:00 and 10:01 are purged (W >= end-1+30s); only 10:02 is left.
+    assert_eq!(task.open_windows(), 1);
+}
+
+#[test]
+fn window_created_after_its_end_emits_a_late_pane_at_once() {
+    let mut task = PartitionTask::new(0, cfg(30 * S));
+    let recs = [ev("a", "acme", T10 + 70 * S), ev("b", "zeta", T10 + 50 * S)];
+    let (_, panes) = run(&mut task, &recs);
+    assert_eq!(panes.len(), 1);
+    assert_eq!(
+        (
+            panes[0].tenant_id.as_str(),
+            panes[0].pane,
+            panes[0].pane_index
+        ),
+        ("zeta", PaneKind::Late, 0)
+    );
+}
+
+#[test]
+fn duplicates_are_counted_once_even_after_purge() {
+    let mut task = PartitionTask::new(0, cfg(0));
+    let recs = [
+        ev("x", "acme", T10),
+        ev("x", "acme", T10),
+        ev("y", "acme", T10 + 10 * MIN),
+        ev("x", "acme", T10), // its window is long purged: still a duplicate, not late
+    ];
+    let (routes, _) = run(&mut task, &recs);
+    assert_eq!(
+        routes,
+        vec![
+            Route::Window,
+            Route::Duplicate,
+            Route::Window,
+            Route::Duplicate
+        ]
+    );
+    assert_eq!(task.counters().duplicate, 2);
+}
+
+#[test]
+fn dead_letters_never_move_the_watermark() {
+    let mut task = PartitionTask::new(0, cfg(0));
+    let recs = [
+        ev("a", "acme", T10),
+        ev("s", "acme", 1_767_261_600),       // seconds, not ms
+        ev("f", "acme", T10 + 3 * 3_600_000), // two hours ahead of "now"
+        ev("m", "acme", T10).replace("large", "nope"),
+        "{\"request_id\":".to_string(),
+        format!("{:width$}", ev("big", "acme", T10), width = 5000),
+    ];
+    let (routes, _) = run(&mut task, &recs);
+    let codes: Vec<_> = routes[1..]
+        .iter()
+        .map(|r| match r {
+            Route::DeadLetter(reason) => reason.code(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            "timestamp_not_millis",
+            "timestamp_in_future",
+            "unknown_model",
+            "malformed_json",
+            "oversized_record"
+        ]
+    );
+    assert_eq!(task.watermark(), T10 - 5 * S);
+    assert!(task.counters().balanced());
+}
+
+#[test]
+fn snapshot_restore_continues_identically() {
+    let records = burst();
+    let mut whole = PartitionTask::new(0, cfg(30 * S));
+    let (_, expected) = run(&mut whole, &records);
+    for split in 0..=records.len() {
+        let mut first = PartitionTask::new(0, cfg(30 * S));
+        let (_, mut got) = run(&mut first, &records[..split]);
+        let mut second = PartitionTask::restore(0, cfg(30 * S), first.snapshot());
+        got.extend(run(&mut second, &records[split..]).1);
+        assert_eq!(got, expected, "split at {split}");
+    }
+}
+
+#[test]
+fn end_of_input_flushes_open_windows_in_order() {
+    let mut task = PartitionTask::new(0, cfg(0));
+    let (_, panes) = run(&mut task, &[ev("a", "zeta", T10), ev("b", "acme", T10 + 1)]);
+    assert!(panes.is_empty());
+    let mut out = Vec::new();
+    task.end_of_input(&mut out);
+    let tenants: Vec<_> = out.iter().map(|p| p.tenant_id.as_str()).collect();
+    assert_eq!(tenants, ["acme", "zeta"]);
+}

@@ -1,0 +1,286 @@
+//! The input event (a completed API request) and its validation (DESIGN §3).
+//!
+//! Invariants:
+//! - `parse` never panics and never allocates for well-formed records whose strings
+//!   need no unescaping (fields borrow from the input bytes).
+//! - A record is either a valid `Event` or a `DeadLetterReason` that names the
+//!   offending field; the reason codes are stable (they travel in Kafka headers).
+//! - Unknown fields are ignored; `null` counts as absent.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::Deserialize;
+
+/// Event times before this are taken to be seconds, not milliseconds (before 1973 in ms).
+pub const MIN_MILLIS_TS: i64 = 100_000_000_000;
+
+/// A validated completed request. Times are ms since the Unix epoch, UTC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event<'a> {
+    pub request_id: Cow<'a, str>,
+    pub tenant_id: Cow<'a, str>,
+    pub model: Cow<'a, str>,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub started_ts: Option<i64>,
+    pub completed_ts: i64,
+}
+
+/// Why a record went to the dead-letter topic. `code()` is the stable header value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeadLetterReason {
+    MalformedJson(String),
+    MissingField(&'static str),
+    InvalidField(&'static str),
+    NegativeTokens(&'static str),
+    UnknownModel(String),
+    /// The model is known but has no price in effect at the event time.
+    NoPriceInEffect(String),
+    NotMilliseconds(i64),
+    TooFarInFuture {
+        ts: i64,
+        now: i64,
+    },
+    Oversized {
+        bytes: usize,
+        limit: usize,
+    },
+    /// A cost or token sum would overflow.
+    Overflow,
+    /// The configured time source gave no timestamp (e.g. no Kafka timestamp).
+    NoTimestamp,
+}
+
+impl DeadLetterReason {
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::MalformedJson(_) => "malformed_json",
+            Self::MissingField(_) => "missing_field",
+            Self::InvalidField(_) => "invalid_field",
+            Self::NegativeTokens(_) => "negative_tokens",
+            Self::UnknownModel(_) => "unknown_model",
+            Self::NoPriceInEffect(_) => "no_price_in_effect",
+            Self::NotMilliseconds(_) => "timestamp_not_millis",
+            Self::TooFarInFuture { .. } => "timestamp_in_future",
+            Self::Oversized { .. } => "oversized_record",
+            Self::Overflow => "overflow",
+            Self::NoTimestamp => "no_timestamp",
+        }
+    }
+}
+
+impl fmt::Display for DeadLetterReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::MalformedJson(e) => write!(f, "malformed JSON: {e}"),
+            Self::MissingField(k) => write!(f, "missing required field `{k}`"),
+            Self::InvalidField(k) => {
+                write!(f, "field `{k}` has the wrong type or an invalid value")
+            }
+            Self::NegativeTokens(k) => write!(f, "field `{k}` is negative"),
+            Self::UnknownModel(m) => write!(f, "model {m:?} is not in the price table"),
+            Self::NoPriceInEffect(m) => {
+                write!(f, "model {m:?} has no price in effect at the event time")
+            }
+            Self::NotMilliseconds(ts) => {
+                write!(f, "timestamp {ts} is not in milliseconds (before 1973)")
+            }
+            Self::TooFarInFuture { ts, now } => {
+                write!(
+                    f,
+                    "timestamp {ts} is {} ms ahead of the wall clock",
+                    ts - now
+                )
+            }
+            Self::Oversized { bytes, limit } => write!(f, "record is {bytes} bytes, limit {limit}"),
+            Self::Overflow => write!(f, "cost or token sum overflows"),
+            Self::NoTimestamp => write!(f, "the configured time source gave no timestamp"),
+        }
+    }
+}
+
+/// A string that borrows from the input unless it had escapes (serde's own
+/// `Cow<str>` always allocates inside an `Option`).
+struct Str<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Str<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Str<'de>, E> {
+                Ok(Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Str<'de>, E> {
+                Ok(Str(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// The fast path: borrowed strings, typed numbers.
+#[derive(Deserialize)]
+struct Wire<'a> {
+    #[serde(borrow, default)]
+    request_id: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    tenant_id: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    model: Option<Str<'a>>,
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+    #[serde(default)]
+    started_ts: Option<i64>,
+    #[serde(default)]
+    completed_ts: Option<i64>,
+}
+
+/// Parses and validates one input record.
+pub fn parse(bytes: &[u8]) -> Result<Event<'_>, DeadLetterReason> {
+    let wire: Wire<'_> = match serde_json::from_slice(bytes) {
+        Ok(w) => w,
+        Err(e) => return Err(classify(bytes, e)),
+    };
+    let request_id = non_empty(wire.request_id, "request_id")?;
+    let tenant_id = non_empty(wire.tenant_id, "tenant_id")?;
+    let model = wire.model.ok_or(DeadLetterReason::MissingField("model"))?.0;
+    let prompt_tokens = wire
+        .prompt_tokens
+        .ok_or(DeadLetterReason::MissingField("prompt_tokens"))?;
+    let completion_tokens = wire
+        .completion_tokens
+        .ok_or(DeadLetterReason::MissingField("completion_tokens"))?;
+    let completed_ts = wire
+        .completed_ts
+        .ok_or(DeadLetterReason::MissingField("completed_ts"))?;
+    Ok(Event {
+        request_id,
+        tenant_id,
+        model,
+        prompt_tokens,
+        completion_tokens,
+        started_ts: wire.started_ts,
+        completed_ts,
+    })
+}
+
+fn non_empty<'a>(v: Option<Str<'a>>, key: &'static str) -> Result<Cow<'a, str>, DeadLetterReason> {
+    match v.map(|s| s.0) {
+        None => Err(DeadLetterReason::MissingField(key)),
+        Some(s) if s.is_empty() => Err(DeadLetterReason::InvalidField(key)),
+        Some(s) => Ok(s),
+    }
+}
+
+/// The slow path, taken only for records the fast path rejected: find which
+/// field is wrong so the dead letter says so.
+fn classify(bytes: &[u8], fast_err: serde_json::Error) -> DeadLetterReason {
+    let value: serde_json::Value = match serde_json::from_slice(bytes) {
+        Ok(v) => v,
+        Err(e) => return DeadLetterReason::MalformedJson(e.to_string()),
+    };
+    let Some(obj) = value.as_object() else {
+        return DeadLetterReason::MalformedJson("not a JSON object".into());
+    };
+    for key in ["request_id", "tenant_id", "model"] {
+        match obj.get(key) {
+            Some(v) if !v.is_string() && !v.is_null() => {
+                return DeadLetterReason::InvalidField(key)
+            }
+            _ => {}
+        }
+    }
+    for key in ["prompt_tokens", "completion_tokens"] {
+        match obj.get(key) {
+            Some(v) if v.as_i64().is_some_and(|n| n < 0) => {
+                return DeadLetterReason::NegativeTokens(key)
+            }
+            Some(v) if !v.is_u64() && !v.is_null() => return DeadLetterReason::InvalidField(key),
+            _ => {}
+        }
+    }
+    for key in ["started_ts", "completed_ts"] {
+        match obj.get(key) {
+            Some(v) if !v.is_i64() && !v.is_null() => return DeadLetterReason::InvalidField(key),
+            _ => {}
+        }
+    }
+    DeadLetterReason::MalformedJson(fast_err.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"{"request_id":"r-103","tenant_id":"acme","model":"small","prompt_tokens":1200,
+ "completion_tokens":350,"started_ts":1767261640000,"completed_ts":1767261644000,"extra":[1,2]}"#;
+
+    #[test]
+    fn parses_the_documented_record_borrowing_strings() {
+        let e = parse(GOOD.as_bytes()).unwrap();
+        assert_eq!(e.request_id, "r-103");
+        assert!(matches!(e.tenant_id, Cow::Borrowed(_)));
+        assert_eq!(e.prompt_tokens, 1200);
+        assert_eq!(e.completed_ts, 1_767_261_644_000);
+        assert_eq!(e.started_ts, Some(1_767_261_640_000));
+    }
+
+    fn reason(s: &str) -> DeadLetterReason {
+        parse(s.as_bytes()).unwrap_err()
+    }
+
+    #[test]
+    fn names_what_is_wrong() {
+        assert_eq!(reason("{not json").code(), "malformed_json");
+        assert_eq!(reason("[1,2]").code(), "malformed_json");
+        let base = |k: &str, v: &str| {
+            GOOD.replacen(
+                &format!("\"{k}\":"),
+                &format!("\"{k}\":{v},\"_old_{k}\":"),
+                1,
+            )
+        };
+        assert_eq!(
+            reason(&base("prompt_tokens", "-5")),
+            DeadLetterReason::NegativeTokens("prompt_tokens")
+        );
+        assert_eq!(
+            reason(&base("completion_tokens", "1.5")),
+            DeadLetterReason::InvalidField("completion_tokens")
+        );
+        assert_eq!(
+            reason(&base("tenant_id", "7")),
+            DeadLetterReason::InvalidField("tenant_id")
+        );
+        assert_eq!(
+            reason(&base("tenant_id", "\"\"")),
+            DeadLetterReason::InvalidField("tenant_id")
+        );
+        assert_eq!(
+            reason(&base("completed_ts", "\"soon\"")),
+            DeadLetterReason::InvalidField("completed_ts")
+        );
+        assert_eq!(
+            reason(&base("model", "null")),
+            DeadLetterReason::MissingField("model")
+        );
+        assert_eq!(
+            reason(r#"{"request_id":"x","tenant_id":"a","model":"m","prompt_tokens":1}"#),
+            DeadLetterReason::MissingField("completion_tokens")
+        );
+    }
+
+    #[test]
+    fn escaped_strings_are_unescaped() {
+        let escaped = GOOD.replace("\"acme\"", "\"ac\\u006de\"");
+        let e = parse(escaped.as_bytes()).unwrap();
+        assert_eq!(e.tenant_id, "acme");
+    }
+}
