@@ -6,5 +6,11 @@
 
 pub mod config;
 pub mod engine;
+pub mod failpoint;
+pub mod gen;
+pub mod kafka;
 pub mod model;
+pub mod sink;
+pub mod state;
 pub mod time;
+pub mod worker;

@@ -1,0 +1,356 @@
+//! `tally gen`: a deterministic (seeded) traffic generator, and the exact totals it implies.
+//!
+//! Construction (so the expected totals follow from the rules, not from the engine):
+//! - record `i` has base time `start + i * step`; normal events subtract a jitter
+//!   strictly below the watermark bound, so they are never late;
+//! - each tenant maps to one partition (`fnv1a(tenant) % partitions`), sent with an
+//!   explicit partition, so per-partition order is the generation order;
+//! - a too-late event lies `size + lateness + bound + 1 min` behind its partition's
+//!   latest event time: its window was purged whatever the arrival order;
+//! - a duplicate re-sends a recent event of the same partition (within minutes of
+//!   event time: well inside the dedup horizon);
+//! - malformed records cycle through the dead-letter reasons.
+//!
+//! Everything is a function of the seed and the options.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::PriceTable;
+use crate::time::WindowSpec;
+
+/// SplitMix64: small, fast, and stable across platforms and versions.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
+    }
+    /// True with probability `per_million / 1e6`.
+    pub fn chance(&mut self, per_million: u32) -> bool {
+        self.below(1_000_000) < u64::from(per_million)
+    }
+}
+
+pub fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+#[derive(Debug, Clone)]
+pub struct GenOptions {
+    pub seed: u64,
+    pub count: u64,
+    pub tenants: u32,
+    /// Zipf exponent of tenant popularity, in thousandths (1000 = classic Zipf; 0 = uniform).
+    pub skew_milli: u32,
+    pub partitions: i32,
+    pub start_ms: i64,
+    /// Event-time distance between consecutive records.
+    pub step_ms: i64,
+    /// Out-of-orderness of normal events; must be below the watermark bound.
+    pub jitter_ms: i64,
+    pub late_per_million: u32,
+    pub duplicate_per_million: u32,
+    pub malformed_per_million: u32,
+}
+
+/// What kind of record the generator made (and so where it must end up).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Normal,
+    TooLate,
+    Duplicate,
+    Malformed(&'static str),
+}
+
+#[derive(Debug, Clone)]
+pub struct GenRecord {
+    pub partition: i32,
+    pub key: String,
+    pub payload: String,
+    pub kind: Kind,
+}
+
+/// One expected invoice line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExpectedWindow {
+    pub tenant_id: String,
+    pub window_end: i64,
+    pub cost_pico: String,
+    pub requests: u64,
+}
+
+/// The exact outcome the generated stream implies.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Expected {
+    pub records: u64,
+    pub windows: Vec<ExpectedWindow>,
+    /// Request ids of too-late events, and what they would cost.
+    pub too_late: Vec<ExpectedLate>,
+    pub duplicates: u64,
+    pub dead_letters: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExpectedLate {
+    pub request_id: String,
+    pub tenant_id: String,
+    pub window_end: i64,
+    pub cost_pico: String,
+}
+
+pub struct Generator<'a> {
+    opts: GenOptions,
+    prices: &'a PriceTable,
+    models: Vec<String>,
+    window: WindowSpec,
+    lateness_ms: i64,
+    bound_ms: i64,
+    rng: Rng,
+    cumulative: Vec<f64>,
+    i: u64,
+    part_max: BTreeMap<i32, i64>,
+    recent: BTreeMap<i32, Vec<(String, String)>>,
+    totals: BTreeMap<(String, i64), (u128, u64)>,
+    expected: Expected,
+}
+
+const MALFORMED: [&str; 5] = ["malformed_json", "negative_tokens", "unknown_model", "timestamp_not_millis", "missing_field"];
+
+impl<'a> Generator<'a> {
+    pub fn new(opts: GenOptions, prices: &'a PriceTable, window: WindowSpec, lateness_ms: i64, bound_ms: i64) -> Self {
+        let s = f64::from(opts.skew_milli) / 1000.0;
+        let mut acc = 0.0;
+        let cumulative = (1..=opts.tenants.max(1))
+            .map(|k| {
+                acc += 1.0 / f64::from(k).powf(s);
+                acc
+            })
+            .collect();
+        Self {
+            rng: Rng::new(opts.seed),
+            models: prices.models().map(str::to_string).collect(),
+            opts,
+            prices,
+            window,
+            lateness_ms,
+            bound_ms,
+            cumulative,
+            i: 0,
+            part_max: BTreeMap::new(),
+            recent: BTreeMap::new(),
+            totals: BTreeMap::new(),
+            expected: Expected::default(),
+        }
+    }
+
+    fn tenant(&mut self) -> String {
+        let total = *self.cumulative.last().unwrap_or(&1.0);
+        let x = (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * total;
+        let k = self.cumulative.partition_point(|c| *c <= x);
+        format!("tenant-{:03}", k.min(self.cumulative.len() - 1))
+    }
+
+    fn event_json(id: &str, tenant: &str, model: &str, prompt: u64, completion: u64, ts: i64) -> String {
+        format!(
+            r#"{{"request_id":"{id}","tenant_id":"{tenant}","model":"{model}","prompt_tokens":{prompt},"completion_tokens":{completion},"started_ts":{},"completed_ts":{ts}}}"#,
+            ts - 1_500
+        )
+    }
+
+    /// The expected outcome of everything generated so far.
+    pub fn expected(&self) -> Expected {
+        let mut e = self.expected.clone();
+        e.windows = self
+            .totals
+            .iter()
+            .map(|((t, end), (cost, n))| ExpectedWindow {
+                tenant_id: t.clone(),
+                window_end: *end,
+                cost_pico: cost.to_string(),
+                requests: *n,
+            })
+            .collect();
+        e
+    }
+
+    fn next_record(&mut self) -> GenRecord {
+        let i = self.i;
+        self.i += 1;
+        let base = self.opts.start_ms + i as i64 * self.opts.step_ms;
+        let tenant = self.tenant();
+        let partition = (fnv1a(&tenant) % self.opts.partitions.max(1) as u64) as i32;
+        let model = self.models[self.rng.below(self.models.len() as u64) as usize].clone();
+        let (prompt, completion) = (1 + self.rng.below(4_000), 1 + self.rng.below(2_000));
+        let id = format!("req-{}-{i:09}", self.opts.seed);
+        let record = |payload: String, kind| GenRecord { partition, key: tenant.clone(), payload, kind };
+        if self.rng.chance(self.opts.malformed_per_million) {
+            let reason = MALFORMED[self.rng.below(MALFORMED.len() as u64) as usize];
+            let good = Self::event_json(&id, &tenant, &model, prompt, completion, base);
+            let payload = match reason {
+                "malformed_json" => good[..good.len() / 2].to_string(),
+                "negative_tokens" => good.replace(&format!("\"prompt_tokens\":{prompt}"), "\"prompt_tokens\":-7"),
+                "unknown_model" => good.replace(&format!("\"model\":\"{model}\""), "\"model\":\"no-such-model\""),
+                "timestamp_not_millis" => good.replace(&format!("\"completed_ts\":{base}"), &format!("\"completed_ts\":{}", base / 1000)),
+                _ => good.replace(&format!("\"tenant_id\":\"{tenant}\","), ""),
+            };
+            *self.expected.dead_letters.entry(reason.to_string()).or_default() += 1;
+            return record(payload, Kind::Malformed(reason));
+        }
+        if self.rng.chance(self.opts.duplicate_per_million) {
+            if let Some(recent) = self.recent.get(&partition).filter(|r| !r.is_empty()) {
+                let (_, payload) = recent[self.rng.below(recent.len() as u64) as usize].clone();
+                self.expected.duplicates += 1;
+                return record(payload, Kind::Duplicate);
+            }
+        }
+        let part_max = self.part_max.get(&partition).copied();
+        let too_late = part_max.is_some() && self.rng.chance(self.opts.late_per_million);
+        let ts = match (too_late, part_max) {
+            (true, Some(max)) => max - (self.window.size_ms + self.lateness_ms + self.bound_ms + 60_000),
+            _ => base - self.rng.below(self.opts.jitter_ms.max(0) as u64 + 1) as i64,
+        };
+        let payload = Self::event_json(&id, &tenant, &model, prompt, completion, ts);
+        // Pricing is by completed_ts, as in the engine.
+        let cost = self.prices.cost(&model, prompt, completion, ts).map(|p| p.0).unwrap_or(0);
+        let end = self.window.assign(ts).end;
+        let kind = if too_late {
+            self.expected.too_late.push(ExpectedLate {
+                request_id: id.clone(),
+                tenant_id: tenant.clone(),
+                window_end: end,
+                cost_pico: cost.to_string(),
+            });
+            Kind::TooLate
+        } else {
+            let t = self.totals.entry((tenant.clone(), end)).or_default();
+            t.0 += cost;
+            t.1 += 1;
+            *self.part_max.entry(partition).or_insert(ts) = part_max.map_or(ts, |m| m.max(ts));
+            Kind::Normal
+        };
+        let recent = self.recent.entry(partition).or_default();
+        recent.push((id, payload.clone()));
+        if recent.len() > 256 {
+            recent.remove(0);
+        }
+        record(payload, kind)
+    }
+}
+
+impl Iterator for Generator<'_> {
+    type Item = GenRecord;
+    fn next(&mut self) -> Option<GenRecord> {
+        if self.i >= self.opts.count {
+            return None;
+        }
+        let r = self.next_record();
+        self.expected.records += 1;
+        Some(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{NanoPer1k, PriceEntry};
+
+    fn prices() -> PriceTable {
+        let mut t = PriceTable::default();
+        for m in ["a", "b"] {
+            t.insert(m, PriceEntry { effective_from_ms: i64::MIN, input: NanoPer1k(150_000), output: NanoPer1k(600_000) });
+        }
+        t
+    }
+
+    fn opts() -> GenOptions {
+        GenOptions {
+            seed: 7,
+            count: 20_000,
+            tenants: 50,
+            skew_milli: 1000,
+            partitions: 4,
+            start_ms: 1_767_261_600_000,
+            step_ms: 10,
+            jitter_ms: 4_000,
+            late_per_million: 20_000,
+            duplicate_per_million: 20_000,
+            malformed_per_million: 20_000,
+        }
+    }
+
+    #[test]
+    fn deterministic_and_accounted() {
+        let p = prices();
+        let w = WindowSpec::new(60_000, 0);
+        let a: Vec<_> = Generator::new(opts(), &p, w, 0, 5_000).map(|r| r.payload).collect();
+        let mut g = Generator::new(opts(), &p, w, 0, 5_000);
+        let b: Vec<_> = g.by_ref().map(|r| r.payload).collect();
+        assert_eq!(a, b);
+        let e = g.expected();
+        let normal: u64 = e.windows.iter().map(|w| w.requests).sum();
+        let dlq: u64 = e.dead_letters.values().sum();
+        assert_eq!(normal + e.too_late.len() as u64 + e.duplicates + dlq, 20_000);
+        assert!(e.duplicates > 100 && e.too_late.len() > 100 && dlq > 100);
+    }
+
+    #[test]
+    fn engine_agrees_with_the_construction() {
+        use crate::engine::{EngineConfig, PartitionTask, RecordIn, Route, TimeSource};
+        use std::sync::Arc;
+        let p = prices();
+        let w = WindowSpec::new(60_000, 0);
+        let mut g = Generator::new(opts(), &p, w, 0, 5_000);
+        let records: Vec<_> = g.by_ref().collect();
+        let cfg = Arc::new(EngineConfig {
+            window: w,
+            allowed_lateness_ms: 0,
+            max_out_of_orderness_ms: 5_000,
+            max_future_ms: None,
+            time_source: TimeSource::CompletedTs,
+            dedup_extra_ms: 3_600_000,
+            max_record_bytes: 1 << 20,
+            generation: 1,
+            prices: p.clone(),
+        });
+        let mut tasks: BTreeMap<i32, PartitionTask> = BTreeMap::new();
+        let mut panes = Vec::new();
+        for r in &records {
+            let task = tasks.entry(r.partition).or_insert_with(|| PartitionTask::new(r.partition, cfg.clone()));
+            let route = task.process(RecordIn { payload: r.payload.as_bytes(), kafka_ts: None, now_ms: 0 }, &mut panes);
+            let ok = match (r.kind, &route) {
+                (Kind::Normal, Route::Window) | (Kind::TooLate, Route::TooLate { .. }) | (Kind::Duplicate, Route::Duplicate) => true,
+                (Kind::Malformed(code), Route::DeadLetter(reason)) => reason.code() == code,
+                _ => false,
+            };
+            assert!(ok, "{:?} routed {route:?}: {}", r.kind, r.payload);
+        }
+        for t in tasks.values_mut() {
+            t.end_of_input(&mut panes);
+        }
+        let mut got: BTreeMap<(String, i64), (u128, u64)> = BTreeMap::new();
+        for pane in panes {
+            got.insert((pane.tenant_id.clone(), pane.window_end), (pane.cost_pico.0, pane.requests));
+        }
+        let want: BTreeMap<_, _> = g
+            .expected()
+            .windows
+            .into_iter()
+            .map(|w| ((w.tenant_id, w.window_end), (w.cost_pico.parse::<u128>().unwrap(), w.requests)))
+            .collect();
+        assert_eq!(got, want);
+    }
+}

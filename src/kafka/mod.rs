@@ -1,0 +1,71 @@
+//! Kafka I/O: client settings, the dev broker, the input source and the producers.
+//!
+//! Only standard Kafka APIs are used (consumer groups, idempotent producer, offset
+//! commit), so the same code runs against Apache Kafka, Redpanda, a managed Kafka
+//! or the dev broker.
+
+pub mod broker;
+pub mod headers;
+pub mod outputs;
+pub mod source;
+
+use rdkafka::ClientConfig;
+
+use crate::config::KafkaConfig;
+
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaIoError {
+    #[error("kafka: {context}: {source}")]
+    Client { context: String, source: rdkafka::error::KafkaError },
+    #[error("kafka: {0}")]
+    Fatal(String),
+}
+
+impl KafkaIoError {
+    pub fn client(context: impl Into<String>) -> impl FnOnce(rdkafka::error::KafkaError) -> KafkaIoError {
+        let context = context.into();
+        move |source| KafkaIoError::Client { context, source }
+    }
+}
+
+/// A client config with our defaults, then the user's librdkafka properties on top.
+pub fn client_config(k: &KafkaConfig, defaults: &[(&str, &str)]) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &k.bootstrap_servers);
+    for (key, v) in defaults {
+        c.set(*key, *v);
+    }
+    for (key, v) in &k.properties {
+        c.set(key, v);
+    }
+    c
+}
+
+/// Producer defaults: idempotent, acks=all, lz4 (the dev broker keeps only 5 MiB per
+/// partition, so compression matters there too).
+pub const PRODUCER_DEFAULTS: &[(&str, &str)] = &[
+    ("enable.idempotence", "true"),
+    ("acks", "all"),
+    ("compression.type", "lz4"),
+    ("linger.ms", "5"),
+    ("message.timeout.ms", "30000"),
+    ("queue.buffering.max.messages", "500000"),
+];
+
+/// Consumer defaults: offsets are committed by tally only after a state commit;
+/// a group without committed offsets starts from the earliest offset.
+pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
+    ("enable.auto.commit", "false"),
+    ("enable.auto.offset.store", "false"),
+    ("auto.offset.reset", "earliest"),
+    ("session.timeout.ms", "6000"),
+    ("heartbeat.interval.ms", "1000"),
+    ("enable.partition.eof", "false"),
+];
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

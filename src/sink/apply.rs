@@ -1,0 +1,96 @@
+//! Applying a batch of result records to PostgreSQL.
+//!
+//! Invariants:
+//! - Partials are keyed `(tenant_id, window_end, source_partition)` and replaced only
+//!   when `(generation, version)` is greater than the stored one — redelivery is a
+//!   no-op and a stale or zombie write never overwrites newer data.
+//! - The rows and the `sink_offsets` they came from commit in one transaction, so
+//!   the database is exactly-once even without the version rule.
+
+use std::collections::BTreeMap;
+
+use tokio_postgres::Client;
+
+use super::SinkError;
+use crate::engine::ResultRecord;
+
+const UPSERT_PARTIAL: &str = "
+INSERT INTO tenant_cost_partial AS t
+    (tenant_id, window_end, source_partition, window_start, cost_pico, requests,
+     prompt_tokens, completion_tokens, version, generation, pane, pane_index)
+VALUES ($1, $2, $3, $4, $5::TEXT::NUMERIC, $6, $7::TEXT::NUMERIC, $8::TEXT::NUMERIC, $9, $10, $11, $12)
+ON CONFLICT (tenant_id, window_end, source_partition) DO UPDATE SET
+    window_start = EXCLUDED.window_start, cost_pico = EXCLUDED.cost_pico,
+    requests = EXCLUDED.requests, prompt_tokens = EXCLUDED.prompt_tokens,
+    completion_tokens = EXCLUDED.completion_tokens, version = EXCLUDED.version,
+    generation = EXCLUDED.generation, pane = EXCLUDED.pane, pane_index = EXCLUDED.pane_index,
+    updated_at = now()
+WHERE (t.generation, t.version) < (EXCLUDED.generation, EXCLUDED.version)";
+
+const UPSERT_OFFSET: &str = "
+INSERT INTO sink_offsets (topic, partition, next_offset) VALUES ($1, $2, $3)
+ON CONFLICT (topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset";
+
+fn to_i64(v: u64, what: &str) -> Result<i64, SinkError> {
+    i64::try_from(v).map_err(|_| SinkError::Other(format!("{what} {v} does not fit in BIGINT")))
+}
+
+/// Outcome counts of one batch.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Applied {
+    pub rows_changed: u64,
+    pub stale_ignored: u64,
+}
+
+/// Applies `records` and records `offsets` (topic → partition → next offset) atomically.
+pub async fn apply_batch(
+    client: &mut Client,
+    records: &[ResultRecord],
+    offsets: &BTreeMap<(String, i32), i64>,
+) -> Result<Applied, SinkError> {
+    let tx = client.transaction().await?;
+    let upsert = tx.prepare(UPSERT_PARTIAL).await?;
+    let mut applied = Applied::default();
+    for r in records {
+        let pane = match r.pane {
+            crate::engine::PaneKind::OnTime => "on_time",
+            crate::engine::PaneKind::Late => "late",
+        };
+        let n = tx
+            .execute(
+                &upsert,
+                &[
+                    &r.tenant_id,
+                    &r.window_end,
+                    &r.source_partition,
+                    &r.window_start,
+                    &r.cost_pico.to_string(),
+                    &to_i64(r.requests, "requests")?,
+                    &r.prompt_tokens.to_string(),
+                    &r.completion_tokens.to_string(),
+                    &to_i64(r.version, "version")?,
+                    &to_i64(r.generation, "generation")?,
+                    &pane,
+                    &(r.pane_index as i32),
+                ],
+            )
+            .await?;
+        if n == 0 {
+            applied.stale_ignored += 1;
+        } else {
+            applied.rows_changed += n;
+        }
+    }
+    for ((topic, p), next) in offsets {
+        tx.execute(UPSERT_OFFSET, &[topic, p, next]).await?;
+    }
+    crate::failpoint::hit("sink_before_commit");
+    tx.commit().await?;
+    Ok(applied)
+}
+
+/// The offsets the sink applied last, per partition of `topic`.
+pub async fn applied_offsets(client: &Client, topic: &str) -> Result<BTreeMap<i32, i64>, SinkError> {
+    let rows = client.query("SELECT partition, next_offset FROM sink_offsets WHERE topic = $1", &[&topic]).await?;
+    Ok(rows.iter().map(|r| (r.get::<_, i32>(0), r.get::<_, i64>(1))).collect())
+}

@@ -1,0 +1,148 @@
+//! The sink's consume loop.
+//!
+//! The sink assigns itself every partition of the results topic (one sink per
+//! results topic) and starts each at the offset stored in `sink_offsets`, which is
+//! written in the same transaction as the rows — so a crash between insert and
+//! commit replays exactly the uncommitted batch. The consumer group's offsets are
+//! not used for resuming.
+//!
+//! A record that is not a valid result is logged with its coordinates, counted in
+//! `rejected`, and skipped (a poison record must not stop billing).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use tracing::{error, info};
+
+use super::apply::{applied_offsets, apply_batch};
+use super::{connect, migrate, SinkError};
+use crate::config::Config;
+use crate::engine::ResultRecord;
+use crate::kafka::{client_config, KafkaIoError};
+use crate::worker::shutdown;
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SinkOptions {
+    /// Exit once every partition reached the log end seen at start.
+    pub until_end: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SinkSummary {
+    pub records: u64,
+    pub rows_changed: u64,
+    pub stale_ignored: u64,
+    pub rejected: u64,
+}
+
+const MAX_BATCH: usize = 2_000;
+
+/// Connects and applies the migrations (also `tally migrate`).
+pub fn migrate_only(cfg: &Config) -> Result<usize, SinkError> {
+    runtime()?.block_on(async {
+        let mut client = connect(&cfg.sink.database_url).await?;
+        migrate::run(&mut client).await
+    })
+}
+
+pub fn run(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkError> {
+    runtime()?.block_on(run_async(cfg, opts))
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, SinkError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| SinkError::Other(format!("starting the async runtime: {e}")))
+}
+
+async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkError> {
+    let topic = cfg.topics.results.as_str();
+    let mut client = connect(&cfg.sink.database_url).await?;
+    migrate::run(&mut client).await?;
+    let mut ccfg = client_config(&cfg.kafka, &[("enable.auto.commit", "false"), ("enable.partition.eof", "false")]);
+    ccfg.set("group.id", &cfg.sink.group_id);
+    let consumer: BaseConsumer = ccfg.create().map_err(KafkaIoError::client("creating the sink consumer"))?;
+    let partitions = wait_for_partitions(&consumer, topic)?;
+    let stored = applied_offsets(&client, topic).await?;
+    let mut tpl = TopicPartitionList::new();
+    let mut ends = BTreeMap::new();
+    let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+    for p in 0..partitions {
+        let start = stored.get(&p).copied();
+        tpl.add_partition_offset(topic, p, start.map_or(Offset::Beginning, Offset::Offset))
+            .map_err(KafkaIoError::client("building the assignment"))?;
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p, Duration::from_secs(10))
+            .map_err(KafkaIoError::client(format!("reading the log range of {topic}/{p}")))?;
+        next.insert(p, start.unwrap_or(low));
+        ends.insert(p, high);
+    }
+    consumer.assign(&tpl).map_err(KafkaIoError::client("assigning the results topic"))?;
+    info!(topic, partitions, resume = ?stored, "sink started");
+    let mut summary = SinkSummary::default();
+    let mut last_log = Instant::now();
+    loop {
+        if shutdown::requested() || (opts.until_end && next.iter().all(|(p, n)| *n >= ends[p])) {
+            break;
+        }
+        let mut records = Vec::new();
+        let mut offsets = BTreeMap::new();
+        let mut timeout = Duration::from_millis(100);
+        while records.len() < MAX_BATCH {
+            let Some(msg) = consumer.poll(timeout) else { break };
+            timeout = Duration::ZERO;
+            let m = match msg {
+                Ok(m) => m,
+                Err(e) => {
+                    error!(error = %e, "results consumer error");
+                    continue;
+                }
+            };
+            summary.records += 1;
+            let (p, o) = (m.partition(), m.offset());
+            match serde_json::from_slice::<ResultRecord>(m.payload().unwrap_or_default()) {
+                Ok(r) => records.push(r),
+                Err(e) => {
+                    summary.rejected += 1;
+                    error!(source = %format!("{topic}/{p}/{o}"), error = %e, "not a result record; skipped");
+                }
+            }
+            offsets.insert((topic.to_string(), p), o + 1);
+            next.insert(p, o + 1);
+        }
+        if offsets.is_empty() {
+            continue;
+        }
+        let a = apply_batch(&mut client, &records, &offsets).await?;
+        summary.rows_changed += a.rows_changed;
+        summary.stale_ignored += a.stale_ignored;
+        if last_log.elapsed() >= Duration::from_secs(5) {
+            info!(?summary, "sink progress");
+            last_log = Instant::now();
+        }
+    }
+    info!(?summary, "sink stopped");
+    Ok(summary)
+}
+
+fn wait_for_partitions(consumer: &BaseConsumer, topic: &str) -> Result<i32, SinkError> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let md = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .map_err(KafkaIoError::client(format!("reading metadata of {topic}")))?;
+        let n = md.topics().iter().find(|t| t.name() == topic).map_or(0, |t| t.partitions().len());
+        if n > 0 {
+            return Ok(n as i32);
+        }
+        if Instant::now() > deadline || shutdown::requested() {
+            return Err(SinkError::Other(format!("results topic {topic} does not exist (waited 60 s)")));
+        }
+        info!(topic, "waiting for the results topic to exist");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}

@@ -1,0 +1,193 @@
+//! Keyed window state in RocksDB, written in batches (never per event).
+//!
+//! ## Key layout (all integers big-endian; `p` = partition as `i32` with the sign
+//! bit flipped, `end` = window end as `i64` with the sign bit flipped, so byte
+//! order equals numeric order):
+//!
+//! | key                              | value (bincode, standard config)         |
+//! |----------------------------------|------------------------------------------|
+//! | `M` `p`                          | `PartitionMeta` (next offset, watermark, audit counters) |
+//! | `W` `p` `end` `tenant_id bytes`  | `StoredWindow` (accumulator, open/fired)  |
+//! | `D` `p` `request_id bytes`       | dedup expiry, `i64` BE                    |
+//!
+//! ## Rules
+//! - The engine keeps active windows in memory; `commit` writes only what changed
+//!   since the last commit (dirty windows, purges, dedup inserts/expiries) plus every
+//!   partition's meta, for all partitions of the worker, in **one** synced
+//!   `WriteBatch`. So the store always holds one consistent cut: for each partition,
+//!   the state after exactly the records before `next_offset`.
+//! - The caller commits here only after every output produced before the cut was
+//!   acknowledged by Kafka, and commits Kafka offsets only after this returns.
+//! - A partition without an `M` key has no state: it starts from the log start.
+
+use std::path::Path;
+
+use rocksdb::{Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB};
+use serde::{Deserialize, Serialize};
+
+use crate::engine::{Counters, DedupChange, StateDelta, TaskSnapshot, WindowAcc};
+use crate::time::Watermark;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("state store {path}: {source}")]
+    Open { path: String, source: rocksdb::Error },
+    #[error("state store write: {0}")]
+    Write(rocksdb::Error),
+    #[error("state store read: {0}")]
+    Read(rocksdb::Error),
+    #[error("state store: corrupt value under key {key:?}: {msg}")]
+    Corrupt { key: String, msg: String },
+}
+
+/// The offset of the next record to read from a partition (the one Kafka
+/// convention used throughout tally).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct NextOffset(pub i64);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionMeta {
+    pub next_offset: NextOffset,
+    pub watermark: Watermark,
+    pub counters: Counters,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct StoredWindow {
+    acc: WindowAcc,
+    open: bool,
+}
+
+/// One partition's part of a commit.
+pub struct PartitionCommit {
+    pub partition: i32,
+    pub next_offset: NextOffset,
+    pub delta: StateDelta,
+}
+
+pub struct StateStore {
+    db: DB,
+}
+
+fn p_bytes(p: i32) -> [u8; 4] {
+    ((p as u32) ^ 0x8000_0000).to_be_bytes()
+}
+
+fn end_bytes(end: i64) -> [u8; 8] {
+    ((end as u64) ^ 0x8000_0000_0000_0000).to_be_bytes()
+}
+
+fn end_from(b: &[u8]) -> i64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    (u64::from_be_bytes(a) ^ 0x8000_0000_0000_0000) as i64
+}
+
+fn key(kind: u8, p: i32, rest: &[&[u8]]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(5 + rest.iter().map(|r| r.len()).sum::<usize>());
+    k.push(kind);
+    k.extend_from_slice(&p_bytes(p));
+    for r in rest {
+        k.extend_from_slice(r);
+    }
+    k
+}
+
+fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    // Encoding plain structs into a Vec cannot fail.
+    bincode::serde::encode_to_vec(v, bincode::config::standard()).unwrap_or_default()
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(k: &[u8], v: &[u8]) -> Result<T, StateError> {
+    bincode::serde::decode_from_slice(v, bincode::config::standard())
+        .map(|(t, _)| t)
+        .map_err(|e| StateError::Corrupt { key: String::from_utf8_lossy(k).into_owned(), msg: e.to_string() })
+}
+
+impl StateStore {
+    pub fn open(dir: &Path) -> Result<Self, StateError> {
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+        opts.set_max_open_files(256);
+        let db = DB::open(&opts, dir).map_err(|source| StateError::Open { path: dir.display().to_string(), source })?;
+        Ok(Self { db })
+    }
+
+    /// Writes every partition's changes and meta in one synced batch.
+    pub fn commit(&self, parts: Vec<PartitionCommit>) -> Result<(), StateError> {
+        let mut batch = WriteBatch::default();
+        for PartitionCommit { partition: p, next_offset, delta } in parts {
+            for ((end, tenant), acc, open) in delta.changed {
+                batch.put(key(b'W', p, &[&end_bytes(end), tenant.as_bytes()]), encode(&StoredWindow { acc, open }));
+            }
+            for (end, tenant) in delta.purged {
+                batch.delete(key(b'W', p, &[&end_bytes(end), tenant.as_bytes()]));
+            }
+            for change in delta.dedup {
+                match change {
+                    DedupChange::Insert { id, expires_at } => {
+                        batch.put(key(b'D', p, &[id.as_bytes()]), expires_at.to_be_bytes())
+                    }
+                    DedupChange::Remove { id } => batch.delete(key(b'D', p, &[id.as_bytes()])),
+                }
+            }
+            let meta = PartitionMeta { next_offset, watermark: delta.watermark, counters: delta.counters };
+            batch.put(key(b'M', p, &[]), encode(&meta));
+        }
+        let mut wo = WriteOptions::default();
+        wo.set_sync(true);
+        self.db.write_opt(batch, &wo).map_err(StateError::Write)
+    }
+
+    pub fn meta(&self, p: i32) -> Result<Option<PartitionMeta>, StateError> {
+        let k = key(b'M', p, &[]);
+        match self.db.get_pinned(&k).map_err(StateError::Read)? {
+            Some(v) => decode(&k, &v).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Loads partition `p`: its snapshot and next offset, or `None` if it has no state.
+    pub fn load(&self, p: i32) -> Result<Option<(TaskSnapshot, NextOffset)>, StateError> {
+        let Some(meta) = self.meta(p)? else { return Ok(None) };
+        let mut snap = TaskSnapshot { watermark: Some(meta.watermark), counters: meta.counters, ..Default::default() };
+        self.scan(b'W', p, |rest, v, k| {
+            let tenant = std::str::from_utf8(&rest[8..])
+                .map_err(|e| StateError::Corrupt { key: String::from_utf8_lossy(k).into_owned(), msg: e.to_string() })?;
+            let w: StoredWindow = decode(k, v)?;
+            let entry = ((end_from(rest), tenant.into()), w.acc);
+            if w.open { snap.open.push(entry) } else { snap.fired.push(entry) }
+            Ok(())
+        })?;
+        self.scan(b'D', p, |rest, v, k| {
+            let id = String::from_utf8_lossy(rest).into_owned().into_boxed_str();
+            let exp: [u8; 8] = v
+                .try_into()
+                .map_err(|_| StateError::Corrupt { key: String::from_utf8_lossy(k).into_owned(), msg: "bad expiry".into() })?;
+            snap.dedup.push((id, i64::from_be_bytes(exp)));
+            Ok(())
+        })?;
+        Ok(Some((snap, meta.next_offset)))
+    }
+
+    fn scan(
+        &self,
+        kind: u8,
+        p: i32,
+        mut f: impl FnMut(&[u8], &[u8], &[u8]) -> Result<(), StateError>,
+    ) -> Result<(), StateError> {
+        let prefix = key(kind, p, &[]);
+        for item in self.db.iterator(IteratorMode::From(&prefix, Direction::Forward)) {
+            let (k, v) = item.map_err(StateError::Read)?;
+            if !k.starts_with(&prefix) {
+                break;
+            }
+            f(&k[prefix.len()..], &v, &k)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

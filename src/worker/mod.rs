@@ -1,0 +1,25 @@
+//! `tally run`: the worker. `kafka` runs it against a consumer group; `file` runs
+//! the same engine over JSON lines (backfills, benchmarks).
+
+pub mod file;
+pub mod kafka;
+pub mod shutdown;
+
+use crate::config::ConfigError;
+use crate::kafka::KafkaIoError;
+use crate::state::StateError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Kafka(#[from] KafkaIoError),
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    /// A refusal to start or continue, with the way out in the message.
+    #[error("{0}")]
+    Refused(String),
+}
