@@ -46,7 +46,9 @@ impl Rng {
 }
 
 pub fn fnv1a(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 #[derive(Debug, Clone)]
@@ -128,10 +130,22 @@ pub struct Generator<'a> {
     expected: Expected,
 }
 
-const MALFORMED: [&str; 5] = ["malformed_json", "negative_tokens", "unknown_model", "timestamp_not_millis", "missing_field"];
+const MALFORMED: [&str; 5] = [
+    "malformed_json",
+    "negative_tokens",
+    "unknown_model",
+    "timestamp_not_millis",
+    "missing_field",
+];
 
 impl<'a> Generator<'a> {
-    pub fn new(opts: GenOptions, prices: &'a PriceTable, window: WindowSpec, lateness_ms: i64, bound_ms: i64) -> Self {
+    pub fn new(
+        opts: GenOptions,
+        prices: &'a PriceTable,
+        window: WindowSpec,
+        lateness_ms: i64,
+        bound_ms: i64,
+    ) -> Self {
         let s = f64::from(opts.skew_milli) / 1000.0;
         let mut acc = 0.0;
         let cumulative = (1..=opts.tenants.max(1))
@@ -164,7 +178,14 @@ impl<'a> Generator<'a> {
         format!("tenant-{:03}", k.min(self.cumulative.len() - 1))
     }
 
-    fn event_json(id: &str, tenant: &str, model: &str, prompt: u64, completion: u64, ts: i64) -> String {
+    fn event_json(
+        id: &str,
+        tenant: &str,
+        model: &str,
+        prompt: u64,
+        completion: u64,
+        ts: i64,
+    ) -> String {
         format!(
             r#"{{"request_id":"{id}","tenant_id":"{tenant}","model":"{model}","prompt_tokens":{prompt},"completion_tokens":{completion},"started_ts":{},"completed_ts":{ts}}}"#,
             ts - 1_500
@@ -196,18 +217,36 @@ impl<'a> Generator<'a> {
         let model = self.models[self.rng.below(self.models.len() as u64) as usize].clone();
         let (prompt, completion) = (1 + self.rng.below(4_000), 1 + self.rng.below(2_000));
         let id = format!("req-{}-{i:09}", self.opts.seed);
-        let record = |payload: String, kind| GenRecord { partition, key: tenant.clone(), payload, kind };
+        let record = |payload: String, kind| GenRecord {
+            partition,
+            key: tenant.clone(),
+            payload,
+            kind,
+        };
         if self.rng.chance(self.opts.malformed_per_million) {
             let reason = MALFORMED[self.rng.below(MALFORMED.len() as u64) as usize];
             let good = Self::event_json(&id, &tenant, &model, prompt, completion, base);
             let payload = match reason {
                 "malformed_json" => good[..good.len() / 2].to_string(),
-                "negative_tokens" => good.replace(&format!("\"prompt_tokens\":{prompt}"), "\"prompt_tokens\":-7"),
-                "unknown_model" => good.replace(&format!("\"model\":\"{model}\""), "\"model\":\"no-such-model\""),
-                "timestamp_not_millis" => good.replace(&format!("\"completed_ts\":{base}"), &format!("\"completed_ts\":{}", base / 1000)),
+                "negative_tokens" => good.replace(
+                    &format!("\"prompt_tokens\":{prompt}"),
+                    "\"prompt_tokens\":-7",
+                ),
+                "unknown_model" => good.replace(
+                    &format!("\"model\":\"{model}\""),
+                    "\"model\":\"no-such-model\"",
+                ),
+                "timestamp_not_millis" => good.replace(
+                    &format!("\"completed_ts\":{base}"),
+                    &format!("\"completed_ts\":{}", base / 1000),
+                ),
                 _ => good.replace(&format!("\"tenant_id\":\"{tenant}\","), ""),
             };
-            *self.expected.dead_letters.entry(reason.to_string()).or_default() += 1;
+            *self
+                .expected
+                .dead_letters
+                .entry(reason.to_string())
+                .or_default() += 1;
             return record(payload, Kind::Malformed(reason));
         }
         if self.rng.chance(self.opts.duplicate_per_million) {
@@ -220,12 +259,18 @@ impl<'a> Generator<'a> {
         let part_max = self.part_max.get(&partition).copied();
         let too_late = part_max.is_some() && self.rng.chance(self.opts.late_per_million);
         let ts = match (too_late, part_max) {
-            (true, Some(max)) => max - (self.window.size_ms + self.lateness_ms + self.bound_ms + 60_000),
+            (true, Some(max)) => {
+                max - (self.window.size_ms + self.lateness_ms + self.bound_ms + 60_000)
+            }
             _ => base - self.rng.below(self.opts.jitter_ms.max(0) as u64 + 1) as i64,
         };
         let payload = Self::event_json(&id, &tenant, &model, prompt, completion, ts);
         // Pricing is by completed_ts, as in the engine.
-        let cost = self.prices.cost(&model, prompt, completion, ts).map(|p| p.0).unwrap_or(0);
+        let cost = self
+            .prices
+            .cost(&model, prompt, completion, ts)
+            .map(|p| p.0)
+            .unwrap_or(0);
         let end = self.window.assign(ts).end;
         let kind = if too_late {
             self.expected.too_late.push(ExpectedLate {
@@ -271,7 +316,14 @@ mod tests {
     fn prices() -> PriceTable {
         let mut t = PriceTable::default();
         for m in ["a", "b"] {
-            t.insert(m, PriceEntry { effective_from_ms: i64::MIN, input: NanoPer1k(150_000), output: NanoPer1k(600_000) });
+            t.insert(
+                m,
+                PriceEntry {
+                    effective_from_ms: i64::MIN,
+                    input: NanoPer1k(150_000),
+                    output: NanoPer1k(600_000),
+                },
+            );
         }
         t
     }
@@ -296,14 +348,19 @@ mod tests {
     fn deterministic_and_accounted() {
         let p = prices();
         let w = WindowSpec::new(60_000, 0);
-        let a: Vec<_> = Generator::new(opts(), &p, w, 0, 5_000).map(|r| r.payload).collect();
+        let a: Vec<_> = Generator::new(opts(), &p, w, 0, 5_000)
+            .map(|r| r.payload)
+            .collect();
         let mut g = Generator::new(opts(), &p, w, 0, 5_000);
         let b: Vec<_> = g.by_ref().map(|r| r.payload).collect();
         assert_eq!(a, b);
         let e = g.expected();
         let normal: u64 = e.windows.iter().map(|w| w.requests).sum();
         let dlq: u64 = e.dead_letters.values().sum();
-        assert_eq!(normal + e.too_late.len() as u64 + e.duplicates + dlq, 20_000);
+        assert_eq!(
+            normal + e.too_late.len() as u64 + e.duplicates + dlq,
+            20_000
+        );
         assert!(e.duplicates > 100 && e.too_late.len() > 100 && dlq > 100);
     }
 
@@ -329,10 +386,21 @@ mod tests {
         let mut tasks: BTreeMap<i32, PartitionTask> = BTreeMap::new();
         let mut panes = Vec::new();
         for r in &records {
-            let task = tasks.entry(r.partition).or_insert_with(|| PartitionTask::new(r.partition, cfg.clone()));
-            let route = task.process(RecordIn { payload: r.payload.as_bytes(), kafka_ts: None, now_ms: 0 }, &mut panes);
+            let task = tasks
+                .entry(r.partition)
+                .or_insert_with(|| PartitionTask::new(r.partition, cfg.clone()));
+            let route = task.process(
+                RecordIn {
+                    payload: r.payload.as_bytes(),
+                    kafka_ts: None,
+                    now_ms: 0,
+                },
+                &mut panes,
+            );
             let ok = match (r.kind, &route) {
-                (Kind::Normal, Route::Window) | (Kind::TooLate, Route::TooLate { .. }) | (Kind::Duplicate, Route::Duplicate) => true,
+                (Kind::Normal, Route::Window)
+                | (Kind::TooLate, Route::TooLate { .. })
+                | (Kind::Duplicate, Route::Duplicate) => true,
                 (Kind::Malformed(code), Route::DeadLetter(reason)) => reason.code() == code,
                 _ => false,
             };
@@ -343,13 +411,21 @@ mod tests {
         }
         let mut got: BTreeMap<(String, i64), (u128, u64)> = BTreeMap::new();
         for pane in panes {
-            got.insert((pane.tenant_id.clone(), pane.window_end), (pane.cost_pico.0, pane.requests));
+            got.insert(
+                (pane.tenant_id.clone(), pane.window_end),
+                (pane.cost_pico.0, pane.requests),
+            );
         }
         let want: BTreeMap<_, _> = g
             .expected()
             .windows
             .into_iter()
-            .map(|w| ((w.tenant_id, w.window_end), (w.cost_pico.parse::<u128>().unwrap(), w.requests)))
+            .map(|w| {
+                (
+                    (w.tenant_id, w.window_end),
+                    (w.cost_pico.parse::<u128>().unwrap(), w.requests),
+                )
+            })
             .collect();
         assert_eq!(got, want);
     }

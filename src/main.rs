@@ -1,1 +1,17 @@
-fn main() {}
+//! The `tally` command line. Thin: parses arguments and calls into the library.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = tally::cli::Cli::parse();
+    tally::cli::init_logging();
+    match tally::cli::dispatch(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tally: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

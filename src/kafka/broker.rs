@@ -45,6 +45,8 @@ pub fn parse_topic_spec(spec: &str, default_partitions: i32) -> Result<(String, 
             .filter(|n| *n > 0)
             .map(|n| (name.to_string(), n))
             .ok_or_else(|| format!("topic spec {spec:?}: partitions must be a positive integer")),
-        _ => Err(format!("topic spec {spec:?} is not NAME or NAME:PARTITIONS")),
+        _ => Err(format!(
+            "topic spec {spec:?} is not NAME or NAME:PARTITIONS"
+        )),
     }
 }

@@ -7,6 +7,7 @@
 pub mod broker;
 pub mod headers;
 pub mod outputs;
+pub mod read;
 pub mod source;
 
 use rdkafka::ClientConfig;
@@ -16,13 +17,18 @@ use crate::config::KafkaConfig;
 #[derive(Debug, thiserror::Error)]
 pub enum KafkaIoError {
     #[error("kafka: {context}: {source}")]
-    Client { context: String, source: rdkafka::error::KafkaError },
+    Client {
+        context: String,
+        source: rdkafka::error::KafkaError,
+    },
     #[error("kafka: {0}")]
     Fatal(String),
 }
 
 impl KafkaIoError {
-    pub fn client(context: impl Into<String>) -> impl FnOnce(rdkafka::error::KafkaError) -> KafkaIoError {
+    pub fn client(
+        context: impl Into<String>,
+    ) -> impl FnOnce(rdkafka::error::KafkaError) -> KafkaIoError {
         let context = context.into();
         move |source| KafkaIoError::Client { context, source }
     }

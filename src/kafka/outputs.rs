@@ -28,6 +28,25 @@ pub struct DeliveryTracker {
     first_error: Mutex<Option<String>>,
 }
 
+impl DeliveryTracker {
+    /// Failures since the last call, as an error naming the first one.
+    pub fn take_failures(&self) -> Result<(), KafkaIoError> {
+        let failed = self.failed.swap(0, Ordering::Relaxed);
+        if failed > 0 {
+            let first = self
+                .first_error
+                .lock()
+                .ok()
+                .and_then(|mut f| f.take())
+                .unwrap_or_default();
+            return Err(KafkaIoError::Fatal(format!(
+                "{failed} record(s) were not delivered; first error: {first}"
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl ClientContext for DeliveryTracker {}
 
 impl ProducerContext for DeliveryTracker {
@@ -75,7 +94,11 @@ impl Outputs {
     pub fn result(&self, r: &ResultRecord) -> Result<(), KafkaIoError> {
         let key = r.key();
         let payload = r.to_json();
-        self.send(BaseRecord::to(&self.results).key(key.as_bytes()).payload(&payload))
+        self.send(
+            BaseRecord::to(&self.results)
+                .key(key.as_bytes())
+                .payload(&payload),
+        )
     }
 
     pub fn late(
@@ -88,11 +111,26 @@ impl Outputs {
     ) -> Result<(), KafkaIoError> {
         let (we, wm) = (window_end.to_string(), watermark.to_string());
         let h = OwnedHeaders::new()
-            .insert(Header { key: headers::REASON, value: Some("too_late") })
-            .insert(Header { key: headers::WINDOW_END, value: Some(&we) })
-            .insert(Header { key: headers::WATERMARK, value: Some(&wm) })
-            .insert(Header { key: headers::SOURCE, value: Some(source) });
-        self.send(with_key(BaseRecord::to(&self.late).payload(payload).headers(h), key))
+            .insert(Header {
+                key: headers::REASON,
+                value: Some("too_late"),
+            })
+            .insert(Header {
+                key: headers::WINDOW_END,
+                value: Some(&we),
+            })
+            .insert(Header {
+                key: headers::WATERMARK,
+                value: Some(&wm),
+            })
+            .insert(Header {
+                key: headers::SOURCE,
+                value: Some(source),
+            });
+        self.send(with_key(
+            BaseRecord::to(&self.late).payload(payload).headers(h),
+            key,
+        ))
     }
 
     pub fn dead_letter(
@@ -104,10 +142,24 @@ impl Outputs {
     ) -> Result<(), KafkaIoError> {
         let detail = reason.to_string();
         let h = OwnedHeaders::new()
-            .insert(Header { key: headers::ERROR, value: Some(reason.code()) })
-            .insert(Header { key: headers::ERROR_DETAIL, value: Some(&detail) })
-            .insert(Header { key: headers::SOURCE, value: Some(source) });
-        self.send(with_key(BaseRecord::to(&self.dead_letter).payload(payload).headers(h), key))
+            .insert(Header {
+                key: headers::ERROR,
+                value: Some(reason.code()),
+            })
+            .insert(Header {
+                key: headers::ERROR_DETAIL,
+                value: Some(&detail),
+            })
+            .insert(Header {
+                key: headers::SOURCE,
+                value: Some(source),
+            });
+        self.send(with_key(
+            BaseRecord::to(&self.dead_letter)
+                .payload(payload)
+                .headers(h),
+            key,
+        ))
     }
 
     fn send(&self, mut record: BaseRecord<'_, [u8], [u8]>) -> Result<(), KafkaIoError> {
@@ -119,7 +171,10 @@ impl Outputs {
                     self.producer.poll(Duration::from_millis(50));
                 }
                 Err((e, r)) => {
-                    return Err(KafkaIoError::Client { context: format!("producing to {}", r.topic), source: e })
+                    return Err(KafkaIoError::Client {
+                        context: format!("producing to {}", r.topic),
+                        source: e,
+                    })
                 }
             }
         }
@@ -132,14 +187,10 @@ impl Outputs {
 
     /// Waits until every record sent so far is acknowledged; fails if any was not.
     pub fn flush(&self, timeout: Duration) -> Result<(), KafkaIoError> {
-        self.producer.flush(timeout).map_err(KafkaIoError::client("flushing the producer"))?;
-        let ctx = self.producer.context();
-        let failed = ctx.failed.swap(0, Ordering::Relaxed);
-        if failed > 0 {
-            let first = ctx.first_error.lock().ok().and_then(|mut f| f.take()).unwrap_or_default();
-            return Err(KafkaIoError::Fatal(format!("{failed} record(s) were not delivered; first error: {first}")));
-        }
-        Ok(())
+        self.producer
+            .flush(timeout)
+            .map_err(KafkaIoError::client("flushing the producer"))?;
+        self.producer.context().take_failures()
     }
 
     pub fn delivered(&self) -> u64 {
@@ -147,7 +198,10 @@ impl Outputs {
     }
 }
 
-fn with_key<'a>(r: BaseRecord<'a, [u8], [u8]>, key: Option<&'a [u8]>) -> BaseRecord<'a, [u8], [u8]> {
+fn with_key<'a>(
+    r: BaseRecord<'a, [u8], [u8]>,
+    key: Option<&'a [u8]>,
+) -> BaseRecord<'a, [u8], [u8]> {
     match key {
         Some(k) => r.key(k),
         None => r,

@@ -52,11 +52,19 @@ pub type Source = BaseConsumer<SourceContext>;
 
 impl SourceContext {
     pub fn new(store: Arc<StateStore>, policy: StartPolicy) -> Self {
-        Self { store, policy, events: Mutex::new(Vec::new()), fatal: Mutex::new(None) }
+        Self {
+            store,
+            policy,
+            events: Mutex::new(Vec::new()),
+            fatal: Mutex::new(None),
+        }
     }
 
     pub fn take_events(&self) -> Vec<RebalanceEvent> {
-        self.events.lock().map(|mut e| std::mem::take(&mut *e)).unwrap_or_default()
+        self.events
+            .lock()
+            .map(|mut e| std::mem::take(&mut *e))
+            .unwrap_or_default()
     }
 
     pub fn take_fatal(&self) -> Option<String> {
@@ -77,14 +85,21 @@ impl SourceContext {
     }
 
     /// Decides the start offset of every assigned partition; `Err` is a refusal.
-    fn start_offsets(&self, consumer: &Source, tpl: &mut TopicPartitionList) -> Result<Vec<(i32, i64, i64)>, String> {
+    fn start_offsets(
+        &self,
+        consumer: &Source,
+        tpl: &mut TopicPartitionList,
+    ) -> Result<Vec<(i32, i64, i64)>, String> {
         let timeout = Duration::from_secs(10);
         let committed = consumer
             .committed_offsets(tpl.clone(), timeout)
             .map_err(|e| format!("reading committed offsets: {e}"))?;
         let mut starts = Vec::new();
-        let assigned: Vec<(String, i32)> =
-            tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
+        let assigned: Vec<(String, i32)> = tpl
+            .elements()
+            .iter()
+            .map(|e| (e.topic().to_string(), e.partition()))
+            .collect();
         for (topic, p) in assigned {
             let (low, high) = consumer
                 .fetch_watermarks(&topic, p, timeout)
@@ -104,7 +119,11 @@ impl SourceContext {
                                  from the log start with `tally run --reset-state earliest`."
                             ));
                         }
-                        warn!(partition = p, committed = o, "no state; rebuilding from the log start as requested");
+                        warn!(
+                            partition = p,
+                            committed = o,
+                            "no state; rebuilding from the log start as requested"
+                        );
                     }
                     if low > 0 && !self.policy.allow_truncated_log {
                         return Err(format!(
@@ -122,7 +141,8 @@ impl SourceContext {
                      records in between were deleted by the broker before tally read them"
                 ));
             }
-            tpl.set_partition_offset(&topic, p, Offset::Offset(start)).map_err(|e| e.to_string())?;
+            tpl.set_partition_offset(&topic, p, Offset::Offset(start))
+                .map_err(|e| e.to_string())?;
             starts.push((p, start, high));
         }
         Ok(starts)
@@ -132,25 +152,43 @@ impl SourceContext {
 impl ClientContext for SourceContext {}
 
 impl ConsumerContext for SourceContext {
-    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
-        let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let cooperative = matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        );
         let result: KafkaResult<()> = match err {
-            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => match self.start_offsets(consumer, tpl) {
-                Ok(starts) => {
-                    info!(partitions = ?starts.iter().map(|s| (s.0, s.1)).collect::<Vec<_>>(), "assigned");
-                    self.push(RebalanceEvent::Assigned(starts));
-                    if cooperative { consumer.incremental_assign(tpl) } else { consumer.assign(tpl) }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                match self.start_offsets(consumer, tpl) {
+                    Ok(starts) => {
+                        info!(partitions = ?starts.iter().map(|s| (s.0, s.1)).collect::<Vec<_>>(), "assigned");
+                        self.push(RebalanceEvent::Assigned(starts));
+                        if cooperative {
+                            consumer.incremental_assign(tpl)
+                        } else {
+                            consumer.assign(tpl)
+                        }
+                    }
+                    Err(msg) => {
+                        self.fail(msg);
+                        Ok(())
+                    }
                 }
-                Err(msg) => {
-                    self.fail(msg);
-                    Ok(())
-                }
-            },
+            }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 let revoked: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
                 info!(partitions = ?revoked, "revoked");
                 self.push(RebalanceEvent::Revoked(revoked));
-                if cooperative { consumer.incremental_unassign(tpl) } else { consumer.unassign() }
+                if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                }
             }
             other => {
                 warn!(error = ?other, "rebalance error");

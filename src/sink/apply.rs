@@ -90,7 +90,18 @@ pub async fn apply_batch(
 }
 
 /// The offsets the sink applied last, per partition of `topic`.
-pub async fn applied_offsets(client: &Client, topic: &str) -> Result<BTreeMap<i32, i64>, SinkError> {
-    let rows = client.query("SELECT partition, next_offset FROM sink_offsets WHERE topic = $1", &[&topic]).await?;
-    Ok(rows.iter().map(|r| (r.get::<_, i32>(0), r.get::<_, i64>(1))).collect())
+pub async fn applied_offsets(
+    client: &Client,
+    topic: &str,
+) -> Result<BTreeMap<i32, i64>, SinkError> {
+    let rows = client
+        .query(
+            "SELECT partition, next_offset FROM sink_offsets WHERE topic = $1",
+            &[&topic],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get::<_, i32>(0), r.get::<_, i64>(1)))
+        .collect())
 }

@@ -11,20 +11,30 @@ use tokio_postgres::Client;
 use super::SinkError;
 
 /// `(version, name, sql)` — append only; never edit a released migration.
-pub const MIGRATIONS: &[(i32, &str, &str)] =
-    &[(1, "partials_and_view", include_str!("../../migrations/0001_partials_and_view.sql"))];
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[(
+    1,
+    "partials_and_view",
+    include_str!("../../migrations/0001_partials_and_view.sql"),
+)];
 
 const LOCK_ID: i64 = 0x7461_6c6c_7921; // "tally!"
 
 fn checksum(sql: &str) -> String {
-    Sha256::digest(sql.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+    Sha256::digest(sql.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Applies every pending migration; returns how many were applied.
 pub async fn run(client: &mut Client) -> Result<usize, SinkError> {
-    client.execute("SELECT pg_advisory_lock($1)", &[&LOCK_ID]).await?;
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&LOCK_ID])
+        .await?;
     let result = apply(client).await;
-    client.execute("SELECT pg_advisory_unlock($1)", &[&LOCK_ID]).await?;
+    client
+        .execute("SELECT pg_advisory_unlock($1)", &[&LOCK_ID])
+        .await?;
     result
 }
 
@@ -39,7 +49,12 @@ async fn apply(client: &mut Client) -> Result<usize, SinkError> {
     let mut applied = 0;
     for (version, name, sql) in MIGRATIONS {
         let sum = checksum(sql);
-        let row = client.query_opt("SELECT checksum FROM tally_migrations WHERE version = $1", &[version]).await?;
+        let row = client
+            .query_opt(
+                "SELECT checksum FROM tally_migrations WHERE version = $1",
+                &[version],
+            )
+            .await?;
         match row {
             Some(r) if r.get::<_, String>(0) == sum => continue,
             Some(_) => {

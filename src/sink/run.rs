@@ -63,9 +63,17 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
     let topic = cfg.topics.results.as_str();
     let mut client = connect(&cfg.sink.database_url).await?;
     migrate::run(&mut client).await?;
-    let mut ccfg = client_config(&cfg.kafka, &[("enable.auto.commit", "false"), ("enable.partition.eof", "false")]);
+    let mut ccfg = client_config(
+        &cfg.kafka,
+        &[
+            ("enable.auto.commit", "false"),
+            ("enable.partition.eof", "false"),
+        ],
+    );
     ccfg.set("group.id", &cfg.sink.group_id);
-    let consumer: BaseConsumer = ccfg.create().map_err(KafkaIoError::client("creating the sink consumer"))?;
+    let consumer: BaseConsumer = ccfg
+        .create()
+        .map_err(KafkaIoError::client("creating the sink consumer"))?;
     let partitions = wait_for_partitions(&consumer, topic)?;
     let stored = applied_offsets(&client, topic).await?;
     let mut tpl = TopicPartitionList::new();
@@ -77,11 +85,15 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
             .map_err(KafkaIoError::client("building the assignment"))?;
         let (low, high) = consumer
             .fetch_watermarks(topic, p, Duration::from_secs(10))
-            .map_err(KafkaIoError::client(format!("reading the log range of {topic}/{p}")))?;
+            .map_err(KafkaIoError::client(format!(
+                "reading the log range of {topic}/{p}"
+            )))?;
         next.insert(p, start.unwrap_or(low));
         ends.insert(p, high);
     }
-    consumer.assign(&tpl).map_err(KafkaIoError::client("assigning the results topic"))?;
+    consumer
+        .assign(&tpl)
+        .map_err(KafkaIoError::client("assigning the results topic"))?;
     info!(topic, partitions, resume = ?stored, "sink started");
     let mut summary = SinkSummary::default();
     let mut last_log = Instant::now();
@@ -93,7 +105,9 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
         let mut offsets = BTreeMap::new();
         let mut timeout = Duration::from_millis(100);
         while records.len() < MAX_BATCH {
-            let Some(msg) = consumer.poll(timeout) else { break };
+            let Some(msg) = consumer.poll(timeout) else {
+                break;
+            };
             timeout = Duration::ZERO;
             let m = match msg {
                 Ok(m) => m,
@@ -135,12 +149,18 @@ fn wait_for_partitions(consumer: &BaseConsumer, topic: &str) -> Result<i32, Sink
         let md = consumer
             .fetch_metadata(Some(topic), Duration::from_secs(10))
             .map_err(KafkaIoError::client(format!("reading metadata of {topic}")))?;
-        let n = md.topics().iter().find(|t| t.name() == topic).map_or(0, |t| t.partitions().len());
+        let n = md
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic)
+            .map_or(0, |t| t.partitions().len());
         if n > 0 {
             return Ok(n as i32);
         }
         if Instant::now() > deadline || shutdown::requested() {
-            return Err(SinkError::Other(format!("results topic {topic} does not exist (waited 60 s)")));
+            return Err(SinkError::Other(format!(
+                "results topic {topic} does not exist (waited 60 s)"
+            )));
         }
         info!(topic, "waiting for the results topic to exist");
         std::thread::sleep(Duration::from_secs(1));

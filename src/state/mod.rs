@@ -31,7 +31,10 @@ use crate::time::Watermark;
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
     #[error("state store {path}: {source}")]
-    Open { path: String, source: rocksdb::Error },
+    Open {
+        path: String,
+        source: rocksdb::Error,
+    },
     #[error("state store write: {0}")]
     Write(rocksdb::Error),
     #[error("state store read: {0}")]
@@ -101,7 +104,10 @@ fn encode<T: Serialize>(v: &T) -> Vec<u8> {
 fn decode<T: for<'de> Deserialize<'de>>(k: &[u8], v: &[u8]) -> Result<T, StateError> {
     bincode::serde::decode_from_slice(v, bincode::config::standard())
         .map(|(t, _)| t)
-        .map_err(|e| StateError::Corrupt { key: String::from_utf8_lossy(k).into_owned(), msg: e.to_string() })
+        .map_err(|e| StateError::Corrupt {
+            key: String::from_utf8_lossy(k).into_owned(),
+            msg: e.to_string(),
+        })
 }
 
 impl StateStore {
@@ -110,16 +116,27 @@ impl StateStore {
         opts.create_if_missing(true);
         opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
         opts.set_max_open_files(256);
-        let db = DB::open(&opts, dir).map_err(|source| StateError::Open { path: dir.display().to_string(), source })?;
+        let db = DB::open(&opts, dir).map_err(|source| StateError::Open {
+            path: dir.display().to_string(),
+            source,
+        })?;
         Ok(Self { db })
     }
 
     /// Writes every partition's changes and meta in one synced batch.
     pub fn commit(&self, parts: Vec<PartitionCommit>) -> Result<(), StateError> {
         let mut batch = WriteBatch::default();
-        for PartitionCommit { partition: p, next_offset, delta } in parts {
+        for PartitionCommit {
+            partition: p,
+            next_offset,
+            delta,
+        } in parts
+        {
             for ((end, tenant), acc, open) in delta.changed {
-                batch.put(key(b'W', p, &[&end_bytes(end), tenant.as_bytes()]), encode(&StoredWindow { acc, open }));
+                batch.put(
+                    key(b'W', p, &[&end_bytes(end), tenant.as_bytes()]),
+                    encode(&StoredWindow { acc, open }),
+                );
             }
             for (end, tenant) in delta.purged {
                 batch.delete(key(b'W', p, &[&end_bytes(end), tenant.as_bytes()]));
@@ -132,7 +149,11 @@ impl StateStore {
                     DedupChange::Remove { id } => batch.delete(key(b'D', p, &[id.as_bytes()])),
                 }
             }
-            let meta = PartitionMeta { next_offset, watermark: delta.watermark, counters: delta.counters };
+            let meta = PartitionMeta {
+                next_offset,
+                watermark: delta.watermark,
+                counters: delta.counters,
+            };
             batch.put(key(b'M', p, &[]), encode(&meta));
         }
         let mut wo = WriteOptions::default();
@@ -150,21 +171,34 @@ impl StateStore {
 
     /// Loads partition `p`: its snapshot and next offset, or `None` if it has no state.
     pub fn load(&self, p: i32) -> Result<Option<(TaskSnapshot, NextOffset)>, StateError> {
-        let Some(meta) = self.meta(p)? else { return Ok(None) };
-        let mut snap = TaskSnapshot { watermark: Some(meta.watermark), counters: meta.counters, ..Default::default() };
+        let Some(meta) = self.meta(p)? else {
+            return Ok(None);
+        };
+        let mut snap = TaskSnapshot {
+            watermark: Some(meta.watermark),
+            counters: meta.counters,
+            ..Default::default()
+        };
         self.scan(b'W', p, |rest, v, k| {
-            let tenant = std::str::from_utf8(&rest[8..])
-                .map_err(|e| StateError::Corrupt { key: String::from_utf8_lossy(k).into_owned(), msg: e.to_string() })?;
+            let tenant = std::str::from_utf8(&rest[8..]).map_err(|e| StateError::Corrupt {
+                key: String::from_utf8_lossy(k).into_owned(),
+                msg: e.to_string(),
+            })?;
             let w: StoredWindow = decode(k, v)?;
             let entry = ((end_from(rest), tenant.into()), w.acc);
-            if w.open { snap.open.push(entry) } else { snap.fired.push(entry) }
+            if w.open {
+                snap.open.push(entry)
+            } else {
+                snap.fired.push(entry)
+            }
             Ok(())
         })?;
         self.scan(b'D', p, |rest, v, k| {
             let id = String::from_utf8_lossy(rest).into_owned().into_boxed_str();
-            let exp: [u8; 8] = v
-                .try_into()
-                .map_err(|_| StateError::Corrupt { key: String::from_utf8_lossy(k).into_owned(), msg: "bad expiry".into() })?;
+            let exp: [u8; 8] = v.try_into().map_err(|_| StateError::Corrupt {
+                key: String::from_utf8_lossy(k).into_owned(),
+                msg: "bad expiry".into(),
+            })?;
             snap.dedup.push((id, i64::from_be_bytes(exp)));
             Ok(())
         })?;
@@ -178,7 +212,10 @@ impl StateStore {
         mut f: impl FnMut(&[u8], &[u8], &[u8]) -> Result<(), StateError>,
     ) -> Result<(), StateError> {
         let prefix = key(kind, p, &[]);
-        for item in self.db.iterator(IteratorMode::From(&prefix, Direction::Forward)) {
+        for item in self
+            .db
+            .iterator(IteratorMode::From(&prefix, Direction::Forward))
+        {
             let (k, v) = item.map_err(StateError::Read)?;
             if !k.starts_with(&prefix) {
                 break;

@@ -7,7 +7,14 @@ use crate::time::WindowSpec;
 
 fn cfg() -> Arc<EngineConfig> {
     let mut prices = PriceTable::default();
-    prices.insert("m", PriceEntry { effective_from_ms: i64::MIN, input: NanoPer1k(7), output: NanoPer1k(11) });
+    prices.insert(
+        "m",
+        PriceEntry {
+            effective_from_ms: i64::MIN,
+            input: NanoPer1k(7),
+            output: NanoPer1k(11),
+        },
+    );
     Arc::new(EngineConfig {
         window: WindowSpec::new(60_000, 0),
         allowed_lateness_ms: 30_000,
@@ -29,7 +36,14 @@ fn feed(task: &mut PartitionTask, from: usize, to: usize) {
             r#"{{"request_id":"r{i}","tenant_id":"t{}","model":"m","prompt_tokens":{i},"completion_tokens":3,"completed_ts":{ts}}}"#,
             i % 5
         );
-        task.process(RecordIn { payload: rec.as_bytes(), kafka_ts: None, now_ms: 0 }, &mut out);
+        task.process(
+            RecordIn {
+                payload: rec.as_bytes(),
+                kafka_ts: None,
+                now_ms: 0,
+            },
+            &mut out,
+        );
     }
 }
 
@@ -43,7 +57,13 @@ fn incremental_commits_reload_to_the_same_task() {
     for (i, chunk) in [(0, 40), (40, 41), (41, 200)].into_iter().enumerate() {
         feed(&mut task, chunk.0, chunk.1);
         let delta = task.drain_changes();
-        store.commit(vec![PartitionCommit { partition: 2, next_offset: NextOffset(i as i64 * 10), delta }]).unwrap();
+        store
+            .commit(vec![PartitionCommit {
+                partition: 2,
+                next_offset: NextOffset(i as i64 * 10),
+                delta,
+            }])
+            .unwrap();
     }
     let (snap, next) = store.load(2).unwrap().unwrap();
     assert_eq!(next, NextOffset(20));

@@ -18,11 +18,16 @@ use crate::engine::{Counters, PartitionTask, RecordIn, Route};
 use crate::kafka::now_ms;
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> WorkerError + '_ {
-    move |source| WorkerError::Io { path: path.display().to_string(), source }
+    move |source| WorkerError::Io {
+        path: path.display().to_string(),
+        source,
+    }
 }
 
 fn create(path: &Path) -> Result<BufWriter<File>, WorkerError> {
-    File::create(path).map(|f| BufWriter::with_capacity(1 << 20, f)).map_err(io_err(path))
+    File::create(path)
+        .map(|f| BufWriter::with_capacity(1 << 20, f))
+        .map_err(io_err(path))
 }
 
 pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, WorkerError> {
@@ -30,7 +35,14 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
     let mut task = PartitionTask::new(0, engine);
     let mut reader = BufReader::with_capacity(1 << 20, File::open(input).map_err(io_err(input))?);
     let mut out = create(output)?;
-    let side = |ext: &str| output.with_extension(format!("{}{ext}", output.extension().map_or(String::new(), |e| format!("{}.", e.to_string_lossy()))));
+    let side = |ext: &str| {
+        output.with_extension(format!(
+            "{}{ext}",
+            output
+                .extension()
+                .map_or(String::new(), |e| format!("{}.", e.to_string_lossy()))
+        ))
+    };
     let (late_path, dlq_path) = (side("late.jsonl"), side("dlq.jsonl"));
     let mut late = create(&late_path)?;
     let mut dlq = create(&dlq_path)?;
@@ -50,15 +62,27 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
         if line.is_empty() {
             continue;
         }
-        let route = task.process(RecordIn { payload: &line, kafka_ts: None, now_ms: now }, &mut panes);
+        let route = task.process(
+            RecordIn {
+                payload: &line,
+                kafka_ts: None,
+                now_ms: now,
+            },
+            &mut panes,
+        );
         for pane in panes.drain(..) {
-            out.write_all(&pane.to_json()).and_then(|_| out.write_all(b"\n")).map_err(io_err(output))?;
+            out.write_all(&pane.to_json())
+                .and_then(|_| out.write_all(b"\n"))
+                .map_err(io_err(output))?;
         }
         let original = String::from_utf8_lossy(&line);
         let source = format!("{}:{line_no}", input.display());
         match route {
             Route::Window | Route::Duplicate => {}
-            Route::TooLate { window_end, watermark } => {
+            Route::TooLate {
+                window_end,
+                watermark,
+            } => {
                 let rec = json!({"reason": "too_late", "window_end": window_end, "watermark": watermark,
                     "source": source, "record": original});
                 writeln!(late, "{rec}").map_err(io_err(&late_path))?;
@@ -72,7 +96,9 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
     }
     task.end_of_input(&mut panes);
     for pane in panes.drain(..) {
-        out.write_all(&pane.to_json()).and_then(|_| out.write_all(b"\n")).map_err(io_err(output))?;
+        out.write_all(&pane.to_json())
+            .and_then(|_| out.write_all(b"\n"))
+            .map_err(io_err(output))?;
     }
     out.flush().map_err(io_err(output))?;
     late.flush().map_err(io_err(&late_path))?;

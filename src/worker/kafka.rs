@@ -54,8 +54,10 @@ struct Worker {
 /// Runs one worker until shutdown (or, with `until_end`, until its partitions are drained).
 pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
     let engine = cfg.engine()?;
-    std::fs::create_dir_all(&cfg.state.dir)
-        .map_err(|source| WorkerError::Io { path: cfg.state.dir.display().to_string(), source })?;
+    std::fs::create_dir_all(&cfg.state.dir).map_err(|source| WorkerError::Io {
+        path: cfg.state.dir.display().to_string(),
+        source,
+    })?;
     let store = Arc::new(StateStore::open(&cfg.state.dir)?);
     let mut consumer_cfg = client_config(&cfg.kafka, CONSUMER_DEFAULTS);
     consumer_cfg.set("group.id", &cfg.kafka.group_id);
@@ -64,7 +66,10 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         .map_err(KafkaIoError::client("creating the consumer"))?;
     consumer
         .subscribe(&[&cfg.topics.input])
-        .map_err(KafkaIoError::client(format!("subscribing to {}", cfg.topics.input)))?;
+        .map_err(KafkaIoError::client(format!(
+            "subscribing to {}",
+            cfg.topics.input
+        )))?;
     let mut w = Worker {
         engine,
         topic: cfg.topics.input.clone(),
@@ -148,14 +153,22 @@ impl Worker {
     fn process(&mut self, m: &rdkafka::message::BorrowedMessage<'_>) -> Result<(), WorkerError> {
         let p = m.partition();
         let Some(slot) = self.slots.get_mut(&p) else {
-            warn!(partition = p, offset = m.offset(), "record from an unassigned partition; skipped");
+            warn!(
+                partition = p,
+                offset = m.offset(),
+                "record from an unassigned partition; skipped"
+            );
             return Ok(());
         };
         if m.offset() < slot.next.0 {
             return Ok(()); // already applied (a fetch racing a seek)
         }
         let payload = m.payload().unwrap_or_default();
-        let rec = RecordIn { payload, kafka_ts: m.timestamp().to_millis(), now_ms: now_ms() };
+        let rec = RecordIn {
+            payload,
+            kafka_ts: m.timestamp().to_millis(),
+            now_ms: now_ms(),
+        };
         let route = slot.task.process(rec, &mut self.panes);
         slot.next = NextOffset(m.offset() + 1);
         for pane in self.panes.drain(..) {
@@ -163,9 +176,13 @@ impl Worker {
         }
         match route {
             Route::Window | Route::Duplicate => {}
-            Route::TooLate { window_end, watermark } => {
+            Route::TooLate {
+                window_end,
+                watermark,
+            } => {
                 let src = source_coords(&self.topic, p, m.offset());
-                self.outputs.late(m.key(), payload, window_end, watermark, &src)?;
+                self.outputs
+                    .late(m.key(), payload, window_end, watermark, &src)?;
             }
             Route::DeadLetter(reason) => {
                 let src = source_coords(&self.topic, p, m.offset());
@@ -190,7 +207,11 @@ impl Worker {
         let parts = self
             .slots
             .iter_mut()
-            .map(|(p, s)| PartitionCommit { partition: *p, next_offset: s.next, delta: s.task.drain_changes() })
+            .map(|(p, s)| PartitionCommit {
+                partition: *p,
+                next_offset: s.next,
+                delta: s.task.drain_changes(),
+            })
             .collect();
         self.store.commit(parts)?;
         let mut tpl = TopicPartitionList::new();

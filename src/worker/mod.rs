@@ -18,7 +18,10 @@ pub enum WorkerError {
     #[error(transparent)]
     State(#[from] StateError),
     #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
     /// A refusal to start or continue, with the way out in the message.
     #[error("{0}")]
     Refused(String),

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# A throw-away PostgreSQL cluster in a directory of ours, on a free port.
+#   scripts/pg.sh start DIR   -> initdb + pg_ctl start; writes DIR/url
+#   scripts/pg.sh stop DIR    -> pg_ctl stop (immediate) and removes DIR
+# As root, the server runs as the `postgres` user (initdb refuses root).
+set -euo pipefail
+
+cmd=${1:?usage: pg.sh start|stop DIR}
+dir=${2:?usage: pg.sh start|stop DIR}
+PGBIN=${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)}
+[ -x "$PGBIN/initdb" ] || { echo "pg.sh: no PostgreSQL binaries found (run scripts/bootstrap.sh)" >&2; exit 1; }
+
+as_pg() {
+  if [ "$(id -u)" -eq 0 ]; then
+    id postgres >/dev/null 2>&1 || useradd --system --no-create-home postgres
+    runuser -u postgres -- "$@"
+  else
+    "$@"
+  fi
+}
+
+free_port() {
+  local p
+  for p in $(seq 55432 55999); do
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
+  done
+  echo "pg.sh: no free port" >&2; return 1
+}
+
+case "$cmd" in
+  start)
+    mkdir -p "$dir"
+    chmod 755 "$dir"
+    [ "$(id -u)" -eq 0 ] && chown postgres "$dir" 2>/dev/null || true
+    as_pg "$PGBIN/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --no-sync >"$dir/initdb.log" 2>&1 \
+      || { cat "$dir/initdb.log" >&2; exit 1; }
+    port=$(free_port)
+    as_pg "$PGBIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start \
+      -o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories=$dir -c fsync=off -c max_connections=200" \
+      >/dev/null || { cat "$dir/server.log" >&2; exit 1; }
+    echo "postgres://postgres@127.0.0.1:$port/postgres" >"$dir/url"
+    echo "pg.sh: PostgreSQL running at $(cat "$dir/url")" >&2
+    ;;
+  stop)
+    if [ -d "$dir/data" ]; then
+      as_pg "$PGBIN/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1 || true
+    fi
+    rm -rf "$dir"
+    ;;
+  *) echo "usage: pg.sh start|stop DIR" >&2; exit 2 ;;
+esac

@@ -1,0 +1,66 @@
+//! `tally dev-broker`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::anyhow;
+use clap::Args;
+
+use super::ConfigArg;
+use crate::kafka::broker;
+use crate::worker::shutdown;
+
+#[derive(Args, Debug)]
+pub struct BrokerArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Partitions of each topic created from the config's [topics].
+    #[arg(long, default_value_t = 4)]
+    pub partitions: i32,
+    /// Extra topics as NAME or NAME:PARTITIONS (repeatable).
+    #[arg(long = "topic", value_name = "NAME[:N]")]
+    pub topics: Vec<String>,
+    /// Write the bootstrap address here once the topics exist.
+    #[arg(long, value_name = "FILE", default_value = ".tally/bootstrap")]
+    pub address_file: PathBuf,
+    /// Do not create the config's topics, only --topic ones.
+    #[arg(long)]
+    pub no_default_topics: bool,
+}
+
+pub fn run(a: BrokerArgs) -> anyhow::Result<()> {
+    let mut topics = Vec::new();
+    if !a.no_default_topics {
+        let cfg = a.config.load().or_else(|_| {
+            // The broker needs only topic names; tolerate a config without prices.
+            Ok::<_, anyhow::Error>(crate::config::Config::default())
+        })?;
+        for t in [
+            &cfg.topics.input,
+            &cfg.topics.results,
+            &cfg.topics.late,
+            &cfg.topics.dead_letter,
+        ] {
+            topics.push((t.clone(), a.partitions));
+        }
+    }
+    for spec in &a.topics {
+        topics.push(broker::parse_topic_spec(spec, a.partitions).map_err(|e| anyhow!(e))?);
+    }
+    if let Some(dir) = a
+        .address_file
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(dir)?;
+    }
+    let cluster = broker::start(&topics, Some(&a.address_file))?;
+    println!("{}", cluster.bootstrap_servers());
+    tracing::info!(bootstrap = %cluster.bootstrap_servers(), topics = ?topics, file = %a.address_file.display(),
+        "dev broker ready (in-memory; keeps the newest 5 MiB per partition)");
+    while !shutdown::requested() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    tracing::info!("dev broker stopping");
+    Ok(())
+}

@@ -1,0 +1,354 @@
+//! `tally demo`: the seed's retry-burst story, end to end, on embedded defaults.
+//!
+//! An in-process mock Kafka cluster, RocksDB in a temp dir, and — when a database
+//! URL is given (`--database-url` or `TALLY_DEMO_DATABASE_URL`; `scripts/demo.sh`
+//! starts a throw-away PostgreSQL) — the sink and the invoice view.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+use crate::config::duration::format_utc_ms;
+use crate::config::{Config, Millis, PriceConfig};
+use crate::engine::{PaneKind, ResultRecord};
+use crate::gen::{GenOptions, Generator};
+use crate::kafka::outputs::DeliveryTracker;
+use crate::kafka::read::read_topic;
+use crate::kafka::{broker, client_config, headers, PRODUCER_DEFAULTS};
+use crate::worker::kafka::{run as run_worker, RunOptions};
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// PostgreSQL to write the invoice view to (optional).
+    #[arg(long, env = "TALLY_DEMO_DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Keep the demo's state directory instead of deleting it.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+const T10: i64 = 1_767_261_600_000; // 2026-01-01T10:00:00Z
+const S: i64 = 1_000;
+
+/// The seed's story, in delivery order: r-103/r-104 completed 10:00:40–59 but a
+/// broker hiccup held them until after r-105 (10:01:09). Each request costs $0.10.
+const STORY: &[(&str, i64)] = &[
+    ("r-101", 5),
+    ("r-102", 20),
+    ("r-105", 69),
+    ("r-103", 44),
+    ("r-104", 52),
+    ("r-106", 90),
+    ("r-107", 130),
+];
+
+fn story_record(id: &str, at_s: i64) -> String {
+    let ts = T10 + at_s * S;
+    format!(
+        r#"{{"request_id":"{id}","tenant_id":"acme","model":"large","prompt_tokens":1000,"completion_tokens":500,"started_ts":{},"completed_ts":{ts}}}"#,
+        ts - 2_000
+    )
+}
+
+fn hhmmss(ms: i64) -> String {
+    format_utc_ms(ms)[11..19].to_string()
+}
+
+fn demo_config(bootstrap: &str, dir: &std::path::Path) -> Config {
+    let mut cfg = Config::default();
+    cfg.kafka.bootstrap_servers = bootstrap.to_string();
+    cfg.kafka
+        .properties
+        .insert("session.timeout.ms".into(), "6000".into());
+    cfg.state.dir = dir.join("state");
+    cfg.checkpoint.dir = dir.join("checkpoints");
+    cfg.checkpoint.interval = Millis(1_000);
+    let price = |i: &str, o: &str| PriceConfig {
+        input_per_1k: i.into(),
+        output_per_1k: o.into(),
+        effective_from: None,
+        schedule: vec![],
+    };
+    cfg.prices.insert("large".into(), price("0.05", "0.10"));
+    cfg.prices
+        .insert("small".into(), price("0.00015", "0.0006"));
+    cfg.watermark.max_future = crate::config::OptMillis(None); // the story is in 2026-01-01
+    cfg
+}
+
+pub fn run(a: DemoArgs) -> anyhow::Result<()> {
+    let dir: PathBuf = std::env::temp_dir().join(format!("tally-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let partitions = 4;
+    let topics: Vec<(String, i32)> = [
+        "requests",
+        "tenant-cost",
+        "tenant-cost.strict",
+        "requests.late",
+        "requests.dlq",
+    ]
+    .iter()
+    .map(|t| (t.to_string(), partitions))
+    .collect();
+    let cluster = broker::start(&topics, None)?;
+    let bootstrap = cluster.bootstrap_servers();
+    let cfg = demo_config(&bootstrap, &dir);
+    println!("== tally demo ==================================================================");
+    println!(
+        "broker: librdkafka mock cluster at {bootstrap} (in process); state: {}",
+        dir.display()
+    );
+    println!(
+        "prices: large = $0.05 in / $0.10 out per 1k tokens (1000 in + 500 out = $0.10 a request)"
+    );
+    println!("window: 1m, watermark bound 5s, allowed lateness 30s\n");
+
+    // 1. Traffic: the story on partition 0, three more tenants on partitions 1-3.
+    let producer: BaseProducer<DeliveryTracker> = client_config(&cfg.kafka, PRODUCER_DEFAULTS)
+        .create_with_context(DeliveryTracker::default())?;
+    for (id, at) in STORY {
+        let payload = story_record(id, *at);
+        producer
+            .send(
+                BaseRecord::to("requests")
+                    .partition(0)
+                    .key("acme")
+                    .payload(&payload),
+            )
+            .map_err(|(e, _)| e)?;
+    }
+    let prices = cfg.price_table()?;
+    let engine = cfg.engine()?;
+    let opts = GenOptions {
+        seed: 42,
+        count: 3_000,
+        tenants: 3,
+        skew_milli: 1000,
+        partitions: 3,
+        start_ms: T10 + 5 * S,
+        step_ms: 60,
+        jitter_ms: 4_000,
+        late_per_million: 0,
+        duplicate_per_million: 10_000,
+        malformed_per_million: 3_000,
+    };
+    let mut gen = Generator::new(
+        opts,
+        &prices,
+        engine.window,
+        engine.allowed_lateness_ms,
+        engine.max_out_of_orderness_ms,
+    );
+    for r in gen.by_ref() {
+        let rec = BaseRecord::to("requests")
+            .partition(r.partition + 1)
+            .key(&r.key)
+            .payload(&r.payload);
+        producer.send(rec).map_err(|(e, _)| e)?;
+        producer.poll(std::time::Duration::ZERO);
+    }
+    producer.flush(std::time::Duration::from_secs(30))?;
+    producer.context().take_failures()?;
+    let expected = gen.expected();
+    println!(
+        "produced {} story records for acme + {} generated records for 3 tenants ({} duplicates, {} malformed)\n",
+        STORY.len(),
+        expected.records,
+        expected.duplicates,
+        expected.dead_letters.values().sum::<u64>()
+    );
+
+    // 2. The job with allowed lateness 30 s.
+    let counters = run_worker(
+        &cfg,
+        RunOptions {
+            until_end: true,
+            ..Default::default()
+        },
+    )?;
+    println!(
+        "worker: consumed {} | folded {} | too late {} | dead letters {} | duplicates {} | panes {}",
+        counters.consumed, counters.folded, counters.too_late, counters.dead_letter, counters.duplicate, counters.panes
+    );
+    let results = parse_results(&read_topic(&cfg.kafka, "tenant-cost")?)?;
+    println!(
+        "\nacme's panes on tenant-cost (event time decides the minute; the burst lands in 10:00):"
+    );
+    for r in results.iter().filter(|r| r.tenant_id == "acme") {
+        println!(
+            "  {}–{}  ${}  pane={:<7} index={} version={}",
+            hhmmss(r.window_start),
+            hhmmss(r.window_end),
+            trim_usd(&r.usd),
+            pane(r.pane),
+            r.pane_index,
+            r.version
+        );
+    }
+    print_invoice(
+        "invoice from the results topic (newest version per window and partition):",
+        &results,
+    );
+
+    // 3. The same input, allowed lateness 0: the burst is too late and goes to requests.late.
+    let mut strict = cfg.clone();
+    strict.kafka.group_id = "tally-strict".into();
+    strict.topics.results = "tenant-cost.strict".into();
+    strict.window.allowed_lateness = Millis(0);
+    strict.state.dir = dir.join("state-strict");
+    run_worker(
+        &strict,
+        RunOptions {
+            until_end: true,
+            ..Default::default()
+        },
+    )?;
+    let strict_results = parse_results(&read_topic(&cfg.kafka, "tenant-cost.strict")?)?;
+    println!(
+        "\nwith allowed_lateness = 0, acme's 10:00 window fires once and the burst is too late:"
+    );
+    for r in strict_results.iter().filter(|r| r.tenant_id == "acme") {
+        println!(
+            "  {}–{}  ${}  pane={}",
+            hhmmss(r.window_start),
+            hhmmss(r.window_end),
+            trim_usd(&r.usd),
+            pane(r.pane)
+        );
+    }
+    println!("  on requests.late (original bytes, reason and coordinates in headers):");
+    for l in read_topic(&cfg.kafka, "requests.late")? {
+        println!(
+            "    {}  reason={} window_end={} watermark={} source={}",
+            String::from_utf8_lossy(&l.payload)
+                .split(',')
+                .next()
+                .unwrap_or_default(),
+            l.header(headers::REASON).unwrap_or("?"),
+            l.header(headers::WINDOW_END)
+                .map_or("?".into(), |v| v.parse().map_or(v.to_string(), hhmmss)),
+            l.header(headers::WATERMARK)
+                .map_or("?".into(), |v| v.parse().map_or(v.to_string(), hhmmss)),
+            l.header(headers::SOURCE).unwrap_or("?"),
+        );
+    }
+    let dlq = read_topic(&cfg.kafka, "requests.dlq")?;
+    let mut reasons: BTreeMap<String, u64> = BTreeMap::new();
+    for d in &dlq {
+        *reasons
+            .entry(d.header(headers::ERROR).unwrap_or("?").to_string())
+            .or_default() += 1;
+    }
+    println!("\ndead letters on requests.dlq (both jobs): {reasons:?}");
+
+    // 4. PostgreSQL, when available.
+    match &a.database_url {
+        Some(url) => sink_and_show(&cfg, url)?,
+        None => println!(
+            "\n(no database: run scripts/demo.sh, or pass --database-url, to see the sink and the invoice view)"
+        ),
+    }
+    drop(cluster);
+    if !a.keep {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(())
+}
+
+fn sink_and_show(cfg: &Config, url: &str) -> anyhow::Result<()> {
+    let mut cfg = cfg.clone();
+    cfg.sink.database_url = url.to_string();
+    let summary = crate::sink::run::run(&cfg, crate::sink::run::SinkOptions { until_end: true })
+        .context("sink")?;
+    println!("\nsink: applied {} result records to PostgreSQL ({} rows changed, {} stale versions ignored)",
+        summary.records, summary.rows_changed, summary.stale_ignored);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let rows = rt.block_on(async {
+        let client = crate::sink::connect(url).await?;
+        let rows = client
+            .query(
+                "SELECT tenant_id, window_end, usd::TEXT, requests FROM tenant_cost_minute \
+                 ORDER BY tenant_id, window_end",
+                &[],
+            )
+            .await?;
+        Ok::<_, crate::sink::SinkError>(rows)
+    })?;
+    println!("SELECT * FROM tenant_cost_minute:");
+    println!(
+        "  {:<12} {:<8} {:>14} {:>8}",
+        "tenant", "minute", "usd", "requests"
+    );
+    for r in rows {
+        let (t, end, usd, n): (String, i64, String, i64) = (r.get(0), r.get(1), r.get(2), r.get(3));
+        println!(
+            "  {t:<12} {:<8} {:>14} {n:>8}",
+            hhmmss(end - 60_000),
+            trim_usd(&usd)
+        );
+    }
+    Ok(())
+}
+
+fn parse_results(
+    records: &[crate::kafka::read::StoredRecord],
+) -> anyhow::Result<Vec<ResultRecord>> {
+    let mut out: Vec<ResultRecord> = records
+        .iter()
+        .map(|r| serde_json::from_slice(&r.payload).context("parsing a result"))
+        .collect::<anyhow::Result<_>>()?;
+    out.sort_by(|a, b| {
+        (a.window_end, &a.tenant_id, a.version).cmp(&(b.window_end, &b.tenant_id, b.version))
+    });
+    Ok(out)
+}
+
+/// Newest version per (tenant, window, partition), summed over partitions.
+fn print_invoice(title: &str, results: &[ResultRecord]) {
+    let mut newest: BTreeMap<(&str, i64, i32), &ResultRecord> = BTreeMap::new();
+    for r in results {
+        let e = newest
+            .entry((&r.tenant_id, r.window_end, r.source_partition))
+            .or_insert(r);
+        if (r.generation, r.version) > (e.generation, e.version) {
+            *e = r;
+        }
+    }
+    let mut lines: BTreeMap<(&str, i64), (u128, u64)> = BTreeMap::new();
+    for ((t, end, _), r) in newest {
+        let l = lines.entry((t, end)).or_default();
+        l.0 += r.cost_pico.0;
+        l.1 += r.requests;
+    }
+    println!("\n{title}");
+    println!(
+        "  {:<12} {:<8} {:>14} {:>8}",
+        "tenant", "minute", "usd", "requests"
+    );
+    for ((t, end), (pico, n)) in lines {
+        println!(
+            "  {t:<12} {:<8} {:>14} {n:>8}",
+            hhmmss(end - 60_000),
+            trim_usd(&crate::model::Pico(pico).usd_string())
+        );
+    }
+}
+
+fn trim_usd(s: &str) -> String {
+    match s.split_once('.') {
+        Some((i, f)) => format!("{i}.{}", &f[..f.len().min(6)]),
+        None => s.to_string(),
+    }
+}
+
+fn pane(p: PaneKind) -> &'static str {
+    match p {
+        PaneKind::OnTime => "on_time",
+        PaneKind::Late => "late",
+    }
+}

@@ -1,0 +1,111 @@
+//! Command-line interface (DESIGN §11). One file per command; each builds its
+//! inputs from the config and calls into the library.
+
+mod broker;
+pub mod demo;
+mod gen;
+mod run;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::Config;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tally",
+    version,
+    about = "Durable, exact, event-time usage billing over Kafka",
+    long_about = "tally reads completed API requests from Kafka, prices them with an integer price table, \
+and produces the cost of every tenant for every window — in event time (completed_ts), exactly, durably.\n\n\
+Every config key can be overridden by an environment variable TALLY_<SECTION>__<KEY>, \
+e.g. TALLY_KAFKA__BOOTSTRAP_SERVERS=127.0.0.1:9092."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ConfigArg {
+    /// Config file (TOML). Without it, built-in defaults plus TALLY_* environment variables.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+impl ConfigArg {
+    pub fn load(&self) -> anyhow::Result<Config> {
+        let cfg = Config::load(self.config.as_deref())?;
+        Ok(cfg)
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run one worker of the job (consumer group member), or the engine over a file.
+    Run(run::RunArgs),
+    /// Apply the results topic to PostgreSQL (runs migrations first).
+    Sink(SinkArgs),
+    /// Apply the PostgreSQL migrations and exit.
+    Migrate(ConfigArg),
+    /// Generate deterministic traffic into the input topic (or a file).
+    Gen(gen::GenArgs),
+    /// Run a local Kafka-protocol broker (librdkafka's mock cluster) for dev and tests.
+    DevBroker(broker::BrokerArgs),
+    /// The whole story on embedded defaults: broker, worker, late events, sink.
+    Demo(demo::DemoArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SinkArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Exit once every results partition is applied up to its end at start.
+    #[arg(long)]
+    pub until_end: bool,
+}
+
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TALLY_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new("info,librdkafka=warn,rdkafka=warn")
+        });
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .init();
+}
+
+pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
+    crate::worker::shutdown::install();
+    match cli.command {
+        Command::Run(a) => run::run(a),
+        Command::Sink(a) => {
+            let cfg = a.config.load()?;
+            let summary = crate::sink::run::run(
+                &cfg,
+                crate::sink::run::SinkOptions {
+                    until_end: a.until_end,
+                },
+            )
+            .context("sink failed")?;
+            eprintln!("sink: {summary:?}");
+            Ok(())
+        }
+        Command::Migrate(c) => {
+            let cfg = c.load()?;
+            let n = crate::sink::run::migrate_only(&cfg).context("migration failed")?;
+            eprintln!("applied {n} migration(s)");
+            Ok(())
+        }
+        Command::Gen(a) => gen::run(a),
+        Command::DevBroker(a) => broker::run(a),
+        Command::Demo(a) => demo::run(a),
+    }
+}

@@ -1,0 +1,60 @@
+//! `tally run`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+
+use super::ConfigArg;
+use crate::kafka::source::StartPolicy;
+use crate::worker::{file, kafka};
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Read JSON lines from this file instead of Kafka (needs --output-file).
+    #[arg(long, value_name = "FILE", requires = "output_file")]
+    pub input_file: Option<PathBuf>,
+    /// Write one result payload per line here (with --input-file).
+    #[arg(long, value_name = "FILE", requires = "input_file")]
+    pub output_file: Option<PathBuf>,
+    /// Stop at the log ends seen when partitions were assigned, emitting every open
+    /// window as end of input (backfills, tests). The state keeps the pre-end cut.
+    #[arg(long)]
+    pub until_end: bool,
+    /// For partitions that have committed offsets in the group but no state here:
+    /// rebuild them from the log start instead of refusing to start.
+    #[arg(long, value_enum, value_name = "WHERE")]
+    pub reset_state: Option<ResetState>,
+    /// Accept partitions whose log no longer starts at offset 0 (records deleted).
+    #[arg(long)]
+    pub allow_truncated_log: bool,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy)]
+pub enum ResetState {
+    Earliest,
+}
+
+pub fn run(a: RunArgs) -> anyhow::Result<()> {
+    let cfg = a.config.load()?;
+    if let (Some(input), Some(output)) = (&a.input_file, &a.output_file) {
+        let c = file::run(&cfg, input, output)
+            .with_context(|| format!("processing {}", input.display()))?;
+        eprintln!(
+            "consumed {} | folded {} | too late {} | dead letters {} | duplicates {} | panes {}",
+            c.consumed, c.folded, c.too_late, c.dead_letter, c.duplicate, c.panes
+        );
+        return Ok(());
+    }
+    let opts = kafka::RunOptions {
+        until_end: a.until_end,
+        policy: StartPolicy {
+            reset_state_earliest: matches!(a.reset_state, Some(ResetState::Earliest)),
+            allow_truncated_log: a.allow_truncated_log,
+        },
+    };
+    kafka::run(&cfg, opts)?;
+    Ok(())
+}
