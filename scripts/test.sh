@@ -24,4 +24,12 @@ kill "$broker" 2>/dev/null || true
 wait "$broker" 2>/dev/null || true
 [ -s "$pgdir/bootstrap" ] || { echo "test.sh: tally dev-broker did not start" >&2; exit 1; }
 
-cargo test --no-fail-fast "$@"
+log="$pgdir/cargo-test.log"
+set +e
+cargo test --no-fail-fast "$@" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+# One closing line over every test binary.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "tally tests: %d passed, %d failed\n", p, f }' "$log"
+exit "$status"

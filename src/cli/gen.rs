@@ -187,8 +187,8 @@ fn produce(
         }
         sent += 1;
         producer.poll(Duration::ZERO);
-        if a.rate > 0 {
-            let due = Duration::from_micros(sent * 1_000_000 / a.rate);
+        if let Some(due_us) = (sent * 1_000_000).checked_div(a.rate) {
+            let due = Duration::from_micros(due_us);
             if let Some(wait) = due.checked_sub(started.elapsed()) {
                 std::thread::sleep(wait);
             }

@@ -43,7 +43,7 @@ fn invalid(key: impl Into<String>, msg: impl Into<String>) -> ConfigError {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub job: JobConfig,
@@ -296,24 +296,6 @@ pub struct ScheduledPrice {
     pub effective_from: String,
     pub input_per_1k: String,
     pub output_per_1k: String,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            job: JobConfig::default(),
-            kafka: KafkaConfig::default(),
-            topics: TopicsConfig::default(),
-            window: WindowConfig::default(),
-            watermark: WatermarkConfig::default(),
-            dedup: DedupConfig::default(),
-            limits: LimitsConfig::default(),
-            checkpoint: CheckpointConfig::default(),
-            state: StateConfig::default(),
-            sink: SinkConfig::default(),
-            prices: BTreeMap::new(),
-        }
-    }
 }
 
 impl Config {
