@@ -104,3 +104,6 @@ pub struct RecordIn<'a> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod proptests;

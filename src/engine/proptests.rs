@@ -1,0 +1,193 @@
+//! Property tests of the engine's invariants (STYLE.md "Tests").
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::model::{NanoPer1k, PriceEntry, PriceTable};
+use crate::time::WindowSpec;
+
+const T0: i64 = 1_767_261_600_000;
+const BOUND: i64 = 5_000;
+
+fn cfg(lateness: i64) -> Arc<EngineConfig> {
+    let mut prices = PriceTable::default();
+    prices.insert("a", PriceEntry { effective_from_ms: i64::MIN, input: NanoPer1k(150_000), output: NanoPer1k(600_000) });
+    prices.insert("b", PriceEntry { effective_from_ms: i64::MIN, input: NanoPer1k(3_000_000), output: NanoPer1k(15_000_000) });
+    prices.insert("b", PriceEntry { effective_from_ms: T0 + 90_000, input: NanoPer1k(2_000_000), output: NanoPer1k(9_000_000) });
+    Arc::new(EngineConfig {
+        window: WindowSpec::new(60_000, 0),
+        allowed_lateness_ms: lateness,
+        max_out_of_orderness_ms: BOUND,
+        max_future_ms: None,
+        time_source: TimeSource::CompletedTs,
+        dedup_extra_ms: 3_600_000,
+        max_record_bytes: 1 << 16,
+        generation: 1,
+        prices,
+    })
+}
+
+#[derive(Debug, Clone)]
+struct Ev {
+    id: u32,
+    tenant: u8,
+    model: &'static str,
+    prompt: u64,
+    completion: u64,
+    ts: i64,
+}
+
+impl Ev {
+    fn json(&self) -> String {
+        format!(
+            r#"{{"request_id":"r{}","tenant_id":"t{}","model":"{}","prompt_tokens":{},"completion_tokens":{},"completed_ts":{}}}"#,
+            self.id, self.tenant, self.model, self.prompt, self.completion, self.ts
+        )
+    }
+}
+
+/// Arbitrary records: mostly valid events at arbitrary (possibly late) times, some
+/// repeats of earlier ids, some garbage.
+fn records() -> impl Strategy<Value = Vec<String>> {
+    let ev = (0u32..400, 0u8..4, prop::bool::ANY, 0u64..5_000, 0u64..2_000, 0i64..400_000).prop_map(
+        |(id, tenant, b, prompt, completion, dt)| {
+            Ev { id, tenant, model: if b { "b" } else { "a" }, prompt, completion, ts: T0 + dt }.json()
+        },
+    );
+    let garbage = prop_oneof![
+        Just("{".to_string()),
+        Just(r#"{"request_id":"g","tenant_id":"t","model":"zzz","prompt_tokens":1,"completion_tokens":1,"completed_ts":1767261600000}"#.to_string()),
+        Just(r#"{"request_id":"s","tenant_id":"t","model":"a","prompt_tokens":1,"completion_tokens":1,"completed_ts":1767261600}"#.to_string()),
+    ];
+    prop::collection::vec(prop_oneof![9 => ev, 1 => garbage], 0..300)
+}
+
+fn run(task: &mut PartitionTask, recs: &[String]) -> (Vec<Route>, Vec<ResultRecord>) {
+    let mut out = Vec::new();
+    let routes = recs
+        .iter()
+        .map(|r| task.process(RecordIn { payload: r.as_bytes(), kafka_ts: None, now_ms: T0 }, &mut out))
+        .collect();
+    (routes, out)
+}
+
+/// Newest pane per (tenant, window): what a sink converges to.
+fn finals(panes: &[ResultRecord]) -> BTreeMap<(String, i64), ResultRecord> {
+    let mut m: BTreeMap<(String, i64), ResultRecord> = BTreeMap::new();
+    for p in panes {
+        let e = m.entry((p.tenant_id.clone(), p.window_end)).or_insert_with(|| p.clone());
+        if p.version > e.version {
+            *e = p.clone();
+        }
+    }
+    m
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// Every record takes exactly one route, and the audit balances after each.
+    #[test]
+    fn one_route_per_record_and_the_audit_balances(recs in records(), lateness in prop::sample::select(vec![0i64, 30_000])) {
+        let mut task = PartitionTask::new(0, cfg(lateness));
+        let mut out = Vec::new();
+        for (i, r) in recs.iter().enumerate() {
+            task.process(RecordIn { payload: r.as_bytes(), kafka_ts: None, now_ms: T0 }, &mut out);
+            let c = task.counters();
+            prop_assert!(c.balanced());
+            prop_assert_eq!(c.consumed, i as u64 + 1);
+        }
+    }
+
+    /// The watermark never decreases, and no pane is emitted twice with one version.
+    #[test]
+    fn watermark_is_monotone_and_versions_grow(recs in records()) {
+        let mut task = PartitionTask::new(0, cfg(30_000));
+        let mut out = Vec::new();
+        let mut last = task.watermark();
+        for r in &recs {
+            task.process(RecordIn { payload: r.as_bytes(), kafka_ts: None, now_ms: T0 }, &mut out);
+            prop_assert!(task.watermark() >= last);
+            last = task.watermark();
+        }
+        let mut seen: BTreeMap<(String, i64), u64> = BTreeMap::new();
+        for p in &out {
+            let v = seen.entry((p.tenant_id.clone(), p.window_end)).or_insert(0);
+            prop_assert!(p.version > *v, "version did not grow: {:?}", p);
+            *v = p.version;
+        }
+    }
+
+    /// Final panes plus too-late events account for every valid, de-duplicated event.
+    #[test]
+    fn money_is_conserved(recs in records(), lateness in prop::sample::select(vec![0i64, 30_000])) {
+        let c = cfg(lateness);
+        let mut task = PartitionTask::new(0, c.clone());
+        let (routes, mut panes) = run(&mut task, &recs);
+        task.end_of_input(&mut panes);
+        let billed: u128 = finals(&panes).values().map(|p| p.cost_pico.0).sum();
+        let mut late = 0u128;
+        let mut all = 0u128;
+        let mut seen = std::collections::BTreeSet::new();
+        for (r, route) in recs.iter().zip(&routes) {
+            let Ok(ev) = crate::model::event::parse(r.as_bytes()) else { continue };
+            let Ok(cost) = c.prices.cost(&ev.model, ev.prompt_tokens, ev.completion_tokens, ev.completed_ts) else { continue };
+            if ev.completed_ts < crate::model::event::MIN_MILLIS_TS || !seen.insert(ev.request_id.to_string()) {
+                continue;
+            }
+            all += cost.0;
+            if matches!(route, Route::TooLate { .. }) {
+                late += cost.0;
+            }
+        }
+        prop_assert_eq!(billed + late, all);
+    }
+
+    /// Snapshot anywhere and resume: the same outputs as one uninterrupted run.
+    #[test]
+    fn snapshot_and_resume_is_invisible(recs in records(), split in 0usize..300) {
+        let split = split.min(recs.len());
+        let mut whole = PartitionTask::new(0, cfg(30_000));
+        let (routes, panes) = run(&mut whole, &recs);
+        let mut first = PartitionTask::new(0, cfg(30_000));
+        let (mut r1, mut p1) = run(&mut first, &recs[..split]);
+        let mut second = PartitionTask::restore(0, cfg(30_000), first.snapshot());
+        let (r2, p2) = run(&mut second, &recs[split..]);
+        r1.extend(r2);
+        p1.extend(p2);
+        prop_assert_eq!(r1, routes);
+        prop_assert_eq!(p1, panes);
+        prop_assert_eq!(second.snapshot(), whole.snapshot());
+    }
+
+    /// Reordering events within the watermark bound changes no final pane.
+    #[test]
+    fn reordering_within_the_bound_changes_no_final_pane(
+        n in 1usize..200,
+        seed in any::<u64>(),
+        block in 2usize..8,
+    ) {
+        let mut rng = crate::gen::Rng::new(seed);
+        // Events 400 ms apart: a block of up to 8 spans < 3.2 s < BOUND.
+        let evs: Vec<String> = (0..n)
+            .map(|i| Ev { id: i as u32, tenant: (rng.below(3)) as u8, model: "b", prompt: rng.below(3000), completion: rng.below(900), ts: T0 + i as i64 * 400 }.json())
+            .collect();
+        let mut shuffled = evs.clone();
+        for chunk in shuffled.chunks_mut(block) {
+            for i in (1..chunk.len()).rev() {
+                chunk.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+        }
+        let finals_of = |recs: &[String]| {
+            let mut t = PartitionTask::new(0, cfg(0));
+            let (routes, mut panes) = run(&mut t, recs);
+            t.end_of_input(&mut panes);
+            assert!(routes.iter().all(|r| *r == Route::Window));
+            finals(&panes)
+        };
+        prop_assert_eq!(finals_of(&evs), finals_of(&shuffled));
+    }
+}
