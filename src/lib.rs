@@ -10,6 +10,7 @@ pub mod engine;
 pub mod failpoint;
 pub mod gen;
 pub mod kafka;
+pub mod metrics;
 pub mod model;
 pub mod sink;
 pub mod state;

@@ -31,10 +31,7 @@ pub struct BrokerArgs {
 pub fn run(a: BrokerArgs) -> anyhow::Result<()> {
     let mut topics = Vec::new();
     if !a.no_default_topics {
-        let cfg = a.config.load().or_else(|_| {
-            // The broker needs only topic names; tolerate a config without prices.
-            Ok::<_, anyhow::Error>(crate::config::Config::default())
-        })?;
+        let cfg = a.config.load()?;
         for t in [
             &cfg.topics.input,
             &cfg.topics.results,

@@ -56,6 +56,9 @@ pub enum Command {
     DevBroker(broker::BrokerArgs),
     /// The whole story on embedded defaults: broker, worker, late events, sink.
     Demo(demo::DemoArgs),
+    /// Observed event delays and watermarks of the worker using this state.dir,
+    /// with a recommended watermark.max_out_of_orderness.
+    Delays(ConfigArg),
 }
 
 #[derive(Args, Debug)]
@@ -107,5 +110,11 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Gen(a) => gen::run(a),
         Command::DevBroker(a) => broker::run(a),
         Command::Demo(a) => demo::run(a),
+        Command::Delays(c) => {
+            let cfg = c.load()?;
+            let report = crate::worker::report::read(&cfg.state.dir).map_err(anyhow::Error::msg)?;
+            print!("{}", report.render_table());
+            Ok(())
+        }
     }
 }

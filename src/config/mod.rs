@@ -56,6 +56,7 @@ pub struct Config {
     pub checkpoint: CheckpointConfig,
     pub state: StateConfig,
     pub sink: SinkConfig,
+    pub metrics: MetricsConfig,
     /// Per model: USD per 1,000 tokens as decimal strings.
     pub prices: BTreeMap<String, PriceConfig>,
 }
@@ -276,6 +277,14 @@ impl Default for SinkConfig {
     }
 }
 
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Serve Prometheus text at `http://<listen>/metrics` (e.g. "127.0.0.1:9464");
+    /// absent = off. A JSON report is always written to `<state.dir>/report.json`.
+    pub listen: Option<String>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PriceConfig {
@@ -366,7 +375,11 @@ impl Config {
                 "must differ from topics.results and topics.late",
             ));
         }
-        self.price_table()?;
+        // Prices are checked when present; commands that price require them
+        // (`engine()`); the sink and the broker do not.
+        if !self.prices.is_empty() {
+            self.price_table()?;
+        }
         Ok(())
     }
 
@@ -511,7 +524,9 @@ mod tests {
             err("[prices.small]\ninput_per_1k = \"0.1\"\noutput_per_1k = \"1e-3\"\n")
                 .contains("prices.small.output_per_1k")
         );
-        assert!(err("").contains("prices"));
+        // Prices are optional for the sink and the broker, required to price.
+        let bare = load("", &[]).unwrap();
+        assert!(bare.engine().unwrap_err().to_string().contains("prices"));
     }
 
     #[test]

@@ -75,6 +75,9 @@ pub struct Counters {
     pub dead_letter: u64,
     pub duplicate: u64,
     pub panes: u64,
+    /// Watermark advances forced by idleness (wall clock), recorded so a restore
+    /// reproduces them.
+    pub idle_advances: u64,
 }
 
 impl Counters {
@@ -89,6 +92,7 @@ impl Counters {
         self.dead_letter += o.dead_letter;
         self.duplicate += o.duplicate;
         self.panes += o.panes;
+        self.idle_advances += o.idle_advances;
     }
 }
 

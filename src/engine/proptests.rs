@@ -14,9 +14,30 @@ const BOUND: i64 = 5_000;
 
 fn cfg(lateness: i64) -> Arc<EngineConfig> {
     let mut prices = PriceTable::default();
-    prices.insert("a", PriceEntry { effective_from_ms: i64::MIN, input: NanoPer1k(150_000), output: NanoPer1k(600_000) });
-    prices.insert("b", PriceEntry { effective_from_ms: i64::MIN, input: NanoPer1k(3_000_000), output: NanoPer1k(15_000_000) });
-    prices.insert("b", PriceEntry { effective_from_ms: T0 + 90_000, input: NanoPer1k(2_000_000), output: NanoPer1k(9_000_000) });
+    prices.insert(
+        "a",
+        PriceEntry {
+            effective_from_ms: i64::MIN,
+            input: NanoPer1k(150_000),
+            output: NanoPer1k(600_000),
+        },
+    );
+    prices.insert(
+        "b",
+        PriceEntry {
+            effective_from_ms: i64::MIN,
+            input: NanoPer1k(3_000_000),
+            output: NanoPer1k(15_000_000),
+        },
+    );
+    prices.insert(
+        "b",
+        PriceEntry {
+            effective_from_ms: T0 + 90_000,
+            input: NanoPer1k(2_000_000),
+            output: NanoPer1k(9_000_000),
+        },
+    );
     Arc::new(EngineConfig {
         window: WindowSpec::new(60_000, 0),
         allowed_lateness_ms: lateness,
@@ -52,11 +73,25 @@ impl Ev {
 /// Arbitrary records: mostly valid events at arbitrary (possibly late) times, some
 /// repeats of earlier ids, some garbage.
 fn records() -> impl Strategy<Value = Vec<String>> {
-    let ev = (0u32..400, 0u8..4, prop::bool::ANY, 0u64..5_000, 0u64..2_000, 0i64..400_000).prop_map(
-        |(id, tenant, b, prompt, completion, dt)| {
-            Ev { id, tenant, model: if b { "b" } else { "a" }, prompt, completion, ts: T0 + dt }.json()
-        },
-    );
+    let ev = (
+        0u32..400,
+        0u8..4,
+        prop::bool::ANY,
+        0u64..5_000,
+        0u64..2_000,
+        0i64..400_000,
+    )
+        .prop_map(|(id, tenant, b, prompt, completion, dt)| {
+            Ev {
+                id,
+                tenant,
+                model: if b { "b" } else { "a" },
+                prompt,
+                completion,
+                ts: T0 + dt,
+            }
+            .json()
+        });
     let garbage = prop_oneof![
         Just("{".to_string()),
         Just(r#"{"request_id":"g","tenant_id":"t","model":"zzz","prompt_tokens":1,"completion_tokens":1,"completed_ts":1767261600000}"#.to_string()),
@@ -69,7 +104,16 @@ fn run(task: &mut PartitionTask, recs: &[String]) -> (Vec<Route>, Vec<ResultReco
     let mut out = Vec::new();
     let routes = recs
         .iter()
-        .map(|r| task.process(RecordIn { payload: r.as_bytes(), kafka_ts: None, now_ms: T0 }, &mut out))
+        .map(|r| {
+            task.process(
+                RecordIn {
+                    payload: r.as_bytes(),
+                    kafka_ts: None,
+                    now_ms: T0,
+                },
+                &mut out,
+            )
+        })
         .collect();
     (routes, out)
 }
@@ -78,7 +122,9 @@ fn run(task: &mut PartitionTask, recs: &[String]) -> (Vec<Route>, Vec<ResultReco
 fn finals(panes: &[ResultRecord]) -> BTreeMap<(String, i64), ResultRecord> {
     let mut m: BTreeMap<(String, i64), ResultRecord> = BTreeMap::new();
     for p in panes {
-        let e = m.entry((p.tenant_id.clone(), p.window_end)).or_insert_with(|| p.clone());
+        let e = m
+            .entry((p.tenant_id.clone(), p.window_end))
+            .or_insert_with(|| p.clone());
         if p.version > e.version {
             *e = p.clone();
         }

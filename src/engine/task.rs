@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use super::dedup::{Dedup, DedupChange};
 use super::result::{PaneKind, ResultKind, ResultRecord};
 use super::{Counters, EngineConfig, RecordIn, Route, TimeSource};
+use crate::metrics::Histogram;
 use crate::model::event::MIN_MILLIS_TS;
 use crate::model::{event, DeadLetterReason, Event, Pico, PriceError};
 use crate::time::Watermark;
@@ -67,8 +68,12 @@ pub struct PartitionTask {
     fired: Windows,
     dedup: Dedup,
     counters: Counters,
-    /// Windows removed since the last `drain_purged`.
+    /// Windows removed since the last `drain_changes`.
     purged: Vec<WindowKey>,
+    /// Wall clock at ingest minus event time (observability only; not state).
+    delay: Histogram,
+    /// Partition max event time minus event time, before the event (not state).
+    disorder: Histogram,
 }
 
 impl PartitionTask {
@@ -94,6 +99,8 @@ impl PartitionTask {
             dedup: Dedup::restore(snap.dedup),
             counters: snap.counters,
             purged: Vec::new(),
+            delay: Histogram::default(),
+            disorder: Histogram::default(),
             cfg,
         }
     }
@@ -112,6 +119,44 @@ impl PartitionTask {
 
     pub fn counters(&self) -> Counters {
         self.counters
+    }
+
+    pub fn max_ts(&self) -> Option<i64> {
+        self.watermark.max_ts()
+    }
+
+    pub fn dedup_ids(&self) -> usize {
+        self.dedup.len()
+    }
+
+    pub fn delay(&self) -> &Histogram {
+        &self.delay
+    }
+
+    pub fn disorder(&self) -> &Histogram {
+        &self.disorder
+    }
+
+    /// Idleness: advances the watermark to `to` without data (wall-clock driven),
+    /// firing and purging as if an event had moved it. Returns whether it moved.
+    pub fn force_watermark(&mut self, to: i64, out: &mut Vec<ResultRecord>) -> bool {
+        if !self.watermark.force(to) {
+            return false;
+        }
+        self.counters.idle_advances += 1;
+        self.advance(out);
+        true
+    }
+
+    /// The lowest watermark at which something would fire or purge, if any.
+    pub fn next_deadline(&self) -> Option<i64> {
+        let fire = self.open.keys().next().map(|end| end - 1);
+        let purge = self
+            .fired
+            .keys()
+            .next()
+            .map(|end| (end - 1).saturating_add(self.cfg.allowed_lateness_ms));
+        fire.into_iter().chain(purge).min()
     }
 
     pub fn open_windows(&self) -> usize {
@@ -137,6 +182,9 @@ impl PartitionTask {
             Ok(v) => v,
             Err(reason) => return Route::DeadLetter(reason),
         };
+        self.delay.record(rec.now_ms.saturating_sub(ts));
+        self.disorder
+            .record(self.watermark.max_ts().map_or(0, |m| m.saturating_sub(ts)));
         let cfg = &self.cfg;
         let window = cfg.window.assign(ts);
         let expiry = (window.end - 1)

@@ -135,6 +135,13 @@ impl SourceContext {
                     low
                 }
             };
+            if start > high {
+                return Err(format!(
+                    "partition {topic}/{p}: state resumes at offset {start} but the log ends at {high}: \
+                     the topic was recreated or the broker lost data. Refusing to guess; point state.dir \
+                     at a fresh directory to rebuild from this topic, or restore the topic."
+                ));
+            }
             if start < low {
                 return Err(format!(
                     "partition {topic}/{p}: state resumes at offset {start} but the log now starts at {low}; \

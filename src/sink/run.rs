@@ -68,6 +68,8 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
         &[
             ("enable.auto.commit", "false"),
             ("enable.partition.eof", "false"),
+            // Offsets come from sink_offsets; an out-of-range one is an error, never a jump.
+            ("auto.offset.reset", "error"),
         ],
     );
     ccfg.set("group.id", &cfg.sink.group_id);
@@ -88,6 +90,15 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
             .map_err(KafkaIoError::client(format!(
                 "reading the log range of {topic}/{p}"
             )))?;
+        if let Some(s) = start {
+            if s < low || s > high {
+                return Err(SinkError::Other(format!(
+                    "sink_offsets says {topic}/{p} resumes at {s}, but the log holds offsets {low}..{high}: \
+                     results were deleted before they were applied, or the topic was recreated. Refusing \
+                     to skip silently; after checking, delete that row from sink_offsets to start over."
+                )));
+            }
+        }
         next.insert(p, start.unwrap_or(low));
         ends.insert(p, high);
     }

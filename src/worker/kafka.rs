@@ -19,12 +19,14 @@ use rdkafka::message::Message;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use tracing::{info, warn};
 
+use super::report::Publisher;
 use super::{shutdown, WorkerError};
 use crate::config::Config;
 use crate::engine::{Counters, EngineConfig, PartitionTask, RecordIn, ResultRecord, Route};
 use crate::kafka::outputs::{source_coords, Outputs};
 use crate::kafka::source::{RebalanceEvent, Source, SourceContext, StartPolicy};
 use crate::kafka::{client_config, now_ms, KafkaIoError, CONSUMER_DEFAULTS};
+use crate::metrics::{PartitionReport, WorkerReport};
 use crate::state::{NextOffset, PartitionCommit, StateStore};
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -39,6 +41,7 @@ struct Slot {
     next: NextOffset,
     /// Log end when the partition was assigned (for `until_end`).
     end: i64,
+    last_record: Instant,
 }
 
 struct Worker {
@@ -49,6 +52,10 @@ struct Worker {
     slots: BTreeMap<i32, Slot>,
     panes: Vec<ResultRecord>,
     assigned_once: bool,
+    /// `watermark.idle_timeout`, ms.
+    idle_ms: Option<i64>,
+    group: String,
+    publisher: Publisher,
 }
 
 /// Runs one worker until shutdown (or, with `until_end`, until its partitions are drained).
@@ -78,6 +85,14 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         slots: BTreeMap::new(),
         panes: Vec::new(),
         assigned_once: false,
+        idle_ms: cfg.watermark.idle_timeout.0.map(|m| m.0),
+        group: cfg.kafka.group_id.clone(),
+        publisher: Publisher::new(&cfg.state.dir, cfg.metrics.listen.as_deref()).map_err(
+            |source| WorkerError::Io {
+                path: format!("metrics listener {:?}", cfg.metrics.listen),
+                source,
+            },
+        )?,
     };
     info!(topic = %w.topic, group = %cfg.kafka.group_id, state = %cfg.state.dir.display(), "worker started");
     let interval = Duration::from_millis(cfg.checkpoint.interval.0 as u64);
@@ -98,6 +113,9 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
             None => {}
         }
         w.outputs.poll();
+        if !opts.until_end {
+            w.advance_idle()?;
+        }
         if last_commit.elapsed() >= interval {
             w.commit(&consumer)?;
             last_commit = Instant::now();
@@ -135,7 +153,15 @@ impl Worker {
                             None => (Default::default(), NextOffset(start)),
                         };
                         let task = PartitionTask::restore(p, self.engine.clone(), snap);
-                        self.slots.insert(p, Slot { task, next, end });
+                        self.slots.insert(
+                            p,
+                            Slot {
+                                task,
+                                next,
+                                end,
+                                last_record: Instant::now(),
+                            },
+                        );
                     }
                 }
                 RebalanceEvent::Revoked(parts) => {
@@ -171,6 +197,7 @@ impl Worker {
         };
         let route = slot.task.process(rec, &mut self.panes);
         slot.next = NextOffset(m.offset() + 1);
+        slot.last_record = Instant::now();
         for pane in self.panes.drain(..) {
             self.outputs.result(&pane)?;
         }
@@ -191,6 +218,64 @@ impl Worker {
             }
         }
         Ok(())
+    }
+
+    /// Idleness (DESIGN §4): after `idle_timeout` of silence, a partition's
+    /// watermark follows the wall clock from where its data left it
+    /// (`max_ts - bound + silence`). Forced only when that fires or purges
+    /// something; the forced value is part of the committed watermark state.
+    fn advance_idle(&mut self) -> Result<(), WorkerError> {
+        let Some(idle) = self.idle_ms else {
+            return Ok(());
+        };
+        for slot in self.slots.values_mut() {
+            let silence = slot.last_record.elapsed().as_millis() as i64;
+            let (Some(max_ts), Some(deadline)) = (slot.task.max_ts(), slot.task.next_deadline())
+            else {
+                continue;
+            };
+            let forced = max_ts - self.engine.max_out_of_orderness_ms + silence;
+            if silence >= idle && forced >= deadline {
+                slot.task.force_watermark(forced, &mut self.panes);
+                info!(
+                    partition = slot.task.partition(),
+                    silence_ms = silence,
+                    watermark = forced,
+                    "idle partition: watermark advanced by wall clock"
+                );
+            }
+        }
+        for pane in self.panes.drain(..) {
+            self.outputs.result(&pane)?;
+        }
+        Ok(())
+    }
+
+    fn report(&self) -> WorkerReport {
+        WorkerReport {
+            at_ms: now_ms(),
+            topic: self.topic.clone(),
+            group: self.group.clone(),
+            bound_ms: self.engine.max_out_of_orderness_ms,
+            idle_ms: self.idle_ms,
+            partitions: self
+                .slots
+                .iter()
+                .map(|(p, s)| PartitionReport {
+                    partition: *p,
+                    watermark: s.task.max_ts().map(|_| s.task.watermark()),
+                    max_ts: s.task.max_ts(),
+                    next_offset: s.next.0,
+                    idle_ms: s.last_record.elapsed().as_millis() as u64,
+                    idle_advances: s.task.counters().idle_advances,
+                    counters: s.task.counters(),
+                    open_windows: s.task.open_windows(),
+                    dedup_ids: s.task.dedup_ids(),
+                    delay: s.task.delay().clone(),
+                    disorder: s.task.disorder().clone(),
+                })
+                .collect(),
+        }
     }
 
     fn drained(&self) -> bool {
@@ -224,9 +309,11 @@ impl Worker {
         if let Err(e) = consumer.commit(&tpl, CommitMode::Sync) {
             warn!(error = %e, "offset commit to the consumer group failed; state is committed");
         }
+        let pause_ms = started.elapsed().as_millis() as u64;
         let total = self.audit();
+        self.publisher.publish(&self.report());
         info!(
-            pause_ms = started.elapsed().as_millis() as u64,
+            pause_ms,
             offsets = ?self.slots.iter().map(|(p, s)| (*p, s.next.0)).collect::<Vec<_>>(),
             consumed = total.consumed, folded = total.folded, too_late = total.too_late,
             dead_letter = total.dead_letter, duplicate = total.duplicate, panes = total.panes,

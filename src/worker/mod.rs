@@ -3,6 +3,7 @@
 
 pub mod file;
 pub mod kafka;
+pub mod report;
 pub mod shutdown;
 
 use crate::config::ConfigError;
