@@ -13,11 +13,15 @@
 //! ## Rules
 //! - The engine keeps active windows in memory; `commit` writes only what changed
 //!   since the last commit (dirty windows, purges, dedup inserts/expiries) plus every
-//!   partition's meta, for all partitions of the worker, in **one** synced
-//!   `WriteBatch`. So the store always holds one consistent cut: for each partition,
-//!   the state after exactly the records before `next_offset`.
-//! - The caller commits here only after every output produced before the cut was
-//!   acknowledged by Kafka, and commits Kafka offsets only after this returns.
+//!   partition's meta, for all partitions of the worker, in **one** `WriteBatch`. So
+//!   the store always holds one consistent cut: for each partition, the state after
+//!   exactly the records before `next_offset`.
+//! - The store is written only at checkpoint barriers and restores, never between,
+//!   so between two barriers it *is* the consistent view the checkpoint exporter
+//!   reads (the worker waits for the exporter before writing again).
+//! - It is a working copy, opened empty at start (`open_fresh`) and filled from the
+//!   checkpoint store (`import_partition`); its writes skip the WAL. The checkpoint
+//!   files are the durable truth.
 //! - A partition without an `M` key has no state: it starts from the log start.
 
 use std::path::Path;
@@ -156,9 +160,91 @@ impl StateStore {
             };
             batch.put(key(b'M', p, &[]), encode(&meta));
         }
+        // Not synced: this store is a working copy; durability comes from the
+        // checkpoint files written from it (DESIGN §7).
         let mut wo = WriteOptions::default();
-        wo.set_sync(true);
+        wo.disable_wal(true);
         self.db.write_opt(batch, &wo).map_err(StateError::Write)
+    }
+
+    /// Opens an empty store: the local store is a working copy; the durable truth
+    /// is the checkpoint store, which every partition is restored from.
+    pub fn open_fresh(dir: &Path) -> Result<Self, StateError> {
+        if dir.exists() {
+            // Opening first fails if another process holds the store's lock.
+            drop(Self::open(dir)?);
+            std::fs::remove_dir_all(dir).map_err(|e| StateError::Corrupt {
+                key: dir.display().to_string(),
+                msg: format!("cannot clear: {e}"),
+            })?;
+        }
+        Self::open(dir)
+    }
+
+    /// Streams every key of partition `p` (meta, windows, dedup) to `visit`, in key order.
+    pub fn export_partition(
+        &self,
+        p: i32,
+        mut visit: impl FnMut(&[u8], &[u8]) -> std::io::Result<()>,
+    ) -> Result<u64, StateError> {
+        let mut n = 0;
+        for kind in [b'D', b'M', b'W'] {
+            let prefix = key(kind, p, &[]);
+            for item in self
+                .db
+                .iterator(IteratorMode::From(&prefix, Direction::Forward))
+            {
+                let (k, v) = item.map_err(StateError::Read)?;
+                if !k.starts_with(&prefix) {
+                    break;
+                }
+                visit(&k, &v).map_err(|e| StateError::Corrupt {
+                    key: "export".into(),
+                    msg: e.to_string(),
+                })?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Replaces everything of partition `p` with `entries` (from a checkpoint file).
+    pub fn import_partition(
+        &self,
+        p: i32,
+        entries: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
+    ) -> Result<(), StateError> {
+        self.drop_partition(p)?;
+        let mut batch = WriteBatch::default();
+        for (k, v) in entries {
+            if k.get(1..5) != Some(&p_bytes(p)[..]) {
+                return Err(StateError::Corrupt {
+                    key: String::from_utf8_lossy(&k).into_owned(),
+                    msg: format!("key of another partition in the snapshot of partition {p}"),
+                });
+            }
+            batch.put(k, v);
+            if batch.len() >= 10_000 {
+                self.db
+                    .write(std::mem::take(&mut batch))
+                    .map_err(StateError::Write)?;
+            }
+        }
+        self.db.write(batch).map_err(StateError::Write)
+    }
+
+    /// Deletes every key of partition `p`.
+    pub fn drop_partition(&self, p: i32) -> Result<(), StateError> {
+        let mut batch = WriteBatch::default();
+        for kind in [b'D', b'M', b'W'] {
+            let (from, to) = (key(kind, p, &[]), key(kind, p.wrapping_add(1), &[]));
+            if p == i32::MAX {
+                batch.delete_range(from, vec![kind + 1]);
+            } else {
+                batch.delete_range(from, to);
+            }
+        }
+        self.db.write(batch).map_err(StateError::Write)
     }
 
     pub fn meta(&self, p: i32) -> Result<Option<PartitionMeta>, StateError> {

@@ -1,33 +1,24 @@
-//! The Kafka worker loop: poll → partition task → producers, with periodic commits.
-//!
-//! Commit protocol (the single-worker form of DESIGN §7):
-//! 1. stop taking records (the loop is single-threaded: between two records);
-//! 2. flush the producer — every result, late and dead-letter record produced so
-//!    far is acknowledged, or the commit fails and the worker exits;
-//! 3. write every partition's state delta and next offset in one synced RocksDB batch;
-//! 4. only then commit the same offsets to the consumer group.
-//!
-//! A crash anywhere replays from the state's offsets; the replay re-produces the
-//! same payloads (same versions), which the sink ignores.
+//! The Kafka worker loop: poll → partition tasks → producers, with a checkpoint
+//! every `checkpoint.interval`, on revoke (inside the rebalance callback) and on
+//! shutdown. The protocol itself lives in `core.rs`.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{CommitMode, Consumer};
-use rdkafka::message::Message;
-use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
-use tracing::{info, warn};
+use rdkafka::consumer::Consumer;
+use tracing::info;
 
+use super::core::Core;
 use super::report::Publisher;
 use super::{shutdown, WorkerError};
+use crate::checkpoint::store::CheckpointStore;
 use crate::config::Config;
-use crate::engine::{Counters, EngineConfig, PartitionTask, RecordIn, ResultRecord, Route};
-use crate::kafka::outputs::{source_coords, Outputs};
-use crate::kafka::source::{RebalanceEvent, Source, SourceContext, StartPolicy};
+use crate::engine::Counters;
+use crate::kafka::outputs::Outputs;
+use crate::kafka::source::{Source, SourceContext, StartPolicy};
 use crate::kafka::{client_config, now_ms, KafkaIoError, CONSUMER_DEFAULTS};
-use crate::metrics::{PartitionReport, WorkerReport};
-use crate::state::{NextOffset, PartitionCommit, StateStore};
+use crate::state::StateStore;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RunOptions {
@@ -36,40 +27,52 @@ pub struct RunOptions {
     pub policy: StartPolicy,
 }
 
-struct Slot {
-    task: PartitionTask,
-    next: NextOffset,
-    /// Log end when the partition was assigned (for `until_end`).
-    end: i64,
-    last_record: Instant,
-}
-
-struct Worker {
-    engine: Arc<EngineConfig>,
-    topic: String,
-    store: Arc<StateStore>,
-    outputs: Outputs,
-    slots: BTreeMap<i32, Slot>,
-    panes: Vec<ResultRecord>,
-    assigned_once: bool,
-    /// `watermark.idle_timeout`, ms.
-    idle_ms: Option<i64>,
-    group: String,
-    publisher: Publisher,
+fn lock(core: &Mutex<Core>) -> Result<MutexGuard<'_, Core>, WorkerError> {
+    core.lock()
+        .map_err(|_| WorkerError::Refused("worker state lock poisoned".into()))
 }
 
 /// Runs one worker until shutdown (or, with `until_end`, until its partitions are drained).
 pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
     let engine = cfg.engine()?;
-    std::fs::create_dir_all(&cfg.state.dir).map_err(|source| WorkerError::Io {
-        path: cfg.state.dir.display().to_string(),
-        source,
-    })?;
-    let store = Arc::new(StateStore::open(&cfg.state.dir)?);
+    let io = |path: &std::path::Path| {
+        let path = path.display().to_string();
+        move |source| WorkerError::Io { path, source }
+    };
+    std::fs::create_dir_all(&cfg.state.dir).map_err(io(&cfg.state.dir))?;
+    let store = Arc::new(StateStore::open_fresh(&cfg.state.dir.join("rocksdb"))?);
+    let worker = format!("w{}x{}", std::process::id(), now_ms() % 1_000_000_000);
+    let checkpoints = CheckpointStore::open(
+        &cfg.checkpoint.dir,
+        &cfg.kafka.group_id,
+        &worker,
+        cfg.checkpoint.retain as usize,
+    )?;
+    let next_id = checkpoints.next_id()?;
+    let core = Arc::new(Mutex::new(Core {
+        fingerprint: crate::checkpoint::fingerprint(&cfg.topics.input, &engine),
+        engine,
+        topic: cfg.topics.input.clone(),
+        group: cfg.kafka.group_id.clone(),
+        worker,
+        store,
+        checkpoints,
+        outputs: Outputs::new(&cfg.kafka, &cfg.topics)?,
+        slots: BTreeMap::new(),
+        panes: Vec::new(),
+        policy: opts.policy,
+        assigned_once: false,
+        idle_ms: cfg.watermark.idle_timeout.0.map(|m| m.0),
+        publisher: Publisher::new(&cfg.state.dir, cfg.metrics.listen.as_deref())
+            .map_err(io(&cfg.state.dir))?,
+        next_id,
+        exporting: None,
+        pauses_ms: Vec::new(),
+    }));
     let mut consumer_cfg = client_config(&cfg.kafka, CONSUMER_DEFAULTS);
     consumer_cfg.set("group.id", &cfg.kafka.group_id);
     let consumer: Source = consumer_cfg
-        .create_with_context(SourceContext::new(store.clone(), opts.policy))
+        .create_with_context(SourceContext::new(core.clone()))
         .map_err(KafkaIoError::client("creating the consumer"))?;
     consumer
         .subscribe(&[&cfg.topics.input])
@@ -77,26 +80,9 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
             "subscribing to {}",
             cfg.topics.input
         )))?;
-    let mut w = Worker {
-        engine,
-        topic: cfg.topics.input.clone(),
-        store,
-        outputs: Outputs::new(&cfg.kafka, &cfg.topics)?,
-        slots: BTreeMap::new(),
-        panes: Vec::new(),
-        assigned_once: false,
-        idle_ms: cfg.watermark.idle_timeout.0.map(|m| m.0),
-        group: cfg.kafka.group_id.clone(),
-        publisher: Publisher::new(&cfg.state.dir, cfg.metrics.listen.as_deref()).map_err(
-            |source| WorkerError::Io {
-                path: format!("metrics listener {:?}", cfg.metrics.listen),
-                source,
-            },
-        )?,
-    };
-    info!(topic = %w.topic, group = %cfg.kafka.group_id, state = %cfg.state.dir.display(), "worker started");
+    info!(topic = %cfg.topics.input, group = %cfg.kafka.group_id, checkpoints = %cfg.checkpoint.dir.display(), "worker started");
     let interval = Duration::from_millis(cfg.checkpoint.interval.0 as u64);
-    let mut last_commit = Instant::now();
+    let mut last_checkpoint = Instant::now();
     loop {
         if shutdown::requested() {
             info!("shutdown requested");
@@ -106,232 +92,63 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         if let Some(fatal) = consumer.context().take_fatal() {
             return Err(WorkerError::Refused(fatal));
         }
-        w.apply_rebalance(&consumer)?;
-        match msg {
-            Some(Ok(m)) => w.process(&m)?,
-            Some(Err(e)) => warn!(error = %e, "consumer error"),
-            None => {}
+        let mut c = lock(&core)?;
+        if let Some(m) = msg {
+            match m {
+                Ok(m) => c.process(&m)?,
+                Err(e) => tracing::warn!(error = %e, "consumer error"),
+            }
         }
-        w.outputs.poll();
+        c.outputs.poll();
         if !opts.until_end {
-            w.advance_idle()?;
+            c.advance_idle()?;
         }
-        if last_commit.elapsed() >= interval {
-            w.commit(&consumer)?;
-            last_commit = Instant::now();
+        c.poll_export(&consumer)?;
+        if last_checkpoint.elapsed() >= interval {
+            c.checkpoint(&consumer, false)?;
+            last_checkpoint = Instant::now();
         }
-        if opts.until_end && w.drained() {
+        if opts.until_end && c.drained() {
             info!("reached the log end of every assigned partition");
             break;
         }
     }
-    w.commit(&consumer)?;
+    let mut c = lock(&core)?;
+    c.checkpoint(&consumer, true)?;
     if opts.until_end {
-        // End of input: emit every open window. Not persisted (see PartitionTask::end_of_input).
-        for slot in w.slots.values_mut() {
-            slot.task.end_of_input(&mut w.panes);
+        // End of input: emit every open window. Not checkpointed (see PartitionTask::end_of_input).
+        let Core {
+            slots,
+            panes,
+            outputs,
+            ..
+        } = &mut *c;
+        for slot in slots.values_mut() {
+            slot.task.end_of_input(panes);
         }
-        for pane in w.panes.drain(..) {
-            w.outputs.result(&pane)?;
+        for pane in panes.drain(..) {
+            outputs.result(&pane)?;
         }
-        w.outputs.flush(Duration::from_secs(60))?;
+        outputs.flush(Duration::from_secs(60))?;
     }
-    let total = w.audit();
-    info!(?total, "worker stopped");
+    let total = c.audit();
+    let mut pauses = c.pauses_ms.clone();
+    pauses.sort_unstable();
+    let pct = |q: usize| {
+        pauses
+            .get((pauses.len().saturating_sub(1)) * q / 100)
+            .copied()
+            .unwrap_or(0)
+    };
+    info!(
+        ?total,
+        checkpoints = pauses.len(),
+        pause_p50_ms = pct(50),
+        pause_p99_ms = pct(99),
+        "worker stopped"
+    );
+    drop(c);
+    // Leave the group cleanly: revoke callbacks run here and find nothing to do.
+    consumer.unsubscribe();
     Ok(total)
-}
-
-impl Worker {
-    fn apply_rebalance(&mut self, consumer: &Source) -> Result<(), WorkerError> {
-        for event in consumer.context().take_events() {
-            match event {
-                RebalanceEvent::Assigned(parts) => {
-                    self.assigned_once = true;
-                    for (p, start, end) in parts {
-                        let (snap, next) = match self.store.load(p)? {
-                            Some((snap, next)) => (snap, next),
-                            None => (Default::default(), NextOffset(start)),
-                        };
-                        let task = PartitionTask::restore(p, self.engine.clone(), snap);
-                        self.slots.insert(
-                            p,
-                            Slot {
-                                task,
-                                next,
-                                end,
-                                last_record: Instant::now(),
-                            },
-                        );
-                    }
-                }
-                RebalanceEvent::Revoked(parts) => {
-                    // Persist what we have for them, then let them go.
-                    self.commit(consumer)?;
-                    for p in parts {
-                        self.slots.remove(&p);
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn process(&mut self, m: &rdkafka::message::BorrowedMessage<'_>) -> Result<(), WorkerError> {
-        let p = m.partition();
-        let Some(slot) = self.slots.get_mut(&p) else {
-            warn!(
-                partition = p,
-                offset = m.offset(),
-                "record from an unassigned partition; skipped"
-            );
-            return Ok(());
-        };
-        if m.offset() < slot.next.0 {
-            return Ok(()); // already applied (a fetch racing a seek)
-        }
-        let payload = m.payload().unwrap_or_default();
-        let rec = RecordIn {
-            payload,
-            kafka_ts: m.timestamp().to_millis(),
-            now_ms: now_ms(),
-        };
-        let route = slot.task.process(rec, &mut self.panes);
-        slot.next = NextOffset(m.offset() + 1);
-        slot.last_record = Instant::now();
-        for pane in self.panes.drain(..) {
-            self.outputs.result(&pane)?;
-        }
-        match route {
-            Route::Window | Route::Duplicate => {}
-            Route::TooLate {
-                window_end,
-                watermark,
-            } => {
-                let src = source_coords(&self.topic, p, m.offset());
-                self.outputs
-                    .late(m.key(), payload, window_end, watermark, &src)?;
-            }
-            Route::DeadLetter(reason) => {
-                let src = source_coords(&self.topic, p, m.offset());
-                warn!(source = %src, reason = %reason, "dead letter");
-                self.outputs.dead_letter(m.key(), payload, &reason, &src)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Idleness (DESIGN §4): after `idle_timeout` of silence, a partition's
-    /// watermark follows the wall clock from where its data left it
-    /// (`max_ts - bound + silence`). Forced only when that fires or purges
-    /// something; the forced value is part of the committed watermark state.
-    fn advance_idle(&mut self) -> Result<(), WorkerError> {
-        let Some(idle) = self.idle_ms else {
-            return Ok(());
-        };
-        for slot in self.slots.values_mut() {
-            let silence = slot.last_record.elapsed().as_millis() as i64;
-            let (Some(max_ts), Some(deadline)) = (slot.task.max_ts(), slot.task.next_deadline())
-            else {
-                continue;
-            };
-            let forced = max_ts - self.engine.max_out_of_orderness_ms + silence;
-            if silence >= idle && forced >= deadline {
-                slot.task.force_watermark(forced, &mut self.panes);
-                info!(
-                    partition = slot.task.partition(),
-                    silence_ms = silence,
-                    watermark = forced,
-                    "idle partition: watermark advanced by wall clock"
-                );
-            }
-        }
-        for pane in self.panes.drain(..) {
-            self.outputs.result(&pane)?;
-        }
-        Ok(())
-    }
-
-    fn report(&self) -> WorkerReport {
-        WorkerReport {
-            at_ms: now_ms(),
-            topic: self.topic.clone(),
-            group: self.group.clone(),
-            bound_ms: self.engine.max_out_of_orderness_ms,
-            idle_ms: self.idle_ms,
-            partitions: self
-                .slots
-                .iter()
-                .map(|(p, s)| PartitionReport {
-                    partition: *p,
-                    watermark: s.task.max_ts().map(|_| s.task.watermark()),
-                    max_ts: s.task.max_ts(),
-                    next_offset: s.next.0,
-                    idle_ms: s.last_record.elapsed().as_millis() as u64,
-                    idle_advances: s.task.counters().idle_advances,
-                    counters: s.task.counters(),
-                    open_windows: s.task.open_windows(),
-                    dedup_ids: s.task.dedup_ids(),
-                    delay: s.task.delay().clone(),
-                    disorder: s.task.disorder().clone(),
-                })
-                .collect(),
-        }
-    }
-
-    fn drained(&self) -> bool {
-        self.assigned_once && self.slots.values().all(|s| s.next.0 >= s.end)
-    }
-
-    /// Steps 2–4 of the commit protocol.
-    fn commit(&mut self, consumer: &Source) -> Result<(), WorkerError> {
-        if self.slots.is_empty() {
-            return Ok(());
-        }
-        let started = Instant::now();
-        self.outputs.flush(Duration::from_secs(60))?;
-        let parts = self
-            .slots
-            .iter_mut()
-            .map(|(p, s)| PartitionCommit {
-                partition: *p,
-                next_offset: s.next,
-                delta: s.task.drain_changes(),
-            })
-            .collect();
-        self.store.commit(parts)?;
-        let mut tpl = TopicPartitionList::new();
-        for (p, s) in &self.slots {
-            tpl.add_partition_offset(&self.topic, *p, Offset::Offset(s.next.0))
-                .map_err(KafkaIoError::client("building the offset list"))?;
-        }
-        // The group's offsets mirror the state; failing to commit them (e.g. during a
-        // rebalance) loses nothing, because restarts read offsets from the state.
-        if let Err(e) = consumer.commit(&tpl, CommitMode::Sync) {
-            warn!(error = %e, "offset commit to the consumer group failed; state is committed");
-        }
-        let pause_ms = started.elapsed().as_millis() as u64;
-        let total = self.audit();
-        self.publisher.publish(&self.report());
-        info!(
-            pause_ms,
-            offsets = ?self.slots.iter().map(|(p, s)| (*p, s.next.0)).collect::<Vec<_>>(),
-            consumed = total.consumed, folded = total.folded, too_late = total.too_late,
-            dead_letter = total.dead_letter, duplicate = total.duplicate, panes = total.panes,
-            "committed"
-        );
-        Ok(())
-    }
-
-    /// Sums the audit counters; an imbalance is a bug and is reported loudly.
-    fn audit(&self) -> Counters {
-        let mut total = Counters::default();
-        for (p, s) in &self.slots {
-            let c = s.task.counters();
-            if !c.balanced() {
-                tracing::error!(partition = p, ?c, "CONSERVATION AUDIT FAILED: consumed != folded + too_late + dead_letter + duplicate");
-            }
-            total.add(&c);
-        }
-        total
-    }
 }

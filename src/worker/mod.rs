@@ -1,6 +1,7 @@
 //! `tally run`: the worker. `kafka` runs it against a consumer group; `file` runs
 //! the same engine over JSON lines (backfills, benchmarks).
 
+pub mod core;
 pub mod file;
 pub mod kafka;
 pub mod report;
@@ -18,6 +19,8 @@ pub enum WorkerError {
     Kafka(#[from] KafkaIoError),
     #[error(transparent)]
     State(#[from] StateError),
+    #[error(transparent)]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
     #[error("{path}: {source}")]
     Io {
         path: String,

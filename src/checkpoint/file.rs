@@ -1,0 +1,137 @@
+//! The partition snapshot file.
+//!
+//! ```text
+//! "TALLYPS1"                     8-byte magic (format 1)
+//! partition                      i32 big-endian
+//! { key_len u32 BE, key, val_len u32 BE, val }*   the partition's state-store entries, key order
+//! 0xFFFF_FFFF                    end marker
+//! ```
+//! The file's sha256 is in the manifest; a reader checks it before trusting a byte.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+use super::{hex, io_err, CheckpointError};
+
+const MAGIC: &[u8; 8] = b"TALLYPS1";
+const END: u32 = u32::MAX;
+
+/// Writes while hashing and counting.
+pub struct HashingWriter<W: Write> {
+    inner: W,
+    hasher: Sha256,
+    bytes: u64,
+}
+
+impl<W: Write> Write for HashingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+pub struct SnapshotWriter {
+    w: HashingWriter<BufWriter<File>>,
+}
+
+impl SnapshotWriter {
+    pub fn create(path: &Path, partition: i32) -> Result<Self, CheckpointError> {
+        let f = File::create(path).map_err(io_err(path))?;
+        let mut w = HashingWriter {
+            inner: BufWriter::with_capacity(1 << 20, f),
+            hasher: Sha256::new(),
+            bytes: 0,
+        };
+        w.write_all(MAGIC)
+            .and_then(|_| w.write_all(&partition.to_be_bytes()))
+            .map_err(io_err(path))?;
+        Ok(Self { w })
+    }
+
+    pub fn entry(&mut self, k: &[u8], v: &[u8]) -> std::io::Result<()> {
+        self.w.write_all(&(k.len() as u32).to_be_bytes())?;
+        self.w.write_all(k)?;
+        self.w.write_all(&(v.len() as u32).to_be_bytes())?;
+        self.w.write_all(v)
+    }
+
+    /// Ends, flushes and fsyncs the file; returns `(bytes, sha256 hex)`.
+    pub fn finish(mut self, path: &Path) -> Result<(u64, String), CheckpointError> {
+        self.w.write_all(&END.to_be_bytes()).map_err(io_err(path))?;
+        self.w.flush().map_err(io_err(path))?;
+        let HashingWriter {
+            inner,
+            hasher,
+            bytes,
+        } = self.w;
+        let file = inner
+            .into_inner()
+            .map_err(|e| io_err(path)(e.into_error()))?;
+        file.sync_all().map_err(io_err(path))?;
+        Ok((bytes, hex(&hasher.finalize())))
+    }
+}
+
+/// sha256 (hex) and size of a file.
+pub fn hash_file(path: &Path) -> Result<(u64, String), CheckpointError> {
+    let mut f = BufReader::with_capacity(1 << 20, File::open(path).map_err(io_err(path))?);
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut bytes = 0u64;
+    loop {
+        let n = f.read(&mut buf).map_err(io_err(path))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        bytes += n as u64;
+    }
+    Ok((bytes, hex(&hasher.finalize())))
+}
+
+/// Reads a snapshot file (the caller verified its checksum).
+pub fn read_snapshot(
+    path: &Path,
+    partition: i32,
+) -> Result<Vec<(Vec<u8>, Vec<u8>)>, CheckpointError> {
+    let corrupt = |msg: &str| CheckpointError::Corrupt {
+        path: path.display().to_string(),
+        msg: msg.to_string(),
+    };
+    let mut r = BufReader::with_capacity(1 << 20, File::open(path).map_err(io_err(path))?);
+    let mut head = [0u8; 12];
+    r.read_exact(&mut head)
+        .map_err(|_| corrupt("truncated header"))?;
+    if &head[..8] != MAGIC {
+        return Err(corrupt("not a tally partition snapshot"));
+    }
+    if i32::from_be_bytes([head[8], head[9], head[10], head[11]]) != partition {
+        return Err(corrupt("snapshot of another partition"));
+    }
+    let mut out = Vec::new();
+    let mut len = [0u8; 4];
+    loop {
+        r.read_exact(&mut len)
+            .map_err(|_| corrupt("truncated entry"))?;
+        let klen = u32::from_be_bytes(len);
+        if klen == END {
+            return Ok(out);
+        }
+        let mut k = vec![0u8; klen as usize];
+        r.read_exact(&mut k).map_err(|_| corrupt("truncated key"))?;
+        r.read_exact(&mut len)
+            .map_err(|_| corrupt("truncated entry"))?;
+        let mut v = vec![0u8; u32::from_be_bytes(len) as usize];
+        r.read_exact(&mut v)
+            .map_err(|_| corrupt("truncated value"))?;
+        out.push((k, v));
+    }
+}

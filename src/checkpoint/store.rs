@@ -1,0 +1,301 @@
+//! The checkpoint store: listing, selecting, restoring, verifying and retaining
+//! checkpoints (layout and rules in the module header of `checkpoint`).
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use tracing::{error, info, warn};
+
+use super::file::{hash_file, read_snapshot};
+use super::{io_err, CheckpointError, CheckpointId, Manifest, MANIFEST_FORMAT};
+use crate::state::StateStore;
+
+pub const MANIFEST: &str = "MANIFEST";
+
+/// One checkpoint directory as found on disk.
+#[derive(Debug)]
+pub struct Listed {
+    pub path: PathBuf,
+    /// The parsed manifest, or why it could not be read (`None`: not complete yet).
+    pub manifest: Option<Result<Manifest, String>>,
+}
+
+/// What `restore_partition` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restored {
+    pub checkpoint: PathBuf,
+    pub next_offset: i64,
+    /// Newer candidates skipped because their files were damaged.
+    pub skipped: usize,
+}
+
+pub struct CheckpointStore {
+    root: PathBuf,
+    worker: String,
+    retain: usize,
+}
+
+fn parse_id(name: &str) -> Option<u64> {
+    name.strip_prefix("chk-")?.get(..12)?.parse().ok()
+}
+
+impl CheckpointStore {
+    /// The store of consumer group `group` under `dir`.
+    pub fn open(
+        dir: &Path,
+        group: &str,
+        worker: &str,
+        retain: usize,
+    ) -> Result<Self, CheckpointError> {
+        let root = dir.join(group);
+        fs::create_dir_all(&root).map_err(io_err(&root))?;
+        Ok(Self {
+            root,
+            worker: worker.to_string(),
+            retain: retain.max(1),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// One past the highest id in the store (ids only need to grow per worker name).
+    pub fn next_id(&self) -> Result<CheckpointId, CheckpointError> {
+        let max = self
+            .dirs()?
+            .iter()
+            .filter_map(|p| parse_id(&p.file_name()?.to_string_lossy()))
+            .max();
+        Ok(CheckpointId(max.map_or(1, |m| m + 1)))
+    }
+
+    pub fn dir_for(&self, id: CheckpointId) -> PathBuf {
+        self.root.join(format!("chk-{:012}-{}", id.0, self.worker))
+    }
+
+    fn dirs(&self) -> Result<Vec<PathBuf>, CheckpointError> {
+        let mut out = Vec::new();
+        for e in fs::read_dir(&self.root).map_err(io_err(&self.root))? {
+            let e = e.map_err(io_err(&self.root))?;
+            if e.file_name().to_string_lossy().starts_with("chk-") && e.path().is_dir() {
+                out.push(e.path());
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Every checkpoint directory, oldest id first.
+    pub fn list(&self) -> Result<Vec<Listed>, CheckpointError> {
+        Ok(self
+            .dirs()?
+            .into_iter()
+            .map(|path| {
+                let m = path.join(MANIFEST);
+                let manifest = m
+                    .exists()
+                    .then(|| read_manifest(&m).map_err(|e| e.to_string()));
+                Listed { path, manifest }
+            })
+            .collect())
+    }
+
+    /// Complete checkpoints holding `p`, best first: greatest next offset, then id.
+    fn candidates(&self, p: i32) -> Result<Vec<(Manifest, PathBuf)>, CheckpointError> {
+        let mut c: Vec<(Manifest, PathBuf)> = Vec::new();
+        for l in self.list()? {
+            match l.manifest {
+                Some(Ok(m)) if m.entry(p).is_some() => c.push((m, l.path)),
+                Some(Err(e)) => {
+                    warn!(checkpoint = %l.path.display(), error = %e, "unreadable manifest; ignored")
+                }
+                _ => {}
+            }
+        }
+        c.sort_by_key(|(m, _)| std::cmp::Reverse((m.entry(p).map(|e| e.next_offset), m.id)));
+        Ok(c)
+    }
+
+    /// Restores partition `p` into `state` from the best usable checkpoint.
+    /// `Ok(None)`: no checkpoint holds `p`.
+    pub fn restore_partition(
+        &self,
+        p: i32,
+        fingerprint: &str,
+        state: &StateStore,
+    ) -> Result<Option<Restored>, CheckpointError> {
+        let candidates = self.candidates(p)?;
+        if candidates.is_empty() {
+            return Ok(None);
+        }
+        let mut problems = Vec::new();
+        for (skipped, (m, dir)) in candidates.iter().enumerate() {
+            if m.fingerprint != fingerprint {
+                return Err(CheckpointError::Refused(format!(
+                    "partition {p}: the newest usable checkpoint {} was written under another configuration \
+                     (fingerprint {} ≠ {}): window, lateness, bound, time source, dedup horizon, prices or \
+                     generation changed. Restoring it would mix two sets of rules. Either run with the previous \
+                     configuration, or re-bill under a new `job.generation` with a new consumer group (state \
+                     rebuilt from the log start), or — knowingly — pass `--reset-state earliest`.",
+                    dir.display(),
+                    short(&m.fingerprint),
+                    short(fingerprint)
+                )));
+            }
+            let Some(entry) = m.entry(p) else { continue };
+            let file = dir.join(&entry.file);
+            match hash_file(&file) {
+                Ok((bytes, sha)) if bytes == entry.bytes && sha == entry.sha256 => {
+                    let entries = read_snapshot(&file, p)?;
+                    state.import_partition(p, entries)?;
+                    if skipped > 0 {
+                        error!(partition = p, checkpoint = %dir.display(), skipped, "RESTORED FROM AN OLDER CHECKPOINT: newer ones are damaged");
+                    }
+                    info!(partition = p, checkpoint = %dir.display(), next_offset = entry.next_offset, "restored");
+                    return Ok(Some(Restored {
+                        checkpoint: dir.clone(),
+                        next_offset: entry.next_offset,
+                        skipped,
+                    }));
+                }
+                Ok((bytes, sha)) => {
+                    error!(file = %file.display(), expected = %short(&entry.sha256), found = %short(&sha), bytes, "CHECKPOINT FILE DAMAGED (checksum mismatch); falling back to an older checkpoint");
+                    problems.push(format!("{}: checksum mismatch", file.display()));
+                }
+                Err(e) => {
+                    error!(file = %file.display(), error = %e, "CHECKPOINT FILE UNREADABLE; falling back to an older checkpoint");
+                    problems.push(e.to_string());
+                }
+            }
+        }
+        Err(CheckpointError::Refused(format!(
+            "partition {p}: checkpoints exist but none is usable ({}). Refusing to start from empty state. \
+             Restore the checkpoint directory, or rebuild the partition from the log start with \
+             `--reset-state earliest`.",
+            problems.join("; ")
+        )))
+    }
+
+    /// Re-hashes every file of every checkpoint; returns the problems found.
+    pub fn verify(&self) -> Result<Vec<String>, CheckpointError> {
+        let mut problems = Vec::new();
+        for l in self.list()? {
+            match l.manifest {
+                None => problems.push(format!("{}: incomplete (no MANIFEST)", l.path.display())),
+                Some(Err(e)) => problems.push(format!("{}: {e}", l.path.display())),
+                Some(Ok(m)) => {
+                    for e in &m.partitions {
+                        let f = l.path.join(&e.file);
+                        match hash_file(&f) {
+                            Ok((bytes, sha)) if bytes == e.bytes && sha == e.sha256 => {}
+                            Ok(_) => problems.push(format!("{}: checksum mismatch", f.display())),
+                            Err(err) => problems.push(err.to_string()),
+                        }
+                    }
+                }
+            }
+        }
+        Ok(problems)
+    }
+
+    /// Deletes what the retention rule allows (see the module header).
+    pub fn retain(&self, newest_own: CheckpointId) -> Result<(), CheckpointError> {
+        let listed = self.list()?;
+        let complete: Vec<(&Manifest, &PathBuf)> = listed
+            .iter()
+            .filter_map(|l| match &l.manifest {
+                Some(Ok(m)) => Some((m, &l.path)),
+                _ => None,
+            })
+            .collect();
+        for l in &listed {
+            let remove = match &l.manifest {
+                Some(Ok(m)) => m.partitions.iter().all(|e| {
+                    let newer = complete
+                        .iter()
+                        .filter(|(o, _)| {
+                            o.entry(e.partition)
+                                .is_some_and(|oe| (oe.next_offset, o.id) > (e.next_offset, m.id))
+                        })
+                        .count();
+                    newer >= self.retain
+                }),
+                Some(Err(_)) => false, // keep damaged ones for inspection; `verify` reports them
+                None => {
+                    let name = l
+                        .path
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    let own_and_superseded = name.ends_with(&format!("-{}", self.worker))
+                        && parse_id(&name).is_some_and(|id| id < newest_own.0);
+                    let old = fs::metadata(&l.path)
+                        .and_then(|md| md.modified())
+                        .is_ok_and(|t| t.elapsed().is_ok_and(|age| age.as_secs() > 3600));
+                    own_and_superseded || old
+                }
+            };
+            if remove {
+                if let Err(e) = fs::remove_dir_all(&l.path) {
+                    warn!(checkpoint = %l.path.display(), error = %e, "cannot delete an old checkpoint");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn short(h: &str) -> &str {
+    &h[..h.len().min(12)]
+}
+
+/// Reads and checks a manifest.
+pub fn read_manifest(path: &Path) -> Result<Manifest, CheckpointError> {
+    let corrupt = |msg: String| CheckpointError::Corrupt {
+        path: path.display().to_string(),
+        msg,
+    };
+    let bytes = fs::read(path).map_err(io_err(path))?;
+    if bytes.len() < 32 {
+        return Err(corrupt("truncated manifest".into()));
+    }
+    let (body, sum) = bytes.split_at(bytes.len() - 32);
+    if Sha256::digest(body).as_slice() != sum {
+        return Err(corrupt("manifest checksum mismatch".into()));
+    }
+    let (m, _): (Manifest, usize) =
+        bincode::serde::decode_from_slice(body, bincode::config::standard())
+            .map_err(|e| corrupt(e.to_string()))?;
+    if m.format != MANIFEST_FORMAT {
+        return Err(corrupt(format!(
+            "manifest format {} is not {MANIFEST_FORMAT}",
+            m.format
+        )));
+    }
+    Ok(m)
+}
+
+/// Writes `MANIFEST` into `dir`: temp name, fsync, rename, fsync of the directory.
+pub fn write_manifest(dir: &Path, m: &Manifest) -> Result<(), CheckpointError> {
+    let body = bincode::serde::encode_to_vec(m, bincode::config::standard()).map_err(|e| {
+        CheckpointError::Corrupt {
+            path: dir.display().to_string(),
+            msg: e.to_string(),
+        }
+    })?;
+    let tmp = dir.join("MANIFEST.tmp");
+    let mut f = fs::File::create(&tmp).map_err(io_err(&tmp))?;
+    f.write_all(&body)
+        .and_then(|_| f.write_all(&Sha256::digest(&body)))
+        .and_then(|_| f.sync_all())
+        .map_err(io_err(&tmp))?;
+    let target = dir.join(MANIFEST);
+    fs::rename(&tmp, &target).map_err(io_err(&target))?;
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err(dir))?;
+    Ok(())
+}

@@ -1,0 +1,419 @@
+//! The worker's partitions and the checkpoint protocol (DESIGN §7), shared between
+//! the poll loop and the rebalance callback (both on the poll thread, one at a time).
+//!
+//! Checkpoint N:
+//! 1. barrier: the loop is between records (`before_barrier`); the previous export
+//!    is finished and its offsets committed first;
+//! 2. flush the producer: every result, late and dead-letter record before the
+//!    barrier is acknowledged, or the checkpoint fails (`after_flush`);
+//! 3. write each partition's delta into the state store (one batch), then export
+//!    the store to the checkpoint directory on a background thread — files
+//!    fsynced, `MANIFEST` renamed last (`mid_state_write`); processing resumes;
+//! 4. when the export completes (`after_manifest`), commit its offsets to the group
+//!    with `tally-checkpoint=N` as metadata (`after_offset_commit`);
+//! 5. apply retention.
+//!
+//! A crash anywhere replays from the newest complete checkpoint; replayed outputs
+//! are byte-identical to the originals (same versions), so the sink ignores them.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use tracing::{info, warn};
+
+use super::report::Publisher;
+use super::WorkerError;
+use crate::checkpoint::export::{self, ExportJob};
+use crate::checkpoint::store::CheckpointStore;
+use crate::checkpoint::{CheckpointError, CheckpointId, Manifest};
+use crate::engine::{Counters, EngineConfig, PartitionTask, RecordIn, ResultRecord, Route};
+use crate::failpoint;
+use crate::kafka::outputs::{source_coords, Outputs};
+use crate::kafka::source::{RebalanceHandler, Source, StartPolicy};
+use crate::kafka::{now_ms, KafkaIoError};
+use crate::metrics::{PartitionReport, WorkerReport};
+use crate::state::{NextOffset, PartitionCommit, StateStore};
+
+pub struct Slot {
+    pub task: PartitionTask,
+    pub next: NextOffset,
+    /// Log end when the partition was assigned (for `until_end`).
+    pub end: i64,
+    pub last_record: Instant,
+}
+
+pub struct Core {
+    pub engine: Arc<EngineConfig>,
+    pub fingerprint: String,
+    pub topic: String,
+    pub group: String,
+    pub worker: String,
+    pub store: Arc<StateStore>,
+    pub checkpoints: CheckpointStore,
+    pub outputs: Outputs,
+    pub slots: BTreeMap<i32, Slot>,
+    pub panes: Vec<ResultRecord>,
+    pub policy: StartPolicy,
+    pub assigned_once: bool,
+    /// `watermark.idle_timeout`, ms.
+    pub idle_ms: Option<i64>,
+    pub publisher: Publisher,
+    pub next_id: CheckpointId,
+    pub exporting: Option<(
+        CheckpointId,
+        Instant,
+        JoinHandle<Result<Manifest, CheckpointError>>,
+    )>,
+    /// Barrier pauses so far, ms (for the shutdown summary and benchmarks).
+    pub pauses_ms: Vec<u64>,
+}
+
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl Core {
+    /// Routes one input record and produces what it caused.
+    pub fn process(&mut self, m: &BorrowedMessage<'_>) -> Result<(), WorkerError> {
+        let p = m.partition();
+        let Some(slot) = self.slots.get_mut(&p) else {
+            warn!(
+                partition = p,
+                offset = m.offset(),
+                "record from an unassigned partition; skipped"
+            );
+            return Ok(());
+        };
+        if m.offset() < slot.next.0 {
+            return Ok(()); // already applied (a fetch racing a seek)
+        }
+        let payload = m.payload().unwrap_or_default();
+        let rec = RecordIn {
+            payload,
+            kafka_ts: m.timestamp().to_millis(),
+            now_ms: now_ms(),
+        };
+        let route = slot.task.process(rec, &mut self.panes);
+        slot.next = NextOffset(m.offset() + 1);
+        slot.last_record = Instant::now();
+        let burst = self.panes.len() > 1;
+        for (i, pane) in self.panes.drain(..).enumerate() {
+            if burst && i == 1 {
+                failpoint::hit("mid_pane_burst");
+            }
+            self.outputs.result(&pane)?;
+        }
+        match route {
+            Route::Window | Route::Duplicate => {}
+            Route::TooLate {
+                window_end,
+                watermark,
+            } => {
+                let src = source_coords(&self.topic, p, m.offset());
+                self.outputs
+                    .late(m.key(), payload, window_end, watermark, &src)?;
+            }
+            Route::DeadLetter(reason) => {
+                let src = source_coords(&self.topic, p, m.offset());
+                warn!(source = %src, reason = %reason, "dead letter");
+                self.outputs.dead_letter(m.key(), payload, &reason, &src)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Idleness (DESIGN §4): after `idle_timeout` of silence, a partition's
+    /// watermark follows the wall clock from where its data left it
+    /// (`max_ts - bound + silence`). Forced only when that fires or purges
+    /// something; the forced value is part of the checkpointed watermark.
+    pub fn advance_idle(&mut self) -> Result<(), WorkerError> {
+        let Some(idle) = self.idle_ms else {
+            return Ok(());
+        };
+        for slot in self.slots.values_mut() {
+            let silence = slot.last_record.elapsed().as_millis() as i64;
+            let (Some(max_ts), Some(deadline)) = (slot.task.max_ts(), slot.task.next_deadline())
+            else {
+                continue;
+            };
+            let forced = max_ts - self.engine.max_out_of_orderness_ms + silence;
+            if silence >= idle && forced >= deadline {
+                slot.task.force_watermark(forced, &mut self.panes);
+                info!(
+                    partition = slot.task.partition(),
+                    silence_ms = silence,
+                    watermark = forced,
+                    "idle partition: watermark advanced by wall clock"
+                );
+            }
+        }
+        for pane in self.panes.drain(..) {
+            self.outputs.result(&pane)?;
+        }
+        Ok(())
+    }
+
+    pub fn drained(&self) -> bool {
+        self.assigned_once && self.slots.values().all(|s| s.next.0 >= s.end)
+    }
+
+    /// Takes checkpoint N (steps 1–3); with `wait`, also completes it (4–5).
+    pub fn checkpoint(&mut self, consumer: &Source, wait: bool) -> Result<(), WorkerError> {
+        failpoint::hit("before_barrier");
+        self.finish_export(consumer)?;
+        if self.slots.is_empty() {
+            return Ok(());
+        }
+        let started = Instant::now();
+        self.outputs.flush(FLUSH_TIMEOUT)?;
+        failpoint::hit("after_flush");
+        let mut parts = Vec::with_capacity(self.slots.len());
+        let mut listed = Vec::with_capacity(self.slots.len());
+        for (p, s) in self.slots.iter_mut() {
+            parts.push(PartitionCommit {
+                partition: *p,
+                next_offset: s.next,
+                delta: s.task.drain_changes(),
+            });
+            let wm = s.task.max_ts().map(|_| s.task.watermark());
+            listed.push((*p, s.next.0, wm, s.task.counters()));
+        }
+        self.store.commit(parts)?;
+        let id = self.next_id;
+        self.next_id = CheckpointId(id.0 + 1);
+        let job = ExportJob {
+            id,
+            dir: self.checkpoints.dir_for(id),
+            worker: self.worker.clone(),
+            group: self.group.clone(),
+            topic: self.topic.clone(),
+            fingerprint: self.fingerprint.clone(),
+            created_at_ms: now_ms(),
+            partitions: listed,
+            store: self.store.clone(),
+        };
+        let handle = export::spawn(job).map_err(|source| WorkerError::Io {
+            path: "checkpoint thread".into(),
+            source,
+        })?;
+        self.exporting = Some((id, started, handle));
+        self.pauses_ms.push(started.elapsed().as_millis() as u64);
+        if wait {
+            self.finish_export(consumer)?;
+        }
+        Ok(())
+    }
+
+    /// Completes a finished (or, blocking, the pending) export: offsets, retention.
+    pub fn finish_export(&mut self, consumer: &Source) -> Result<(), WorkerError> {
+        let Some((id, started, handle)) = self.exporting.take() else {
+            return Ok(());
+        };
+        let manifest = handle
+            .join()
+            .map_err(|_| WorkerError::Refused(format!("checkpoint {} thread panicked", id.0)))??;
+        failpoint::hit("after_manifest");
+        let mut tpl = TopicPartitionList::new();
+        for e in &manifest.partitions {
+            tpl.add_partition_offset(&self.topic, e.partition, Offset::Offset(e.next_offset))
+                .map_err(KafkaIoError::client("building the offset list"))?;
+        }
+        for mut elem in tpl.elements_for_topic(&self.topic) {
+            elem.set_metadata(format!("tally-checkpoint={}", id.0));
+        }
+        // Offsets in the group mirror the checkpoint. A failed commit (e.g. during a
+        // rebalance) loses nothing: restores read offsets from the checkpoint store.
+        if let Err(e) = consumer.commit(&tpl, CommitMode::Sync) {
+            warn!(checkpoint = id.0, error = %e, "offset commit failed; the checkpoint is complete");
+        }
+        failpoint::hit("after_offset_commit");
+        self.checkpoints.retain(id)?;
+        let total = self.audit();
+        let report = self.report();
+        self.publisher.publish(&report);
+        info!(
+            checkpoint = id.0,
+            pause_ms = self.pauses_ms.last().copied().unwrap_or(0),
+            duration_ms = started.elapsed().as_millis() as u64,
+            bytes = manifest.partitions.iter().map(|e| e.bytes).sum::<u64>(),
+            offsets = ?manifest.partitions.iter().map(|e| (e.partition, e.next_offset)).collect::<Vec<_>>(),
+            consumed = total.consumed, folded = total.folded, too_late = total.too_late,
+            dead_letter = total.dead_letter, duplicate = total.duplicate, panes = total.panes,
+            audit_balanced = total.balanced(),
+            "checkpoint complete"
+        );
+        Ok(())
+    }
+
+    /// Completes the pending export if its thread is done (non-blocking).
+    pub fn poll_export(&mut self, consumer: &Source) -> Result<(), WorkerError> {
+        if self
+            .exporting
+            .as_ref()
+            .is_some_and(|(_, _, h)| h.is_finished())
+        {
+            self.finish_export(consumer)?;
+        }
+        Ok(())
+    }
+
+    fn restore(&mut self, consumer: &Source, p: i32) -> Result<i64, WorkerError> {
+        let timeout = Duration::from_secs(10);
+        let (low, high) =
+            consumer
+                .fetch_watermarks(&self.topic, p, timeout)
+                .map_err(KafkaIoError::client(format!(
+                    "reading the log range of {}/{p}",
+                    self.topic
+                )))?;
+        let topic = &self.topic;
+        let restored = if self.policy.reset_state_earliest {
+            None
+        } else {
+            self.checkpoints
+                .restore_partition(p, &self.fingerprint, &self.store)
+                .map_err(|e| match e {
+                    CheckpointError::Refused(m) => WorkerError::Refused(m),
+                    other => WorkerError::Checkpoint(other),
+                })?
+        };
+        let start = match restored {
+            Some(r) => r.next_offset,
+            None => {
+                self.store.drop_partition(p)?;
+                let mut tpl = TopicPartitionList::new();
+                tpl.add_partition(topic, p);
+                let committed = consumer
+                    .committed_offsets(tpl, timeout)
+                    .map_err(KafkaIoError::client("reading committed offsets"))?;
+                let group_offset = committed.find_partition(topic, p).map(|e| e.offset());
+                if let Some(Offset::Offset(o)) = group_offset {
+                    if !self.policy.reset_state_earliest {
+                        return Err(WorkerError::Refused(format!(
+                            "partition {topic}/{p} has committed offset {o} in consumer group {} but no checkpoint \
+                             in {}. Starting from empty state would under-bill (the windows before offset {o} \
+                             are lost). Restore the checkpoint directory, or rebuild this partition from the log \
+                             start with `tally run --reset-state earliest`.",
+                            self.group,
+                            self.checkpoints.root().display()
+                        )));
+                    }
+                    warn!(
+                        partition = p,
+                        committed = o,
+                        "rebuilding from the log start as requested (--reset-state earliest)"
+                    );
+                }
+                if low > 0 && !self.policy.allow_truncated_log {
+                    return Err(WorkerError::Refused(format!(
+                        "partition {topic}/{p} has no checkpoint and its log starts at offset {low}, not 0: the \
+                         broker already deleted records, so a replay would bill a partial history. Restore the \
+                         checkpoint directory, or accept the gap with `--allow-truncated-log`."
+                    )));
+                }
+                low
+            }
+        };
+        if start > high {
+            return Err(WorkerError::Refused(format!(
+                "partition {topic}/{p}: the checkpoint resumes at offset {start} but the log ends at {high}: the \
+                 topic was recreated or the broker lost data. Refusing to guess."
+            )));
+        }
+        if start < low && !self.policy.allow_truncated_log {
+            return Err(WorkerError::Refused(format!(
+                "partition {topic}/{p}: the checkpoint resumes at offset {start} but the log now starts at {low}: \
+                 records in between were deleted before tally read them. Accept the gap with `--allow-truncated-log`."
+            )));
+        }
+        let snap = self
+            .store
+            .load(p)?
+            .map(|(snap, _)| snap)
+            .unwrap_or_default();
+        let task = PartitionTask::restore(p, self.engine.clone(), snap);
+        self.slots.insert(
+            p,
+            Slot {
+                task,
+                next: NextOffset(start.max(low)),
+                end: high,
+                last_record: Instant::now(),
+            },
+        );
+        Ok(start.max(low))
+    }
+
+    /// Sums the audit counters; an imbalance is a bug and is reported loudly.
+    pub fn audit(&self) -> Counters {
+        let mut total = Counters::default();
+        for (p, s) in &self.slots {
+            let c = s.task.counters();
+            if !c.balanced() {
+                tracing::error!(partition = p, ?c, "CONSERVATION AUDIT FAILED: consumed != folded + too_late + dead_letter + duplicate");
+            }
+            total.add(&c);
+        }
+        total
+    }
+
+    pub fn report(&self) -> WorkerReport {
+        WorkerReport {
+            at_ms: now_ms(),
+            topic: self.topic.clone(),
+            group: self.group.clone(),
+            bound_ms: self.engine.max_out_of_orderness_ms,
+            idle_ms: self.idle_ms,
+            partitions: self
+                .slots
+                .iter()
+                .map(|(p, s)| PartitionReport {
+                    partition: *p,
+                    watermark: s.task.max_ts().map(|_| s.task.watermark()),
+                    max_ts: s.task.max_ts(),
+                    next_offset: s.next.0,
+                    idle_ms: s.last_record.elapsed().as_millis() as u64,
+                    idle_advances: s.task.counters().idle_advances,
+                    counters: s.task.counters(),
+                    open_windows: s.task.open_windows(),
+                    dedup_ids: s.task.dedup_ids(),
+                    delay: s.task.delay().clone(),
+                    disorder: s.task.disorder().clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl RebalanceHandler for Core {
+    fn on_assign(
+        &mut self,
+        consumer: &Source,
+        partitions: &[i32],
+    ) -> Result<Vec<(i32, i64)>, String> {
+        // The store must not be written while an export reads it.
+        self.finish_export(consumer).map_err(|e| e.to_string())?;
+        self.assigned_once = true;
+        partitions
+            .iter()
+            .map(|p| {
+                self.restore(consumer, *p)
+                    .map(|s| (*p, s))
+                    .map_err(|e| e.to_string())
+            })
+            .collect()
+    }
+
+    fn on_revoke(&mut self, consumer: &Source, partitions: &[i32]) -> Result<(), String> {
+        // Hand over cleanly: checkpoint (and commit) before Kafka moves them.
+        self.checkpoint(consumer, true).map_err(|e| e.to_string())?;
+        for p in partitions {
+            self.slots.remove(p);
+            self.store.drop_partition(*p).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}
