@@ -17,6 +17,9 @@ use sha2::{Digest, Sha256};
 use super::{hex, io_err, CheckpointError};
 
 const MAGIC: &[u8; 8] = b"TALLYPS1";
+
+/// One state-store entry: `(key, value)`.
+pub type Entry = (Vec<u8>, Vec<u8>);
 const END: u32 = u32::MAX;
 
 /// Writes while hashing and counting.
@@ -98,10 +101,7 @@ pub fn hash_file(path: &Path) -> Result<(u64, String), CheckpointError> {
 }
 
 /// Reads a snapshot file (the caller verified its checksum).
-pub fn read_snapshot(
-    path: &Path,
-    partition: i32,
-) -> Result<Vec<(Vec<u8>, Vec<u8>)>, CheckpointError> {
+pub fn read_snapshot(path: &Path, partition: i32) -> Result<Vec<Entry>, CheckpointError> {
     let corrupt = |msg: &str| CheckpointError::Corrupt {
         path: path.display().to_string(),
         msg: msg.to_string(),

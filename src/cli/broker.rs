@@ -26,6 +26,9 @@ pub struct BrokerArgs {
     /// Do not create the config's topics, only --topic ones.
     #[arg(long)]
     pub no_default_topics: bool,
+    /// The groups' initial rebalance delay (Kafka's group.initial.rebalance.delay.ms).
+    #[arg(long, default_value = "100ms")]
+    pub initial_rebalance_delay: String,
 }
 
 pub fn run(a: BrokerArgs) -> anyhow::Result<()> {
@@ -51,7 +54,13 @@ pub fn run(a: BrokerArgs) -> anyhow::Result<()> {
     {
         std::fs::create_dir_all(dir)?;
     }
-    let cluster = broker::start(&topics, Some(&a.address_file))?;
+    let delay = crate::config::Millis::parse(&a.initial_rebalance_delay)
+        .map_err(|e| anyhow!("--initial-rebalance-delay: {e}"))?;
+    let cluster = broker::start(
+        &topics,
+        Some(&a.address_file),
+        Duration::from_millis(delay.0 as u64),
+    )?;
     println!("{}", cluster.bootstrap_servers());
     tracing::info!(bootstrap = %cluster.bootstrap_servers(), topics = ?topics, file = %a.address_file.display(),
         "dev broker ready (in-memory; keeps the newest 5 MiB per partition)");

@@ -2,6 +2,7 @@
 //! inputs from the config and calls into the library.
 
 mod broker;
+mod checkpoints;
 pub mod demo;
 mod gen;
 mod run;
@@ -56,6 +57,8 @@ pub enum Command {
     DevBroker(broker::BrokerArgs),
     /// The whole story on embedded defaults: broker, worker, late events, sink.
     Demo(demo::DemoArgs),
+    /// Inspect the checkpoint store.
+    Checkpoints(checkpoints::CheckpointsArgs),
     /// Observed event delays and watermarks of the worker using this state.dir,
     /// with a recommended watermark.max_out_of_orderness.
     Delays(ConfigArg),
@@ -110,6 +113,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Gen(a) => gen::run(a),
         Command::DevBroker(a) => broker::run(a),
         Command::Demo(a) => demo::run(a),
+        Command::Checkpoints(a) => checkpoints::run(a),
         Command::Delays(c) => {
             let cfg = c.load()?;
             let report = crate::worker::report::read(&cfg.state.dir).map_err(anyhow::Error::msg)?;

@@ -115,7 +115,8 @@ impl TryFrom<BTreeMap<String, toml::Value>> for KafkaConfig {
             match key.as_str() {
                 "bootstrap_servers" => k.bootstrap_servers = s,
                 "group_id" => k.group_id = s,
-                p if p.contains('.') => {
+                // `debug` is the one common librdkafka property without a dot.
+                p if p.contains('.') || p == "debug" => {
                     k.properties.insert(key, s);
                 }
                 _ => {

@@ -5,34 +5,91 @@
 //! ListOffsets earliest/latest) but not CreateTopics, so topics are created here,
 //! through the mock API, before the bootstrap address is published. It keeps only
 //! the newest 5 MiB of batches per partition.
+//!
+//! The cluster is owned by a client handle created with `test.mock.num.brokers`
+//! (the documented way to get a mock cluster); the few mock calls rdkafka's safe
+//! wrapper lacks (the group initial-rebalance delay) go through the C API here.
 
+use std::ffi::{CStr, CString};
 use std::path::Path;
+use std::time::Duration;
 
-use rdkafka::mocking::MockCluster;
+use rdkafka::bindings as rd;
+use rdkafka::producer::{BaseProducer, Producer};
+use rdkafka::ClientConfig;
 
 use super::KafkaIoError;
 
+/// A running mock cluster; it serves until dropped.
+pub struct DevBroker {
+    handle: BaseProducer,
+    bootstrap: String,
+}
+
+impl DevBroker {
+    pub fn bootstrap_servers(&self) -> String {
+        self.bootstrap.clone()
+    }
+
+    fn mock(&self) -> *mut rd::rd_kafka_mock_cluster_t {
+        // SAFETY: the handle was created with test.mock.num.brokers and lives as long as self.
+        unsafe { rd::rd_kafka_handle_mock_cluster(self.handle.client().native_ptr()) }
+    }
+
+    pub fn create_topic(&self, name: &str, partitions: i32) -> Result<(), KafkaIoError> {
+        let c = CString::new(name)
+            .map_err(|_| KafkaIoError::Fatal(format!("topic name {name:?} contains NUL")))?;
+        // SAFETY: valid mock pointer and NUL-terminated name.
+        let err = unsafe { rd::rd_kafka_mock_topic_create(self.mock(), c.as_ptr(), partitions, 1) };
+        if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            return Err(KafkaIoError::Fatal(format!(
+                "creating topic {name}: {err:?}"
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Starts the mock cluster, creates `topics` (name, partitions), writes the
-/// bootstrap address to `address_file` (atomically) and returns the cluster; it
-/// serves until dropped.
+/// bootstrap address to `address_file` (atomically) and returns the cluster.
+/// `initial_rebalance_delay` is the group's `group.initial.rebalance.delay.ms`
+/// (3 s in the mock by default; short for development and tests).
 pub fn start(
     topics: &[(String, i32)],
     address_file: Option<&Path>,
-) -> Result<MockCluster<'static, rdkafka::producer::DefaultProducerContext>, KafkaIoError> {
-    let cluster = MockCluster::new(1).map_err(KafkaIoError::client("starting the mock cluster"))?;
+    initial_rebalance_delay: Duration,
+) -> Result<DevBroker, KafkaIoError> {
+    let handle: BaseProducer = ClientConfig::new()
+        .set("test.mock.num.brokers", "1")
+        .create()
+        .map_err(KafkaIoError::client("starting the mock cluster"))?;
+    // SAFETY: see DevBroker::mock; the bootstrap string is owned by the cluster.
+    let bootstrap = unsafe {
+        let mock = rd::rd_kafka_handle_mock_cluster(handle.client().native_ptr());
+        if mock.is_null() {
+            return Err(KafkaIoError::Fatal(
+                "librdkafka did not create a mock cluster".into(),
+            ));
+        }
+        rd::rd_kafka_mock_group_initial_rebalance_delay_ms(
+            mock,
+            initial_rebalance_delay.as_millis() as i32,
+        );
+        CStr::from_ptr(rd::rd_kafka_mock_cluster_bootstraps(mock))
+            .to_string_lossy()
+            .into_owned()
+    };
+    let broker = DevBroker { handle, bootstrap };
     for (name, partitions) in topics {
-        cluster
-            .create_topic(name, *partitions, 1)
-            .map_err(KafkaIoError::client(format!("creating topic {name}")))?;
+        broker.create_topic(name, *partitions)?;
     }
-    let bootstrap = cluster.bootstrap_servers();
     if let Some(path) = address_file {
         let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, format!("{bootstrap}\n"))
+        std::fs::write(&tmp, format!("{}\n", broker.bootstrap))
             .and_then(|_| std::fs::rename(&tmp, path))
             .map_err(|e| KafkaIoError::Fatal(format!("writing {}: {e}", path.display())))?;
     }
-    Ok(cluster)
+    Ok(broker)
 }
 
 /// Parses `name:partitions` (partitions default to `default_partitions`).

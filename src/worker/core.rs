@@ -47,6 +47,13 @@ pub struct Slot {
     pub last_record: Instant,
 }
 
+/// A checkpoint whose files are being written: its id, barrier time and thread.
+pub type PendingExport = (
+    CheckpointId,
+    Instant,
+    JoinHandle<Result<Manifest, CheckpointError>>,
+);
+
 pub struct Core {
     pub engine: Arc<EngineConfig>,
     pub fingerprint: String,
@@ -64,11 +71,7 @@ pub struct Core {
     pub idle_ms: Option<i64>,
     pub publisher: Publisher,
     pub next_id: CheckpointId,
-    pub exporting: Option<(
-        CheckpointId,
-        Instant,
-        JoinHandle<Result<Manifest, CheckpointError>>,
-    )>,
+    pub exporting: Option<PendingExport>,
     /// Barrier pauses so far, ms (for the shutdown summary and benchmarks).
     pub pauses_ms: Vec<u64>,
 }
@@ -99,6 +102,7 @@ impl Core {
         let route = slot.task.process(rec, &mut self.panes);
         slot.next = NextOffset(m.offset() + 1);
         slot.last_record = Instant::now();
+        let dead_letters = slot.task.counters().dead_letter;
         let burst = self.panes.len() > 1;
         for (i, pane) in self.panes.drain(..).enumerate() {
             if burst && i == 1 {
@@ -118,7 +122,12 @@ impl Core {
             }
             Route::DeadLetter(reason) => {
                 let src = source_coords(&self.topic, p, m.offset());
-                warn!(source = %src, reason = %reason, "dead letter");
+                // The first dead letters of a partition are logged one by one, then
+                // every 1000th: a flood of poison must not flood the log too.
+                let n = dead_letters;
+                if n <= 10 || n % 1000 == 0 {
+                    warn!(source = %src, reason = %reason, dead_letters = n, "dead letter");
+                }
                 self.outputs.dead_letter(m.key(), payload, &reason, &src)?;
             }
         }
@@ -162,11 +171,11 @@ impl Core {
 
     /// Takes checkpoint N (steps 1–3); with `wait`, also completes it (4–5).
     pub fn checkpoint(&mut self, consumer: &Source, wait: bool) -> Result<(), WorkerError> {
-        failpoint::hit("before_barrier");
         self.finish_export(consumer)?;
         if self.slots.is_empty() {
             return Ok(());
         }
+        failpoint::hit("before_barrier");
         let started = Instant::now();
         self.outputs.flush(FLUSH_TIMEOUT)?;
         failpoint::hit("after_flush");

@@ -202,7 +202,9 @@ dir = "{dir}/state-{group}"
 }
 
 /// Runs `tally <args>` to completion (bounded by `timeout`), returning its output.
+/// Output pipes are drained while it runs, so a chatty child never blocks.
 pub fn tally(args: &[&str], envs: &[(&str, &str)], timeout: Duration) -> Output {
+    use std::io::Read;
     let mut child = Command::new(tally_bin())
         .args(args)
         .envs(envs.iter().copied())
@@ -211,20 +213,35 @@ pub fn tally(args: &[&str], envs: &[(&str, &str)], timeout: Duration) -> Output 
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn tally");
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = r.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
     let deadline = Instant::now() + timeout;
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
+            let _ = child.wait();
+            let stderr = err.join().unwrap();
             panic!(
                 "tally {args:?} did not finish within {timeout:?}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stderr)
+                String::from_utf8_lossy(&stderr)
             );
         }
         std::thread::sleep(Duration::from_millis(50));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
     }
 }
 

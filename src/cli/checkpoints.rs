@@ -1,0 +1,87 @@
+//! `tally checkpoints list|verify`.
+
+use clap::{Args, Subcommand};
+
+use super::ConfigArg;
+use crate::checkpoint::store::CheckpointStore;
+use crate::config::duration::format_utc_ms;
+use crate::kafka::now_ms;
+
+#[derive(Args, Debug)]
+pub struct CheckpointsArgs {
+    #[command(subcommand)]
+    pub action: Action,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Action {
+    /// Every checkpoint of the job's group: id, time, partitions, offsets, size, age.
+    List(ConfigArg),
+    /// Re-hash every file against its manifest; exit non-zero on any damage.
+    Verify(ConfigArg),
+}
+
+fn open(c: &ConfigArg) -> anyhow::Result<CheckpointStore> {
+    let cfg = c.load()?;
+    Ok(CheckpointStore::open(
+        &cfg.checkpoint.dir,
+        &cfg.kafka.group_id,
+        "cli",
+        cfg.checkpoint.retain as usize,
+    )?)
+}
+
+pub fn run(a: CheckpointsArgs) -> anyhow::Result<()> {
+    match a.action {
+        Action::List(c) => {
+            let store = open(&c)?;
+            println!("checkpoints of {}", store.root().display());
+            println!(
+                "{:<40} {:<24} {:>6} {:>10} {:>9}  offsets",
+                "checkpoint", "created", "parts", "bytes", "age"
+            );
+            for l in store.list()? {
+                let name = l
+                    .path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                match l.manifest {
+                    None => println!("{name:<40} (incomplete: no MANIFEST)"),
+                    Some(Err(e)) => println!("{name:<40} (unreadable: {e})"),
+                    Some(Ok(m)) => {
+                        let bytes: u64 = m.partitions.iter().map(|e| e.bytes).sum();
+                        let offsets: Vec<String> = m
+                            .partitions
+                            .iter()
+                            .map(|e| format!("{}:{}", e.partition, e.next_offset))
+                            .collect();
+                        let age = (now_ms() - m.created_at_ms).max(0) / 1000;
+                        println!(
+                            "{name:<40} {:<24} {:>6} {bytes:>10} {:>8}s  {}",
+                            format_utc_ms(m.created_at_ms),
+                            m.partitions.len(),
+                            age,
+                            offsets.join(" ")
+                        );
+                    }
+                }
+            }
+            Ok(())
+        }
+        Action::Verify(c) => {
+            let store = open(&c)?;
+            let problems = store.verify()?;
+            let n = store.list()?.len();
+            if problems.is_empty() {
+                println!("{n} checkpoint(s) verified: every file matches its manifest");
+                Ok(())
+            } else {
+                for p in &problems {
+                    println!("DAMAGED: {p}");
+                }
+                anyhow::bail!("{} problem(s) in {n} checkpoint(s)", problems.len())
+            }
+        }
+    }
+}

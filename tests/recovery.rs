@@ -1,0 +1,443 @@
+//! Checkpoints and recovery on the real services: a SIGKILL at every named crash
+//! point, random kills during a continuous run, damaged checkpoints, and the
+//! refusals that keep a worker from guessing.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use tally::gen::Expected;
+use tally::kafka::read::read_topic;
+
+const TOPICS: &[(&str, i32)] = &[
+    ("requests", 4),
+    ("tenant-cost", 2),
+    ("requests.late", 2),
+    ("requests.dlq", 2),
+];
+
+struct Job {
+    dir: TempDir,
+    broker: DevBroker,
+    cfg: PathBuf,
+}
+
+impl Job {
+    fn new(tag: &str) -> Job {
+        let dir = TempDir::new(tag);
+        let broker = DevBroker::start(TOPICS);
+        let cfg = write_config(
+            dir.path(),
+            &broker,
+            "job",
+            "[window]\nallowed_lateness = \"10s\"\n",
+        );
+        // A short interval so crash points are reached many times within the run.
+        // A short session timeout so a killed member leaves the group quickly.
+        let text = std::fs::read_to_string(&cfg)
+            .unwrap()
+            .replace("interval = \"1s\"", "interval = \"100ms\"")
+            .replace(
+                "\"session.timeout.ms\" = \"6000\"",
+                "\"session.timeout.ms\" = \"3000\"\n\"heartbeat.interval.ms\" = \"500\"",
+            );
+        std::fs::write(&cfg, text).unwrap();
+        Job { dir, broker, cfg }
+    }
+
+    fn cfg(&self) -> &str {
+        self.cfg.to_str().unwrap()
+    }
+
+    fn generate(&self, count: u32, rate: Option<u32>) -> (Expected, Option<Child>) {
+        let expected = self.dir.path().join("expected.json");
+        let args: Vec<String> = [
+            "gen",
+            "--config",
+            self.cfg(),
+            "--count",
+            &count.to_string(),
+            "--tenants",
+            "30",
+            "--seed",
+            "3",
+            "--late-fraction",
+            "0.01",
+            "--duplicate-fraction",
+            "0.02",
+            "--malformed-fraction",
+            "0.01",
+            "--partitions",
+            "4",
+            "--expected-file",
+            expected.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        if let Some(r) = rate {
+            // The expected totals do not depend on the rate: compute them offline,
+            // and produce in the background at the given rate.
+            let mut live: Vec<String> = args[..args.len() - 2].to_vec();
+            live.extend(["--rate".to_string(), r.to_string()]);
+            let child = Command::new(tally_bin())
+                .args(&live)
+                .env("TALLY_LOG", "warn")
+                .spawn()
+                .unwrap();
+            let offline = self.dir.path().join("offline.jsonl");
+            let mut off = args.clone();
+            off.extend([
+                "--output-file".to_string(),
+                offline.to_str().unwrap().to_string(),
+            ]);
+            let off_refs: Vec<&str> = off.iter().map(String::as_str).collect();
+            tally_ok(&off_refs, &[], Duration::from_secs(120));
+            let e: Expected = serde_json::from_slice(&std::fs::read(&expected).unwrap()).unwrap();
+            return (e, Some(child));
+        }
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        tally_ok(&refs, &[], Duration::from_secs(300));
+        (
+            serde_json::from_slice(&std::fs::read(&expected).unwrap()).unwrap(),
+            None,
+        )
+    }
+
+    fn spawn_worker(&self, envs: &[(&str, &str)]) -> Child {
+        Command::new(tally_bin())
+            .args(["run", "--config", self.cfg()])
+            .envs(envs.iter().copied())
+            .env("TALLY_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Runs to the end without faults, applies the results to a fresh database and
+    /// checks everything against the generator's expectation.
+    fn finish_and_check(&self, expected: &Expected) {
+        tally_ok(
+            &["run", "--config", self.cfg(), "--until-end"],
+            &[],
+            Duration::from_secs(300),
+        );
+        let db = fresh_database("rec");
+        tally_ok(
+            &["sink", "--config", self.cfg(), "--until-end"],
+            &[("TALLY_SINK__DATABASE_URL", &db)],
+            Duration::from_secs(300),
+        );
+        self.check_db(&db, expected);
+    }
+
+    fn check_db(&self, db: &str, expected: &Expected) {
+        let view = query(db, "SELECT tenant_id, window_end::TEXT, cost_pico::TEXT FROM tenant_cost_minute ORDER BY 1, 2");
+        let want: Vec<Vec<Option<String>>> = expected
+            .windows
+            .iter()
+            .map(|w| {
+                vec![
+                    Some(w.tenant_id.clone()),
+                    Some(w.window_end.to_string()),
+                    Some(w.cost_pico.clone()),
+                ]
+            })
+            .collect();
+        assert_eq!(view.len(), want.len());
+        assert_eq!(view, want, "invoice lines differ from the expected totals");
+        // Every too-late event is on the late topic (duplicates allowed after a crash).
+        let late: BTreeSet<String> = read_topic(&self.broker.kafka(), "requests.late")
+            .unwrap()
+            .iter()
+            .map(|r| {
+                serde_json::from_slice::<serde_json::Value>(&r.payload).unwrap()["request_id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        let want_late: BTreeSet<String> = expected
+            .too_late
+            .iter()
+            .map(|l| l.request_id.clone())
+            .collect();
+        assert_eq!(late, want_late);
+        // The audit balances and counts every record exactly once, across the crash.
+        let report = tally::worker::report::read(&self.dir.path().join("state-job")).unwrap();
+        let mut c = tally::engine::Counters::default();
+        for p in &report.partitions {
+            assert!(p.counters.balanced(), "{p:?}");
+            c.add(&p.counters);
+        }
+        assert_eq!(c.consumed, expected.records);
+        assert_eq!(
+            (c.too_late, c.duplicate),
+            (expected.too_late.len() as u64, expected.duplicates)
+        );
+        assert_eq!(c.dead_letter, expected.dead_letters.values().sum::<u64>());
+    }
+}
+
+fn wait_killed(child: &mut Child, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert_eq!(
+                status.signal(),
+                Some(9),
+                "{what}: expected a SIGKILL at the crash point, got {status}"
+            );
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the crash point was never reached"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn crash_at(point: &str) {
+    let job = Job::new(point);
+    let (expected, _) = job.generate(60_000, None);
+    let spec = format!("{point}:3");
+    let mut w = job.spawn_worker(&[("TALLY_CRASH_AT", spec.as_str())]);
+    wait_killed(&mut w, point);
+    job.finish_and_check(&expected);
+}
+
+#[test]
+fn crash_before_the_barrier() {
+    crash_at("before_barrier");
+}
+
+#[test]
+fn crash_after_the_producer_flush() {
+    crash_at("after_flush");
+}
+
+#[test]
+fn crash_in_the_middle_of_the_state_write() {
+    crash_at("mid_state_write");
+}
+
+#[test]
+fn crash_after_the_manifest_rename_before_the_offset_commit() {
+    crash_at("after_manifest");
+}
+
+#[test]
+fn crash_after_the_offset_commit() {
+    crash_at("after_offset_commit");
+}
+
+#[test]
+fn crash_in_the_middle_of_a_burst_of_panes() {
+    crash_at("mid_pane_burst");
+}
+
+#[test]
+fn crash_in_the_sink_between_insert_and_commit() {
+    let job = Job::new("sink-crash");
+    let (expected, _) = job.generate(30_000, None);
+    tally_ok(
+        &["run", "--config", job.cfg(), "--until-end"],
+        &[],
+        Duration::from_secs(300),
+    );
+    let db = fresh_database("sinkcrash");
+    let env = [
+        ("TALLY_SINK__DATABASE_URL", db.as_str()),
+        ("TALLY_CRASH_AT", "sink_before_commit:1"),
+    ];
+    let out = tally(
+        &["sink", "--config", job.cfg(), "--until-end"],
+        &env,
+        Duration::from_secs(300),
+    );
+    assert_eq!(
+        out.status.signal(),
+        Some(9),
+        "the sink did not crash at its crash point"
+    );
+    tally_ok(
+        &["sink", "--config", job.cfg(), "--until-end"],
+        &env[..1],
+        Duration::from_secs(300),
+    );
+    job.check_db(&db, &expected);
+}
+
+/// One worker, SIGKILLed at least 10 times at random moments while traffic flows.
+#[test]
+fn ten_random_kills_during_a_continuous_run_lose_and_double_nothing() {
+    let job = Job::new("random-kill");
+    let (expected, gen) = job.generate(40_000, Some(4_000));
+    let mut gen = gen.unwrap();
+    let mut rng = tally::gen::Rng::new(0xC0FFEE);
+    let mut kills = 0;
+    let report = job.dir.path().join("state-job").join("report.json");
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    while kills < 10 {
+        let before = mtime(&report);
+        let mut w = job.spawn_worker(&[]);
+        // Kill while it works: after it owns partitions and completed a checkpoint.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while mtime(&report) == before {
+            assert!(
+                Instant::now() < deadline,
+                "the worker never completed a checkpoint"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(rng.below(1_000)));
+        if let Some(status) = w.try_wait().unwrap() {
+            panic!("worker exited on its own: {status}");
+        }
+        w.kill().unwrap();
+        w.wait().unwrap();
+        kills += 1;
+    }
+    assert!(gen.wait().unwrap().success());
+    job.finish_and_check(&expected);
+}
+
+fn newest_checkpoint(root: &Path) -> PathBuf {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root.join("job"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("MANIFEST").exists())
+        .collect();
+    dirs.sort();
+    dirs.pop().expect("no complete checkpoint")
+}
+
+#[test]
+fn a_damaged_checkpoint_falls_back_to_the_previous_one_and_verify_reports_it() {
+    let job = Job::new("corrupt");
+    let (expected, _) = job.generate(20_000, None);
+    // Crash mid-run so the newest checkpoint is not the end of the data.
+    let mut w = job.spawn_worker(&[("TALLY_CRASH_AT", "after_offset_commit:4")]);
+    wait_killed(&mut w, "after_offset_commit");
+    let root = job.dir.path().join("checkpoints");
+    tally_ok(
+        &["checkpoints", "verify", "--config", job.cfg()],
+        &[],
+        Duration::from_secs(60),
+    );
+    let newest = newest_checkpoint(&root);
+    for f in std::fs::read_dir(&newest)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+    {
+        if f.extension().is_some_and(|e| e == "state") {
+            let mut bytes = std::fs::read(&f).unwrap();
+            let mid = bytes.len() / 2;
+            bytes[mid] ^= 0xFF;
+            std::fs::write(&f, bytes).unwrap();
+        }
+    }
+    let verify = tally(
+        &["checkpoints", "verify", "--config", job.cfg()],
+        &[],
+        Duration::from_secs(60),
+    );
+    assert!(!verify.status.success(), "verify must fail on damage");
+    let report = String::from_utf8_lossy(&verify.stdout);
+    assert!(
+        report.contains("DAMAGED")
+            && report.contains(newest.file_name().unwrap().to_str().unwrap()),
+        "{report}"
+    );
+    let list = tally_ok(
+        &["checkpoints", "list", "--config", job.cfg()],
+        &[],
+        Duration::from_secs(60),
+    );
+    assert!(
+        String::from_utf8_lossy(&list.stdout)
+            .matches("chk-")
+            .count()
+            >= 2
+    );
+
+    let run = tally_ok(
+        &["run", "--config", job.cfg(), "--until-end"],
+        &[],
+        Duration::from_secs(300),
+    );
+    assert!(String::from_utf8_lossy(&run.stderr).contains("RESTORED FROM AN OLDER CHECKPOINT"));
+    let db = fresh_database("corrupt");
+    tally_ok(
+        &["sink", "--config", job.cfg(), "--until-end"],
+        &[("TALLY_SINK__DATABASE_URL", &db)],
+        Duration::from_secs(300),
+    );
+    job.check_db(&db, &expected);
+}
+
+#[test]
+fn missing_checkpoints_or_a_changed_config_are_refused_with_a_way_out() {
+    let job = Job::new("refuse");
+    let (expected, _) = job.generate(10_000, None);
+    tally_ok(
+        &["run", "--config", job.cfg(), "--until-end"],
+        &[],
+        Duration::from_secs(300),
+    );
+
+    // A changed price table: the checkpoint was computed under other rules.
+    let changed = tally(
+        &["run", "--config", job.cfg(), "--until-end"],
+        &[("TALLY_PRICES__SMALL__INPUT_PER_1K", "0.0002")],
+        Duration::from_secs(120),
+    );
+    let log = String::from_utf8_lossy(&changed.stderr);
+    assert!(
+        !changed.status.success() && log.contains("another configuration"),
+        "{log}"
+    );
+
+    // Checkpoints gone while the group has committed offsets.
+    std::fs::remove_dir_all(job.dir.path().join("checkpoints")).unwrap();
+    let gone = tally(
+        &["run", "--config", job.cfg(), "--until-end"],
+        &[],
+        Duration::from_secs(120),
+    );
+    let log = String::from_utf8_lossy(&gone.stderr);
+    assert!(
+        !gone.status.success()
+            && log.contains("no checkpoint")
+            && log.contains("--reset-state earliest"),
+        "{log}"
+    );
+
+    // The documented way out rebuilds from the log start; the totals are still exact.
+    tally_ok(
+        &[
+            "run",
+            "--config",
+            job.cfg(),
+            "--until-end",
+            "--reset-state",
+            "earliest",
+        ],
+        &[],
+        Duration::from_secs(300),
+    );
+    let db = fresh_database("refuse");
+    tally_ok(
+        &["sink", "--config", job.cfg(), "--until-end"],
+        &[("TALLY_SINK__DATABASE_URL", &db)],
+        Duration::from_secs(300),
+    );
+    job.check_db(&db, &expected);
+}
