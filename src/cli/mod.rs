@@ -1,6 +1,7 @@
 //! Command-line interface (DESIGN §11). One file per command; each builds its
 //! inputs from the config and calls into the library.
 
+mod bench;
 mod broker;
 mod checkpoints;
 pub mod demo;
@@ -57,6 +58,8 @@ pub enum Command {
     DevBroker(broker::BrokerArgs),
     /// The whole story on embedded defaults: broker, worker, late events, sink.
     Demo(demo::DemoArgs),
+    /// Benchmark: checkpoint pause, duration, size and restore time by open windows.
+    BenchCheckpoint(bench::BenchArgs),
     /// Inspect the checkpoint store.
     Checkpoints(checkpoints::CheckpointsArgs),
     /// Observed event delays and watermarks of the worker using this state.dir,
@@ -114,6 +117,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::DevBroker(a) => broker::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Checkpoints(a) => checkpoints::run(a),
+        Command::BenchCheckpoint(a) => bench::run(a),
         Command::Delays(c) => {
             let cfg = c.load()?;
             let report = crate::worker::report::read(&cfg.state.dir).map_err(anyhow::Error::msg)?;

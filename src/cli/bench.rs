@@ -1,0 +1,145 @@
+//! `tally bench-checkpoint`: checkpoint pause, duration, size and restore time at
+//! several numbers of open windows, measured on this machine in one run.
+//!
+//! Kafka is not involved: the barrier pause measured here is the state part (drain
+//! the engine's changes, one batch write, spawn the exporter); the producer flush
+//! that precedes it depends on the broker and is reported by the worker's own
+//! `checkpoint complete` log lines.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::Args;
+
+use crate::checkpoint::export::{self, ExportJob};
+use crate::checkpoint::store::CheckpointStore;
+use crate::checkpoint::CheckpointId;
+use crate::engine::{EngineConfig, PartitionTask, RecordIn, TimeSource};
+use crate::model::{NanoPer1k, PriceEntry, PriceTable};
+use crate::state::{NextOffset, PartitionCommit, StateStore};
+use crate::time::WindowSpec;
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Open-window counts to measure (comma-separated).
+    #[arg(long, default_value = "10000,100000,1000000", value_delimiter = ',')]
+    pub windows: Vec<usize>,
+    #[arg(long, default_value_t = 4)]
+    pub partitions: i32,
+    /// Steady-state checkpoints per size (1% of windows changed before each).
+    #[arg(long, default_value_t = 20)]
+    pub rounds: usize,
+    /// Scratch directory (deleted afterwards).
+    #[arg(long, default_value = "/tmp/tally-bench-checkpoint")]
+    pub dir: std::path::PathBuf,
+}
+
+fn engine() -> Arc<EngineConfig> {
+    let mut prices = PriceTable::default();
+    prices.insert("m", PriceEntry { effective_from_ms: i64::MIN, input: NanoPer1k(150_000), output: NanoPer1k(600_000) });
+    Arc::new(EngineConfig {
+        window: WindowSpec::new(60_000, 0),
+        allowed_lateness_ms: 0,
+        max_out_of_orderness_ms: 5_000,
+        max_future_ms: None,
+        time_source: TimeSource::CompletedTs,
+        dedup_extra_ms: 3_600_000,
+        max_record_bytes: 1 << 20,
+        generation: 1,
+        prices,
+    })
+}
+
+fn feed(task: &mut PartitionTask, tenants: std::ops::Range<usize>, round: usize) {
+    let mut out = Vec::new();
+    for t in tenants {
+        // One window (10:00), one tenant per event: every event opens or updates a window.
+        let rec = format!(
+            r#"{{"request_id":"r{round}-{t}","tenant_id":"tenant-{t}","model":"m","prompt_tokens":100,"completion_tokens":10,"completed_ts":{}}}"#,
+            1_767_261_600_000i64 + (round as i64 % 50)
+        );
+        task.process(RecordIn { payload: rec.as_bytes(), kafka_ts: None, now_ms: 0 }, &mut out);
+    }
+}
+
+fn pct(v: &mut [f64], q: usize) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get((v.len().saturating_sub(1)) * q / 100).copied().unwrap_or(0.0)
+}
+
+pub fn run(a: BenchArgs) -> anyhow::Result<()> {
+    println!("| open windows | first checkpoint pause ms | steady pause p50 / p99 ms | checkpoint duration ms | bytes | restore ms |");
+    println!("|---:|---:|---:|---:|---:|---:|");
+    for &n in &a.windows {
+        let _ = std::fs::remove_dir_all(&a.dir);
+        let store = Arc::new(StateStore::open_fresh(&a.dir.join("state"))?);
+        let checkpoints = CheckpointStore::open(&a.dir.join("checkpoints"), "bench", "bench", 2)?;
+        let per = n / a.partitions as usize;
+        let mut tasks: Vec<PartitionTask> = (0..a.partitions).map(|p| PartitionTask::new(p, engine())).collect();
+        for (p, t) in tasks.iter_mut().enumerate() {
+            feed(t, p * per..(p + 1) * per, 0);
+        }
+        let mut id = 0u64;
+        let mut checkpoint = |tasks: &mut Vec<PartitionTask>, offset: i64| -> anyhow::Result<(f64, f64, u64)> {
+            let started = Instant::now();
+            let parts = tasks
+                .iter_mut()
+                .map(|t| PartitionCommit { partition: t.partition(), next_offset: NextOffset(offset), delta: t.drain_changes() })
+                .collect();
+            store.commit(parts)?;
+            id += 1;
+            let listed = tasks.iter().map(|t| (t.partition(), offset, Some(t.watermark()), t.counters())).collect();
+            let job = ExportJob {
+                id: CheckpointId(id),
+                dir: checkpoints.dir_for(CheckpointId(id)),
+                worker: "bench".into(),
+                group: "bench".into(),
+                topic: "requests".into(),
+                fingerprint: "bench".into(),
+                created_at_ms: 0,
+                partitions: listed,
+                store: store.clone(),
+            };
+            let handle = export::spawn(job)?;
+            let pause = started.elapsed().as_secs_f64() * 1e3;
+            let manifest = handle.join().map_err(|_| anyhow::anyhow!("export panicked"))??;
+            let total = started.elapsed().as_secs_f64() * 1e3;
+            checkpoints.retain(CheckpointId(id))?;
+            Ok((pause, total, manifest.partitions.iter().map(|e| e.bytes).sum()))
+        };
+        let (first_pause, _, _) = checkpoint(&mut tasks, 1)?;
+        let mut pauses = Vec::new();
+        let mut durations = Vec::new();
+        let mut bytes = 0;
+        for round in 1..=a.rounds {
+            let changed = (per / 100).max(1);
+            for (p, t) in tasks.iter_mut().enumerate() {
+                let from = p * per + (round * changed) % per.max(1);
+                feed(t, from..(from + changed).min((p + 1) * per), round);
+            }
+            let (pause, total, b) = checkpoint(&mut tasks, 1 + round as i64)?;
+            pauses.push(pause);
+            durations.push(total);
+            bytes = b;
+        }
+        // Restore every partition into a fresh store, as a worker does on assignment.
+        let fresh = StateStore::open_fresh(&a.dir.join("restore"))?;
+        let started = Instant::now();
+        let mut restored = 0;
+        for p in 0..a.partitions {
+            checkpoints.restore_partition(p, "bench", &fresh)?;
+            let (snap, _) = fresh.load(p)?.ok_or_else(|| anyhow::anyhow!("partition {p} missing after restore"))?;
+            restored += PartitionTask::restore(p, engine(), snap).open_windows();
+        }
+        let restore_ms = started.elapsed().as_secs_f64() * 1e3;
+        anyhow::ensure!(restored == per * a.partitions as usize, "restored {restored} windows, expected {}", per * a.partitions as usize);
+        println!(
+            "| {n} | {first_pause:.1} | {:.1} / {:.1} | {:.0} (p50) | {bytes} | {restore_ms:.0} |",
+            pct(&mut pauses.clone(), 50),
+            pct(&mut pauses, 99),
+            pct(&mut durations, 50),
+        );
+    }
+    let _ = std::fs::remove_dir_all(&a.dir);
+    Ok(())
+}
