@@ -13,6 +13,7 @@ pub mod gen;
 pub mod kafka;
 pub mod metrics;
 pub mod model;
+pub mod reprocess;
 pub mod sink;
 pub mod state;
 pub mod time;

@@ -36,7 +36,14 @@ pub struct BenchArgs {
 
 fn engine() -> Arc<EngineConfig> {
     let mut prices = PriceTable::default();
-    prices.insert("m", PriceEntry { effective_from_ms: i64::MIN, input: NanoPer1k(150_000), output: NanoPer1k(600_000) });
+    prices.insert(
+        "m",
+        PriceEntry {
+            effective_from_ms: i64::MIN,
+            input: NanoPer1k(150_000),
+            output: NanoPer1k(600_000),
+        },
+    );
     Arc::new(EngineConfig {
         window: WindowSpec::new(60_000, 0),
         allowed_lateness_ms: 0,
@@ -58,13 +65,22 @@ fn feed(task: &mut PartitionTask, tenants: std::ops::Range<usize>, round: usize)
             r#"{{"request_id":"r{round}-{t}","tenant_id":"tenant-{t}","model":"m","prompt_tokens":100,"completion_tokens":10,"completed_ts":{}}}"#,
             1_767_261_600_000i64 + (round as i64 % 50)
         );
-        task.process(RecordIn { payload: rec.as_bytes(), kafka_ts: None, now_ms: 0 }, &mut out);
+        task.process(
+            RecordIn {
+                payload: rec.as_bytes(),
+                kafka_ts: None,
+                now_ms: 0,
+            },
+            &mut out,
+        );
     }
 }
 
 fn pct(v: &mut [f64], q: usize) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
-    v.get((v.len().saturating_sub(1)) * q / 100).copied().unwrap_or(0.0)
+    v.get((v.len().saturating_sub(1)) * q / 100)
+        .copied()
+        .unwrap_or(0.0)
 }
 
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {
@@ -75,38 +91,54 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         let store = Arc::new(StateStore::open_fresh(&a.dir.join("state"))?);
         let checkpoints = CheckpointStore::open(&a.dir.join("checkpoints"), "bench", "bench", 2)?;
         let per = n / a.partitions as usize;
-        let mut tasks: Vec<PartitionTask> = (0..a.partitions).map(|p| PartitionTask::new(p, engine())).collect();
+        let mut tasks: Vec<PartitionTask> = (0..a.partitions)
+            .map(|p| PartitionTask::new(p, engine()))
+            .collect();
         for (p, t) in tasks.iter_mut().enumerate() {
             feed(t, p * per..(p + 1) * per, 0);
         }
         let mut id = 0u64;
-        let mut checkpoint = |tasks: &mut Vec<PartitionTask>, offset: i64| -> anyhow::Result<(f64, f64, u64)> {
-            let started = Instant::now();
-            let parts = tasks
-                .iter_mut()
-                .map(|t| PartitionCommit { partition: t.partition(), next_offset: NextOffset(offset), delta: t.drain_changes() })
-                .collect();
-            store.commit(parts)?;
-            id += 1;
-            let listed = tasks.iter().map(|t| (t.partition(), offset, Some(t.watermark()), t.counters())).collect();
-            let job = ExportJob {
-                id: CheckpointId(id),
-                dir: checkpoints.dir_for(CheckpointId(id)),
-                worker: "bench".into(),
-                group: "bench".into(),
-                topic: "requests".into(),
-                fingerprint: "bench".into(),
-                created_at_ms: 0,
-                partitions: listed,
-                store: store.clone(),
+        let mut checkpoint =
+            |tasks: &mut Vec<PartitionTask>, offset: i64| -> anyhow::Result<(f64, f64, u64)> {
+                let started = Instant::now();
+                let parts = tasks
+                    .iter_mut()
+                    .map(|t| PartitionCommit {
+                        partition: t.partition(),
+                        next_offset: NextOffset(offset),
+                        delta: t.drain_changes(),
+                    })
+                    .collect();
+                store.commit(parts)?;
+                id += 1;
+                let listed = tasks
+                    .iter()
+                    .map(|t| (t.partition(), offset, Some(t.watermark()), t.counters()))
+                    .collect();
+                let job = ExportJob {
+                    id: CheckpointId(id),
+                    dir: checkpoints.dir_for(CheckpointId(id)),
+                    worker: "bench".into(),
+                    group: "bench".into(),
+                    topic: "requests".into(),
+                    fingerprint: "bench".into(),
+                    created_at_ms: 0,
+                    partitions: listed,
+                    store: store.clone(),
+                };
+                let handle = export::spawn(job)?;
+                let pause = started.elapsed().as_secs_f64() * 1e3;
+                let manifest = handle
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("export panicked"))??;
+                let total = started.elapsed().as_secs_f64() * 1e3;
+                checkpoints.retain(CheckpointId(id))?;
+                Ok((
+                    pause,
+                    total,
+                    manifest.partitions.iter().map(|e| e.bytes).sum(),
+                ))
             };
-            let handle = export::spawn(job)?;
-            let pause = started.elapsed().as_secs_f64() * 1e3;
-            let manifest = handle.join().map_err(|_| anyhow::anyhow!("export panicked"))??;
-            let total = started.elapsed().as_secs_f64() * 1e3;
-            checkpoints.retain(CheckpointId(id))?;
-            Ok((pause, total, manifest.partitions.iter().map(|e| e.bytes).sum()))
-        };
         let (first_pause, _, _) = checkpoint(&mut tasks, 1)?;
         let mut pauses = Vec::new();
         let mut durations = Vec::new();
@@ -128,11 +160,17 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         let mut restored = 0;
         for p in 0..a.partitions {
             checkpoints.restore_partition(p, "bench", &fresh)?;
-            let (snap, _) = fresh.load(p)?.ok_or_else(|| anyhow::anyhow!("partition {p} missing after restore"))?;
+            let (snap, _) = fresh
+                .load(p)?
+                .ok_or_else(|| anyhow::anyhow!("partition {p} missing after restore"))?;
             restored += PartitionTask::restore(p, engine(), snap).open_windows();
         }
         let restore_ms = started.elapsed().as_secs_f64() * 1e3;
-        anyhow::ensure!(restored == per * a.partitions as usize, "restored {restored} windows, expected {}", per * a.partitions as usize);
+        anyhow::ensure!(
+            restored == per * a.partitions as usize,
+            "restored {restored} windows, expected {}",
+            per * a.partitions as usize
+        );
         println!(
             "| {n} | {first_pause:.1} | {:.1} / {:.1} | {:.0} (p50) | {bytes} | {restore_ms:.0} |",
             pct(&mut pauses.clone(), 50),

@@ -6,6 +6,7 @@ mod broker;
 mod checkpoints;
 pub mod demo;
 mod gen;
+mod reprocess;
 mod run;
 
 use std::path::PathBuf;
@@ -60,6 +61,8 @@ pub enum Command {
     Demo(demo::DemoArgs),
     /// Benchmark: checkpoint pause, duration, size and restore time by open windows.
     BenchCheckpoint(bench::BenchArgs),
+    /// Bill the late-events topic as idempotent adjustments (DESIGN §8).
+    ReprocessLate(reprocess::ReprocessArgs),
     /// Inspect the checkpoint store.
     Checkpoints(checkpoints::CheckpointsArgs),
     /// Observed event delays and watermarks of the worker using this state.dir,
@@ -117,6 +120,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::DevBroker(a) => broker::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Checkpoints(a) => checkpoints::run(a),
+        Command::ReprocessLate(a) => reprocess::run(a),
         Command::BenchCheckpoint(a) => bench::run(a),
         Command::Delays(c) => {
             let cfg = c.load()?;

@@ -12,8 +12,8 @@ mod result;
 mod task;
 
 pub use dedup::{Dedup, DedupChange};
-pub use result::{PaneKind, ResultKind, ResultRecord};
-pub use task::{PartitionTask, StateDelta, TaskSnapshot, WindowAcc, WindowKey};
+pub use result::{AdjustmentRecord, PaneKind, ResultKind, ResultRecord, SinkRecord};
+pub use task::{validate, PartitionTask, StateDelta, TaskSnapshot, WindowAcc, WindowKey};
 
 use serde::{Deserialize, Serialize};
 

@@ -21,6 +21,8 @@ pub enum PaneKind {
 pub enum ResultKind {
     /// A window pane from `tally run`.
     Window,
+    /// A reprocessed too-late event from `tally reprocess-late`.
+    Adjustment,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,6 +56,54 @@ impl ResultRecord {
     pub fn to_json(&self) -> Vec<u8> {
         // Serializing a struct of plain fields to a Vec cannot fail.
         serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+/// A billed too-late event (DESIGN §8), keyed by `request_id`: the sink inserts it
+/// once and ignores every later copy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdjustmentRecord {
+    pub kind: ResultKind,
+    pub request_id: String,
+    pub tenant_id: String,
+    pub window_start: i64,
+    pub window_end: i64,
+    #[serde(
+        serialize_with = "pico_as_string",
+        deserialize_with = "pico_from_string"
+    )]
+    pub cost_pico: Pico,
+    pub usd: String,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub generation: u64,
+    /// `topic/partition/offset` of the original event on the input topic.
+    pub source: String,
+}
+
+impl AdjustmentRecord {
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+/// What the sink reads from the results topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SinkRecord {
+    Window(ResultRecord),
+    Adjustment(AdjustmentRecord),
+}
+
+impl SinkRecord {
+    pub fn parse(bytes: &[u8]) -> Result<SinkRecord, serde_json::Error> {
+        #[derive(Deserialize)]
+        struct Kind {
+            kind: ResultKind,
+        }
+        match serde_json::from_slice::<Kind>(bytes)?.kind {
+            ResultKind::Window => serde_json::from_slice(bytes).map(SinkRecord::Window),
+            ResultKind::Adjustment => serde_json::from_slice(bytes).map(SinkRecord::Adjustment),
+        }
     }
 }
 

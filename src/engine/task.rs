@@ -244,54 +244,8 @@ impl PartitionTask {
         Route::Window
     }
 
-    /// Steps 1 of the rules: everything that makes a record a dead letter.
     fn validate<'a>(&self, rec: RecordIn<'a>) -> Result<(Event<'a>, i64, Pico), DeadLetterReason> {
-        let cfg = &self.cfg;
-        if rec.payload.len() > cfg.max_record_bytes {
-            return Err(DeadLetterReason::Oversized {
-                bytes: rec.payload.len(),
-                limit: cfg.max_record_bytes,
-            });
-        }
-        let ev = event::parse(rec.payload)?;
-        let ts = match cfg.time_source {
-            TimeSource::CompletedTs => ev.completed_ts,
-            TimeSource::StartedTs => ev
-                .started_ts
-                .ok_or(DeadLetterReason::MissingField("started_ts"))?,
-            TimeSource::KafkaTimestamp => rec.kafka_ts.ok_or(DeadLetterReason::NoTimestamp)?,
-            TimeSource::ProcessingTime => rec.now_ms,
-        };
-        // The payload's own completed_ts is checked whatever the time source: a
-        // seconds value there is bad data either way.
-        for t in [ev.completed_ts, ts] {
-            if t < MIN_MILLIS_TS {
-                return Err(DeadLetterReason::NotMilliseconds(t));
-            }
-        }
-        if let Some(max_future) = cfg.max_future_ms {
-            if ts > rec.now_ms.saturating_add(max_future) {
-                return Err(DeadLetterReason::TooFarInFuture {
-                    ts,
-                    now: rec.now_ms,
-                });
-            }
-        }
-        // Prices are in effect by event time (the completed_ts of the request).
-        let cost = cfg
-            .prices
-            .cost(
-                &ev.model,
-                ev.prompt_tokens,
-                ev.completion_tokens,
-                ev.completed_ts,
-            )
-            .map_err(|e| match e {
-                PriceError::UnknownModel => DeadLetterReason::UnknownModel(ev.model.to_string()),
-                PriceError::NotYetPriced => DeadLetterReason::NoPriceInEffect(ev.model.to_string()),
-                PriceError::Overflow => DeadLetterReason::Overflow,
-            })?;
-        Ok((ev, ts, cost))
+        validate(&self.cfg, rec)
     }
 
     /// Step 4: fire on-time panes and purge, after the watermark moved.
@@ -441,4 +395,57 @@ pub struct StateDelta {
     pub dedup: Vec<DedupChange>,
     pub watermark: Watermark,
     pub counters: Counters,
+}
+
+/// Step 1 of the rules: everything that makes a record a dead letter. Returns the
+/// event, its event time (per the configured time source) and its cost.
+pub fn validate<'a>(
+    cfg: &EngineConfig,
+    rec: RecordIn<'a>,
+) -> Result<(Event<'a>, i64, Pico), DeadLetterReason> {
+    if rec.payload.len() > cfg.max_record_bytes {
+        return Err(DeadLetterReason::Oversized {
+            bytes: rec.payload.len(),
+            limit: cfg.max_record_bytes,
+        });
+    }
+    let ev = event::parse(rec.payload)?;
+    let ts = match cfg.time_source {
+        TimeSource::CompletedTs => ev.completed_ts,
+        TimeSource::StartedTs => ev
+            .started_ts
+            .ok_or(DeadLetterReason::MissingField("started_ts"))?,
+        TimeSource::KafkaTimestamp => rec.kafka_ts.ok_or(DeadLetterReason::NoTimestamp)?,
+        TimeSource::ProcessingTime => rec.now_ms,
+    };
+    // The payload's own completed_ts is checked whatever the time source: a
+    // seconds value there is bad data either way.
+    for t in [ev.completed_ts, ts] {
+        if t < MIN_MILLIS_TS {
+            return Err(DeadLetterReason::NotMilliseconds(t));
+        }
+    }
+    if let Some(max_future) = cfg.max_future_ms {
+        if ts > rec.now_ms.saturating_add(max_future) {
+            return Err(DeadLetterReason::TooFarInFuture {
+                ts,
+                now: rec.now_ms,
+            });
+        }
+    }
+    // Prices are in effect by event time (the completed_ts of the request).
+    let cost = cfg
+        .prices
+        .cost(
+            &ev.model,
+            ev.prompt_tokens,
+            ev.completion_tokens,
+            ev.completed_ts,
+        )
+        .map_err(|e| match e {
+            PriceError::UnknownModel => DeadLetterReason::UnknownModel(ev.model.to_string()),
+            PriceError::NotYetPriced => DeadLetterReason::NoPriceInEffect(ev.model.to_string()),
+            PriceError::Overflow => DeadLetterReason::Overflow,
+        })?;
+    Ok((ev, ts, cost))
 }

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use tokio_postgres::Client;
 
 use super::SinkError;
-use crate::engine::ResultRecord;
+use crate::engine::SinkRecord;
 
 const UPSERT_PARTIAL: &str = "
 INSERT INTO tenant_cost_partial AS t
@@ -26,6 +26,12 @@ ON CONFLICT (tenant_id, window_end, source_partition) DO UPDATE SET
     generation = EXCLUDED.generation, pane = EXCLUDED.pane, pane_index = EXCLUDED.pane_index,
     updated_at = now()
 WHERE (t.generation, t.version) < (EXCLUDED.generation, EXCLUDED.version)";
+
+const INSERT_ADJUSTMENT: &str = "
+INSERT INTO tenant_cost_adjustment
+    (request_id, tenant_id, window_start, window_end, cost_pico, prompt_tokens, completion_tokens, generation, source)
+VALUES ($1, $2, $3, $4, $5::TEXT::NUMERIC, $6::TEXT::NUMERIC, $7::TEXT::NUMERIC, $8, $9)
+ON CONFLICT (request_id) DO NOTHING";
 
 const UPSERT_OFFSET: &str = "
 INSERT INTO sink_offsets (topic, partition, next_offset) VALUES ($1, $2, $3)
@@ -45,13 +51,44 @@ pub struct Applied {
 /// Applies `records` and records `offsets` (topic → partition → next offset) atomically.
 pub async fn apply_batch(
     client: &mut Client,
-    records: &[ResultRecord],
+    records: &[SinkRecord],
     offsets: &BTreeMap<(String, i32), i64>,
 ) -> Result<Applied, SinkError> {
     let tx = client.transaction().await?;
     let upsert = tx.prepare(UPSERT_PARTIAL).await?;
+    let insert_adj = tx.prepare(INSERT_ADJUSTMENT).await?;
     let mut applied = Applied::default();
-    for r in records {
+    let windows = records.iter().filter_map(|r| match r {
+        SinkRecord::Window(w) => Some(w),
+        SinkRecord::Adjustment(_) => None,
+    });
+    for a in records.iter().filter_map(|r| match r {
+        SinkRecord::Adjustment(a) => Some(a),
+        SinkRecord::Window(_) => None,
+    }) {
+        let n = tx
+            .execute(
+                &insert_adj,
+                &[
+                    &a.request_id,
+                    &a.tenant_id,
+                    &a.window_start,
+                    &a.window_end,
+                    &a.cost_pico.to_string(),
+                    &a.prompt_tokens.to_string(),
+                    &a.completion_tokens.to_string(),
+                    &to_i64(a.generation, "generation")?,
+                    &a.source,
+                ],
+            )
+            .await?;
+        if n == 0 {
+            applied.stale_ignored += 1;
+        } else {
+            applied.rows_changed += n;
+        }
+    }
+    for r in windows {
         let pane = match r.pane {
             crate::engine::PaneKind::OnTime => "on_time",
             crate::engine::PaneKind::Late => "late",

@@ -20,7 +20,7 @@ use tracing::{error, info};
 use super::apply::{applied_offsets, apply_batch};
 use super::{connect, migrate, SinkError};
 use crate::config::Config;
-use crate::engine::ResultRecord;
+use crate::engine::SinkRecord;
 use crate::kafka::{client_config, KafkaIoError};
 use crate::worker::shutdown;
 
@@ -129,7 +129,7 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
             };
             summary.records += 1;
             let (p, o) = (m.partition(), m.offset());
-            match serde_json::from_slice::<ResultRecord>(m.payload().unwrap_or_default()) {
+            match SinkRecord::parse(m.payload().unwrap_or_default()) {
                 Ok(r) => records.push(r),
                 Err(e) => {
                     summary.rejected += 1;

@@ -1,0 +1,324 @@
+//! `tally reprocess-late`: the late-events topic → adjustments on the results topic.
+//!
+//! Reads every partition of the late topic from `--from` up to the end offsets
+//! seen at start (or `--until` a time; `--follow` keeps going), adjusts each event
+//! (`crate::reprocess`), produces adjustments keyed by `request_id` and dead letters
+//! for what cannot be priced, then commits its position to its own consumer group
+//! (`<kafka.group_id>-reprocess`) so `--from group` resumes there. Safe to kill and
+//! rerun: adjustments are identical every time and the sink ignores copies.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+
+use super::ConfigArg;
+use crate::config::duration::parse_utc_ms;
+use crate::engine::RecordIn;
+use crate::kafka::outputs::{source_coords, DeliveryTracker};
+use crate::kafka::{client_config, headers, now_ms, PRODUCER_DEFAULTS};
+use crate::reprocess::{Outcome, Reprocessor};
+use crate::worker::shutdown;
+
+#[derive(Args, Debug)]
+pub struct ReprocessArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Where to start: `earliest`, `group` (this tool's committed position), or a
+    /// UTC time (`2026-01-01T00:00:00Z`; needs a broker that resolves timestamps).
+    #[arg(long, default_value = "earliest")]
+    pub from: String,
+    /// Where to stop: `end` (the end offsets seen at start) or a UTC time (by record timestamp).
+    #[arg(long, default_value = "end")]
+    pub until: String,
+    /// Keep running after reaching the end.
+    #[arg(long)]
+    pub follow: bool,
+}
+
+#[derive(Debug, Default)]
+struct Summary {
+    read: u64,
+    adjusted: u64,
+    duplicates: u64,
+    dead_letters: u64,
+}
+
+pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
+    let cfg = a.config.load()?;
+    let engine = cfg.engine()?;
+    let topic = cfg.topics.late.clone();
+    let group = format!("{}-reprocess", cfg.kafka.group_id);
+    let mut ccfg = client_config(
+        &cfg.kafka,
+        &[
+            ("enable.auto.commit", "false"),
+            ("auto.offset.reset", "error"),
+        ],
+    );
+    ccfg.set("group.id", &group);
+    let consumer: BaseConsumer = ccfg.create().context("creating the late-topic consumer")?;
+    let producer: BaseProducer<DeliveryTracker> = client_config(&cfg.kafka, PRODUCER_DEFAULTS)
+        .create_with_context(DeliveryTracker::default())?;
+    let md = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
+    let partitions = md
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic)
+        .map_or(0, |t| t.partitions().len()) as i32;
+    anyhow::ensure!(partitions > 0, "late topic {topic} does not exist");
+    let until_ms = match a.until.as_str() {
+        "end" => None,
+        t => Some(parse_utc_ms(t).map_err(|e| anyhow::anyhow!("--until: {e}"))?),
+    };
+
+    // Start and end offsets per partition.
+    let mut start: BTreeMap<i32, i64> = BTreeMap::new();
+    let mut end: BTreeMap<i32, i64> = BTreeMap::new();
+    let mut all = TopicPartitionList::new();
+    for p in 0..partitions {
+        let (low, high) = consumer.fetch_watermarks(&topic, p, Duration::from_secs(10))?;
+        start.insert(p, low);
+        end.insert(p, high);
+        all.add_partition(&topic, p);
+    }
+    match a.from.as_str() {
+        "earliest" => {}
+        "group" => {
+            let committed = consumer.committed_offsets(all.clone(), Duration::from_secs(10))?;
+            for e in committed.elements() {
+                if let Offset::Offset(o) = e.offset() {
+                    start.insert(e.partition(), o.max(start[&e.partition()]));
+                }
+            }
+        }
+        t => {
+            let ms = parse_utc_ms(t).map_err(|e| anyhow::anyhow!("--from: {e}"))?;
+            let mut q = TopicPartitionList::new();
+            for p in 0..partitions {
+                q.add_partition_offset(&topic, p, Offset::Offset(ms))?;
+            }
+            let found = consumer.offsets_for_times(q, Duration::from_secs(10))?;
+            for e in found.elements() {
+                match e.offset() {
+                    Offset::Offset(o) if o >= 0 => {
+                        start.insert(e.partition(), o);
+                    }
+                    Offset::End => {
+                        start.insert(e.partition(), end[&e.partition()]);
+                    }
+                    other => anyhow::bail!(
+                        "the broker could not resolve {t} on {topic}/{} ({other:?}); use --from earliest or group \
+                         (the dev broker does not support timestamp lookups)",
+                        e.partition()
+                    ),
+                }
+            }
+        }
+    }
+    let mut tpl = TopicPartitionList::new();
+    for (p, o) in &start {
+        tpl.add_partition_offset(&topic, *p, Offset::Offset(*o))?;
+    }
+    consumer.assign(&tpl)?;
+    let total: i64 = end.iter().map(|(p, e)| (e - start[p]).max(0)).sum();
+    let mut next = start.clone();
+    let mut done: BTreeMap<i32, bool> = next.iter().map(|(p, n)| (*p, *n >= end[p])).collect();
+    let mut summary = Summary::default();
+    let mut reprocessor = Reprocessor::default();
+    let progress = Progress::new(total);
+    tracing::info!(topic, from = %a.from, records = total, "reprocessing late events");
+    while a.follow || !done.values().all(|d| *d) {
+        if shutdown::requested() {
+            break;
+        }
+        progress.show(&summary, false);
+        let Some(msg) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let m = msg.context("reading the late topic")?;
+        let (p, o) = (m.partition(), m.offset());
+        if until_ms.is_some_and(|u| m.timestamp().to_millis().is_some_and(|t| t > u)) {
+            done.insert(p, true);
+            continue;
+        }
+        if !a.follow && o >= end[&p] {
+            done.insert(p, true);
+            continue;
+        }
+        summary.read += 1;
+        crate::failpoint::hit("reprocess_record");
+        let payload = m.payload().unwrap_or_default();
+        let late_coords = source_coords(&topic, p, o);
+        let source = m
+            .headers()
+            .and_then(|h| {
+                h.iter()
+                    .find(|x| x.key == headers::SOURCE)
+                    .and_then(|x| x.value)
+            })
+            .map_or_else(
+                || late_coords.clone(),
+                |v| String::from_utf8_lossy(v).into_owned(),
+            );
+        let rec = RecordIn {
+            payload,
+            kafka_ts: m.timestamp().to_millis(),
+            now_ms: now_ms(),
+        };
+        match reprocessor.process(&engine, rec, &source) {
+            Outcome::Adjusted(adj) => {
+                summary.adjusted += 1;
+                let json = adj.to_json();
+                send(
+                    &producer,
+                    BaseRecord::to(&cfg.topics.results)
+                        .key(adj.request_id.as_bytes())
+                        .payload(&json),
+                )?;
+            }
+            Outcome::Duplicate => summary.duplicates += 1,
+            Outcome::DeadLetter(reason) => {
+                summary.dead_letters += 1;
+                let detail = reason.to_string();
+                let h = OwnedHeaders::new()
+                    .insert(Header {
+                        key: headers::ERROR,
+                        value: Some(reason.code()),
+                    })
+                    .insert(Header {
+                        key: headers::ERROR_DETAIL,
+                        value: Some(&detail),
+                    })
+                    .insert(Header {
+                        key: headers::SOURCE,
+                        value: Some(&late_coords),
+                    });
+                let mut r = BaseRecord::to(&cfg.topics.dead_letter)
+                    .payload(payload)
+                    .headers(h);
+                if let Some(k) = m.key() {
+                    r = r.key(k);
+                }
+                send(&producer, r)?;
+            }
+        }
+        next.insert(p, o + 1);
+        if !a.follow && o + 1 >= end[&p] {
+            done.insert(p, true);
+        }
+        producer.poll(Duration::ZERO);
+    }
+    producer
+        .flush(Duration::from_secs(60))
+        .context("flushing adjustments")?;
+    producer.context().take_failures()?;
+    // Only after every adjustment is acknowledged: remember how far we got.
+    let mut pos = TopicPartitionList::new();
+    for (p, n) in &next {
+        pos.add_partition_offset(&topic, *p, Offset::Offset(*n))?;
+    }
+    if let Err(e) = consumer.commit(&pos, CommitMode::Sync) {
+        tracing::warn!(error = %e, "could not record the position in group {group}");
+    }
+    progress.show(&summary, true);
+    eprintln!(
+        "reprocess-late: read {} | adjustments {} | duplicates skipped {} | dead letters {}",
+        summary.read, summary.adjusted, summary.duplicates, summary.dead_letters
+    );
+    Ok(())
+}
+
+fn send(
+    p: &BaseProducer<DeliveryTracker>,
+    mut r: BaseRecord<'_, [u8], [u8]>,
+) -> anyhow::Result<()> {
+    loop {
+        match p.send(r) {
+            Ok(()) => return Ok(()),
+            Err((
+                rdkafka::error::KafkaError::MessageProduction(
+                    rdkafka::types::RDKafkaErrorCode::QueueFull,
+                ),
+                back,
+            )) => {
+                r = back;
+                p.poll(Duration::from_millis(20));
+            }
+            Err((e, _)) => return Err(e).context("producing an adjustment"),
+        }
+    }
+}
+
+/// A progress bar on a terminal, periodic log lines otherwise.
+struct Progress {
+    total: i64,
+    started: Instant,
+    tty: bool,
+    last: std::cell::Cell<Instant>,
+}
+
+impl Progress {
+    fn new(total: i64) -> Self {
+        let now = Instant::now();
+        Self {
+            total,
+            started: now,
+            tty: std::io::stderr().is_terminal(),
+            last: std::cell::Cell::new(now),
+        }
+    }
+
+    fn show(&self, s: &Summary, last: bool) {
+        let every = if self.tty {
+            Duration::from_millis(200)
+        } else {
+            Duration::from_secs(5)
+        };
+        if !last && self.last.get().elapsed() < every {
+            return;
+        }
+        self.last.set(Instant::now());
+        let secs = self.started.elapsed().as_secs_f64().max(1e-3);
+        let rate = s.read as f64 / secs;
+        let done = s.read as i64;
+        let eta = if rate > 0.0 {
+            ((self.total - done).max(0) as f64 / rate).round() as u64
+        } else {
+            0
+        };
+        let pct = if self.total > 0 {
+            (done * 100 / self.total).min(100)
+        } else {
+            100
+        };
+        if self.tty {
+            let filled = (pct / 5) as usize;
+            eprint!(
+                "\r[{}{}] {pct:>3}% {done}/{} records  {rate:.0}/s  ETA {eta}s ",
+                "#".repeat(filled),
+                ".".repeat(20 - filled),
+                self.total
+            );
+            if last {
+                eprintln!();
+            }
+            let _ = std::io::stderr().flush();
+        } else {
+            tracing::info!(
+                done,
+                total = self.total,
+                percent = pct,
+                rate = rate as u64,
+                eta_s = eta,
+                "reprocess progress"
+            );
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! Reprocessing the late-events topic (DESIGN §8) end to end.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::time::Duration;
+
+use common::*;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use tally::gen::Expected;
+use tally::kafka::read::read_topic;
+
+#[test]
+fn reprocessed_late_events_complete_the_invoice_exactly_once_however_often_it_runs() {
+    let dir = TempDir::new("late");
+    let broker = DevBroker::start(&[
+        ("requests", 4),
+        ("tenant-cost", 2),
+        ("requests.late", 2),
+        ("requests.dlq", 2),
+    ]);
+    let cfg = write_config(dir.path(), &broker, "late", "");
+    let cfg = cfg.to_str().unwrap();
+    let expected_path = dir.path().join("expected.json");
+    tally_ok(
+        &[
+            "gen",
+            "--config",
+            cfg,
+            "--count",
+            "20000",
+            "--tenants",
+            "20",
+            "--seed",
+            "9",
+            "--late-fraction",
+            "0.05",
+            "--duplicate-fraction",
+            "0.02",
+            "--malformed-fraction",
+            "0.01",
+            "--expected-file",
+            expected_path.to_str().unwrap(),
+        ],
+        &[],
+        Duration::from_secs(300),
+    );
+    let expected: Expected =
+        serde_json::from_slice(&std::fs::read(&expected_path).unwrap()).unwrap();
+    assert!(
+        expected.too_late.len() > 500,
+        "about 5% too late: {}",
+        expected.too_late.len()
+    );
+    tally_ok(
+        &["run", "--config", cfg, "--until-end"],
+        &[],
+        Duration::from_secs(300),
+    );
+
+    // Replays can put copies on the late topic: re-produce some late records verbatim.
+    let late = read_topic(&broker.kafka(), "requests.late").unwrap();
+    assert_eq!(late.len(), expected.too_late.len());
+    let p: BaseProducer =
+        tally::kafka::client_config(&broker.kafka(), tally::kafka::PRODUCER_DEFAULTS)
+            .create()
+            .unwrap();
+    for r in late.iter().take(25) {
+        let mut h = OwnedHeaders::new();
+        for (k, v) in &r.headers {
+            h = h.insert(Header {
+                key: k,
+                value: Some(v.as_bytes()),
+            });
+        }
+        p.send(
+            BaseRecord::to("requests.late")
+                .partition(r.partition)
+                .key(r.key.as_deref().unwrap())
+                .payload(&r.payload)
+                .headers(h),
+        )
+        .unwrap();
+    }
+    p.flush(Duration::from_secs(30)).unwrap();
+
+    // Killed midway, then run again.
+    let out = tally(
+        &["reprocess-late", "--config", cfg, "--from", "earliest"],
+        &[("TALLY_CRASH_AT", "reprocess_record:300")],
+        Duration::from_secs(120),
+    );
+    assert_eq!(
+        out.status.signal(),
+        Some(9),
+        "reprocess-late did not crash at its crash point"
+    );
+    let db = fresh_database("late");
+    let env = [("TALLY_SINK__DATABASE_URL", db.as_str())];
+    tally_ok(
+        &["sink", "--config", cfg, "--until-end"],
+        &env,
+        Duration::from_secs(300),
+    );
+    let run = tally_ok(
+        &["reprocess-late", "--config", cfg, "--from", "earliest"],
+        &[],
+        Duration::from_secs(300),
+    );
+    let log = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        log.contains(&format!("adjustments {}", expected.too_late.len())),
+        "{log}"
+    );
+    assert!(log.contains("duplicates skipped 25"), "{log}");
+    tally_ok(
+        &["sink", "--config", cfg, "--until-end"],
+        &env,
+        Duration::from_secs(300),
+    );
+
+    // The view now bills every valid event: on time, late within lateness, too late.
+    let mut want: BTreeMap<(String, i64), u128> = BTreeMap::new();
+    for w in &expected.windows {
+        *want.entry((w.tenant_id.clone(), w.window_end)).or_default() +=
+            w.cost_pico.parse::<u128>().unwrap();
+    }
+    for l in &expected.too_late {
+        *want.entry((l.tenant_id.clone(), l.window_end)).or_default() +=
+            l.cost_pico.parse::<u128>().unwrap();
+    }
+    let view: BTreeMap<(String, i64), u128> = query(
+        &db,
+        "SELECT tenant_id, window_end::TEXT, cost_pico::TEXT FROM tenant_cost_minute",
+    )
+    .into_iter()
+    .map(|r| {
+        (
+            (
+                r[0].clone().unwrap(),
+                r[1].clone().unwrap().parse().unwrap(),
+            ),
+            r[2].clone().unwrap().parse().unwrap(),
+        )
+    })
+    .collect();
+    assert_eq!(view, want);
+    let count = query(&db, "SELECT count(*)::TEXT FROM tenant_cost_adjustment");
+    assert_eq!(
+        count[0][0].as_deref(),
+        Some(expected.too_late.len().to_string().as_str())
+    );
+
+    // Running it again changes no row.
+    let snapshot = "SELECT request_id, cost_pico::TEXT, applied_at::TEXT FROM tenant_cost_adjustment ORDER BY 1";
+    let before = query(&db, snapshot);
+    tally_ok(
+        &["reprocess-late", "--config", cfg, "--from", "earliest"],
+        &[],
+        Duration::from_secs(300),
+    );
+    let again = tally_ok(
+        &["sink", "--config", cfg, "--until-end"],
+        &env,
+        Duration::from_secs(300),
+    );
+    assert!(String::from_utf8_lossy(&again.stderr).contains("rows_changed: 0"));
+    assert_eq!(query(&db, snapshot), before);
+}
