@@ -3,6 +3,7 @@
 
 mod bench;
 mod broker;
+mod chaos;
 mod checkpoints;
 pub mod demo;
 mod gen;
@@ -63,6 +64,8 @@ pub enum Command {
     BenchCheckpoint(bench::BenchArgs),
     /// Bill the late-events topic as idempotent adjustments (DESIGN §8).
     ReprocessLate(reprocess::ReprocessArgs),
+    /// Scale-out acceptance run: N workers, random SIGKILLs, exact totals, one report.
+    Chaos(chaos::ChaosArgs),
     /// Inspect the checkpoint store.
     Checkpoints(checkpoints::CheckpointsArgs),
     /// Observed event delays and watermarks of the worker using this state.dir,
@@ -120,6 +123,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::DevBroker(a) => broker::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Checkpoints(a) => checkpoints::run(a),
+        Command::Chaos(a) => chaos::run(a),
         Command::ReprocessLate(a) => reprocess::run(a),
         Command::BenchCheckpoint(a) => bench::run(a),
         Command::Delays(c) => {

@@ -67,6 +67,13 @@ pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     ("session.timeout.ms", "6000"),
     ("heartbeat.interval.ms", "1000"),
     ("enable.partition.eof", "false"),
+    // Eager rebalancing is the default: against the dev broker, cooperative-sticky
+    // needs two rebalance rounds per membership change and recovered slower in the
+    // chaos run. Both work (the revoke callback handles incremental revokes); set
+    // "partition.assignment.strategy" = "cooperative-sticky" under [kafka] to choose it.
+    // A worker that does not poll for this long is stuck; it also bounds how long a
+    // rebalance waits for a member that died mid-join.
+    ("max.poll.interval.ms", "60000"),
 ];
 
 pub fn now_ms() -> i64 {

@@ -27,6 +27,9 @@ pub struct RunOptions {
     pub policy: StartPolicy,
 }
 
+/// How often the report (report.json, /metrics) is refreshed between checkpoints.
+const REPORT_EVERY: Duration = Duration::from_millis(500);
+
 fn lock(core: &Mutex<Core>) -> Result<MutexGuard<'_, Core>, WorkerError> {
     core.lock()
         .map_err(|_| WorkerError::Refused("worker state lock poisoned".into()))
@@ -83,6 +86,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
     info!(topic = %cfg.topics.input, group = %cfg.kafka.group_id, checkpoints = %cfg.checkpoint.dir.display(), "worker started");
     let interval = Duration::from_millis(cfg.checkpoint.interval.0 as u64);
     let mut last_checkpoint = Instant::now();
+    let mut last_report = Instant::now();
     loop {
         if shutdown::requested() {
             info!("shutdown requested");
@@ -104,6 +108,11 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
             c.advance_idle()?;
         }
         c.poll_export(&consumer)?;
+        if last_report.elapsed() >= REPORT_EVERY {
+            let report = c.report();
+            c.publisher.publish_quiet(&report);
+            last_report = Instant::now();
+        }
         if last_checkpoint.elapsed() >= interval {
             c.checkpoint(&consumer, false)?;
             last_checkpoint = Instant::now();

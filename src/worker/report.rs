@@ -37,7 +37,22 @@ impl Publisher {
         })
     }
 
+    /// Publishes and logs the time line (at checkpoints).
     pub fn publish(&self, report: &WorkerReport) {
+        self.publish_quiet(report);
+        if let Some((w, p)) = report.job_watermark() {
+            info!(
+                job_watermark = %crate::config::duration::format_utc_ms(w),
+                held_by = p,
+                lag_ms = report.at_ms - w,
+                recommended_bound_ms = report.recommended_bound_ms().unwrap_or(0),
+                "time"
+            );
+        }
+    }
+
+    /// Publishes without logging (between checkpoints).
+    pub fn publish_quiet(&self, report: &WorkerReport) {
         if let Ok(mut t) = self.prometheus.lock() {
             *t = report.render_prometheus();
         }
@@ -48,15 +63,6 @@ impl Publisher {
             .and_then(|_| std::fs::rename(&tmp, &self.json_path));
         if let Err(e) = written {
             warn!(path = %self.json_path.display(), error = %e, "cannot write the worker report");
-        }
-        if let Some((w, p)) = report.job_watermark() {
-            info!(
-                job_watermark = %crate::config::duration::format_utc_ms(w),
-                held_by = p,
-                lag_ms = report.at_ms - w,
-                recommended_bound_ms = report.recommended_bound_ms().unwrap_or(0),
-                "time"
-            );
         }
     }
 }

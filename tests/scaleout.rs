@@ -1,0 +1,199 @@
+//! Several workers in one consumer group (DESIGN §9): the chaos run in short, and a
+//! zombie that wakes up after its partitions moved.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use tally::gen::Expected;
+
+/// The acceptance chaos run, short: 3 workers over 12 partitions, at least 5 SIGKILLs.
+#[test]
+fn chaos_run_with_kills_is_exact() {
+    let db = std::env::var("TALLY_TEST_PG_URL").expect("TALLY_TEST_PG_URL: run scripts/test.sh");
+    let out = tally_ok(
+        &[
+            "chaos",
+            "--database-url",
+            &db,
+            "--duration",
+            "75s",
+            "--rate",
+            "800",
+            "--kill-min",
+            "9s",
+            "--kill-max",
+            "13s",
+            "--min-kills",
+            "5",
+        ],
+        &[],
+        Duration::from_secs(600),
+    );
+    let report = String::from_utf8_lossy(&out.stdout);
+    println!("{report}");
+    assert!(report.contains("lost windows             0"), "{report}");
+    assert!(report.contains("double-counted windows   0"), "{report}");
+    assert!(
+        report.contains("result                   EXACT"),
+        "{report}"
+    );
+}
+
+fn spawn_worker(cfg: &Path, state: &Path) -> Child {
+    let log = std::fs::File::create(state.with_extension("log")).unwrap();
+    Command::new(tally_bin())
+        .args(["run", "--config", cfg.to_str().unwrap()])
+        .env("TALLY_STATE__DIR", state)
+        .env("TALLY_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
+fn owned(state: &Path) -> Vec<i32> {
+    tally::worker::report::read(state)
+        .map(|r| r.partitions.iter().map(|p| p.partition).collect())
+        .unwrap_or_default()
+}
+
+/// SIGSTOP a worker past its session timeout, let the others take over, SIGCONT it:
+/// no stale data anywhere, totals exact.
+#[test]
+fn a_zombie_worker_cannot_corrupt_anything() {
+    let dir = TempDir::new("zombie");
+    let broker = DevBroker::start(&[
+        ("requests", 6),
+        ("tenant-cost", 2),
+        ("requests.late", 2),
+        ("requests.dlq", 2),
+    ]);
+    let cfg = write_config(
+        dir.path(),
+        &broker,
+        "zombie",
+        "[window]\nallowed_lateness = \"10s\"\n",
+    );
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("\"6000\"", "\"3000\"\n\"heartbeat.interval.ms\" = \"500\"");
+    std::fs::write(&cfg, text).unwrap();
+    let c = cfg.to_str().unwrap();
+    let expected_path = dir.path().join("expected.json");
+    let gen_args = [
+        "gen",
+        "--config",
+        c,
+        "--count",
+        "24000",
+        "--tenants",
+        "24",
+        "--seed",
+        "21",
+        "--partitions",
+        "6",
+        "--late-fraction",
+        "0.01",
+        "--duplicate-fraction",
+        "0.02",
+        "--malformed-fraction",
+        "0.01",
+    ];
+    let offline = dir.path().join("offline.jsonl");
+    let mut args = gen_args.to_vec();
+    args.extend([
+        "--output-file",
+        offline.to_str().unwrap(),
+        "--expected-file",
+        expected_path.to_str().unwrap(),
+    ]);
+    tally_ok(&args, &[], Duration::from_secs(120));
+    let expected: Expected =
+        serde_json::from_slice(&std::fs::read(&expected_path).unwrap()).unwrap();
+    let mut gen = Command::new(tally_bin())
+        .args(gen_args)
+        .args(["--rate", "1500"])
+        .env("TALLY_LOG", "warn")
+        .spawn()
+        .unwrap();
+
+    let states: Vec<_> = (0..3).map(|i| dir.path().join(format!("w{i}"))).collect();
+    let mut workers: Vec<Child> = states.iter().map(|s| spawn_worker(&cfg, s)).collect();
+    let wait = |what: &str, cond: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while !cond() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait("all three workers to own partitions", &|| {
+        states.iter().all(|s| !owned(s).is_empty())
+    });
+    let zombie_parts = owned(&states[0]);
+    unsafe { libc::kill(workers[0].id() as i32, libc::SIGSTOP) };
+    // The survivors take over the frozen worker's partitions.
+    wait("the survivors to take over", &|| {
+        let held: Vec<i32> = owned(&states[1])
+            .into_iter()
+            .chain(owned(&states[2]))
+            .collect();
+        zombie_parts.iter().all(|p| held.contains(p))
+    });
+    unsafe { libc::kill(workers[0].id() as i32, libc::SIGCONT) };
+    assert!(gen.wait().unwrap().success());
+    std::thread::sleep(Duration::from_secs(5));
+    for w in workers.iter_mut() {
+        unsafe { libc::kill(w.id() as i32, libc::SIGTERM) };
+        assert!(w.wait().unwrap().success(), "graceful stop failed");
+    }
+    // The zombie was fenced: its offset commits after waking were rejected, or it
+    // found its partitions gone; either way it logged it.
+    let zlog = std::fs::read_to_string(states[0].with_extension("log")).unwrap();
+    assert!(
+        zlog.contains("revoked") || zlog.contains("offset commit failed"),
+        "{zlog}"
+    );
+
+    tally_ok(
+        &["checkpoints", "verify", "--config", c],
+        &[],
+        Duration::from_secs(60),
+    );
+    tally_ok(
+        &["run", "--config", c, "--until-end"],
+        &[(
+            "TALLY_STATE__DIR",
+            dir.path().join("final").to_str().unwrap(),
+        )],
+        Duration::from_secs(300),
+    );
+    let db = fresh_database("zombie");
+    tally_ok(
+        &["sink", "--config", c, "--until-end"],
+        &[("TALLY_SINK__DATABASE_URL", &db)],
+        Duration::from_secs(300),
+    );
+    let view = query(
+        &db,
+        "SELECT tenant_id, window_end::TEXT, cost_pico::TEXT FROM tenant_cost_minute ORDER BY 1, 2",
+    );
+    let want: Vec<Vec<Option<String>>> = expected
+        .windows
+        .iter()
+        .map(|w| {
+            vec![
+                Some(w.tenant_id.clone()),
+                Some(w.window_end.to_string()),
+                Some(w.cost_pico.clone()),
+            ]
+        })
+        .collect();
+    assert_eq!(view, want);
+    let report = tally::worker::report::read(&dir.path().join("final")).unwrap();
+    let consumed: u64 = report.partitions.iter().map(|p| p.counters.consumed).sum();
+    assert_eq!(consumed, expected.records);
+}
