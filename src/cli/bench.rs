@@ -181,3 +181,63 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&a.dir);
     Ok(())
 }
+
+#[derive(Args, Debug)]
+pub struct BenchEngineArgs {
+    #[command(flatten)]
+    pub config: super::ConfigArg,
+    /// JSON lines to process (e.g. from `tally gen --output-file`).
+    #[arg(long)]
+    pub input_file: std::path::PathBuf,
+    /// Alternate baseline and engine runs this many times; report the best of each.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+}
+
+/// Engine from a file vs a parse-only baseline over the same file, in one process:
+/// the parse is the floor of the work; everything else must cost less than it.
+pub fn run_engine(a: BenchEngineArgs) -> anyhow::Result<()> {
+    use std::io::BufRead;
+    let cfg = a.config.load()?;
+    let out = std::env::temp_dir().join(format!("tally-bench-engine-{}.jsonl", std::process::id()));
+    let mut best_base = f64::MAX;
+    let mut best_engine = f64::MAX;
+    let mut lines = 0u64;
+    for _ in 0..a.rounds.max(1) {
+        let started = Instant::now();
+        let mut r = std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(&a.input_file)?);
+        let mut line = Vec::new();
+        let (mut n, mut valid) = (0u64, 0u64);
+        while r.read_until(b'\n', &mut line)? > 0 {
+            while matches!(line.last(), Some(b'\n' | b'\r')) {
+                line.pop();
+            }
+            n += 1;
+            valid += u64::from(crate::model::event::parse(&line).is_ok());
+            line.clear();
+        }
+        std::hint::black_box(valid);
+        best_base = best_base.min(started.elapsed().as_secs_f64());
+        lines = n;
+        let started = Instant::now();
+        let c = crate::worker::file::run(&cfg, &a.input_file, &out)?;
+        best_engine = best_engine.min(started.elapsed().as_secs_f64());
+        anyhow::ensure!(
+            c.consumed == n,
+            "engine consumed {} of {n} lines",
+            c.consumed
+        );
+    }
+    for ext in ["", ".late.jsonl", ".dlq.jsonl"] {
+        let _ = std::fs::remove_file(format!("{}{ext}", out.display()));
+    }
+    let (base_rate, engine_rate) = (lines as f64 / best_base, lines as f64 / best_engine);
+    println!("| run | events | best seconds | events/s | ratio to baseline |");
+    println!("|---|---:|---:|---:|---:|");
+    println!("| parse-only baseline | {lines} | {best_base:.2} | {base_rate:.0} | 1.00 |");
+    println!(
+        "| tally run --input-file | {lines} | {best_engine:.2} | {engine_rate:.0} | {:.2} |",
+        engine_rate / base_rate
+    );
+    Ok(())
+}

@@ -66,6 +66,8 @@ pub enum Command {
     ReprocessLate(reprocess::ReprocessArgs),
     /// Scale-out acceptance run: N workers, random SIGKILLs, exact totals, one report.
     Chaos(chaos::ChaosArgs),
+    /// Benchmark: the engine over a file vs a parse-only baseline, same run.
+    BenchEngine(bench::BenchEngineArgs),
     /// Inspect the checkpoint store.
     Checkpoints(checkpoints::CheckpointsArgs),
     /// Observed event delays and watermarks of the worker using this state.dir,
@@ -126,6 +128,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Chaos(a) => chaos::run(a),
         Command::ReprocessLate(a) => reprocess::run(a),
         Command::BenchCheckpoint(a) => bench::run(a),
+        Command::BenchEngine(a) => bench::run_engine(a),
         Command::Delays(c) => {
             let cfg = c.load()?;
             let report = crate::worker::report::read(&cfg.state.dir).map_err(anyhow::Error::msg)?;
