@@ -74,6 +74,9 @@ pub struct Core {
     pub exporting: Option<PendingExport>,
     /// Barrier pauses so far, ms (for the shutdown summary and benchmarks).
     pub pauses_ms: Vec<u64>,
+    /// Set after the final checkpoint: nothing more is checkpointed (in particular
+    /// not the end-of-input panes of a bounded run).
+    pub closed: bool,
 }
 
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -418,7 +421,9 @@ impl RebalanceHandler for Core {
 
     fn on_revoke(&mut self, consumer: &Source, partitions: &[i32]) -> Result<(), String> {
         // Hand over cleanly: checkpoint (and commit) before Kafka moves them.
-        self.checkpoint(consumer, true).map_err(|e| e.to_string())?;
+        if !self.closed {
+            self.checkpoint(consumer, true).map_err(|e| e.to_string())?;
+        }
         for p in partitions {
             self.slots.remove(p);
             self.store.drop_partition(*p).map_err(|e| e.to_string())?;

@@ -71,6 +71,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         next_id,
         exporting: None,
         pauses_ms: Vec::new(),
+        closed: false,
     }));
     let mut consumer_cfg = client_config(&cfg.kafka, CONSUMER_DEFAULTS);
     consumer_cfg.set("group.id", &cfg.kafka.group_id);
@@ -124,6 +125,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
     }
     let mut c = lock(&core)?;
     c.checkpoint(&consumer, true)?;
+    c.closed = true;
     if opts.until_end {
         // End of input: emit every open window. Not checkpointed (see PartitionTask::end_of_input).
         let Core {
