@@ -7,8 +7,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use common::*;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use tally::engine::{PaneKind, ResultRecord};
+use tally::engine::PaneKind;
 use tally::gen::Expected;
 use tally::kafka::headers;
 use tally::kafka::read::read_topic;
@@ -21,39 +20,6 @@ const TOPICS: &[(&str, i32)] = &[
     ("requests.late", 2),
     ("requests.dlq", 2),
 ];
-
-fn producer(broker: &DevBroker) -> BaseProducer {
-    tally::kafka::client_config(&broker.kafka(), tally::kafka::PRODUCER_DEFAULTS)
-        .create()
-        .unwrap()
-}
-
-fn produce(p: &BaseProducer, partition: i32, key: &str, payloads: &[String]) {
-    for payload in payloads {
-        p.send(
-            BaseRecord::to("requests")
-                .partition(partition)
-                .key(key)
-                .payload(payload),
-        )
-        .unwrap();
-    }
-    p.flush(Duration::from_secs(30)).unwrap();
-}
-
-fn results(broker: &DevBroker, topic: &str) -> Vec<ResultRecord> {
-    read_topic(&broker.kafka(), topic)
-        .unwrap()
-        .iter()
-        .map(|r| serde_json::from_slice(&r.payload).unwrap())
-        .collect()
-}
-
-fn event(id: &str, tenant: &str, model: &str, ts: i64) -> String {
-    format!(
-        r#"{{"request_id":"{id}","tenant_id":"{tenant}","model":"{model}","prompt_tokens":1000,"completion_tokens":500,"completed_ts":{ts}}}"#
-    )
-}
 
 #[test]
 fn generated_200k_events_reach_postgres_with_exact_totals_and_redelivery_changes_nothing() {
@@ -177,7 +143,7 @@ fn seed_burst_without_lateness_bills_twenty_cents_and_routes_the_burst_to_the_la
         "[window]\nallowed_lateness = \"0\"\n[watermark]\nmax_future = \"off\"\n",
     );
     let story = seed_story();
-    produce(&producer(&broker), 0, "acme", &story);
+    produce(&broker, "requests", 0, "acme", &story);
     tally_ok(
         &["run", "--config", cfg.to_str().unwrap(), "--until-end"],
         &[],
@@ -254,10 +220,9 @@ fn bad_records_go_to_the_dead_letter_topic_and_the_worker_keeps_running() {
         ),
     ];
     let closer = event("ok-2", "beta", "small", T10 + 90_000);
-    let p = producer(&broker);
-    produce(&p, 1, "beta", &[good]);
-    produce(&p, 1, "beta", &bad);
-    produce(&p, 1, "beta", &[closer]);
+    produce(&broker, "requests", 1, "beta", &[good]);
+    produce(&broker, "requests", 1, "beta", &bad);
+    produce(&broker, "requests", 1, "beta", &[closer]);
 
     let deadline = Instant::now() + Duration::from_secs(60);
     let (dlq, panes) = loop {

@@ -138,18 +138,8 @@ impl Job {
     }
 
     fn check_db(&self, db: &str, expected: &Expected) {
-        let view = query(db, "SELECT tenant_id, window_end::TEXT, cost_pico::TEXT FROM tenant_cost_minute ORDER BY 1, 2");
-        let want: Vec<Vec<Option<String>>> = expected
-            .windows
-            .iter()
-            .map(|w| {
-                vec![
-                    Some(w.tenant_id.clone()),
-                    Some(w.window_end.to_string()),
-                    Some(w.cost_pico.clone()),
-                ]
-            })
-            .collect();
+        let view = view_rows(db);
+        let want = expected_rows(expected);
         assert_eq!(view.len(), want.len());
         assert_eq!(view, want, "invoice lines differ from the expected totals");
         // Every too-late event is on the late topic (duplicates allowed after a crash).

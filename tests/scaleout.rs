@@ -177,21 +177,8 @@ fn a_zombie_worker_cannot_corrupt_anything() {
         &[("TALLY_SINK__DATABASE_URL", &db)],
         Duration::from_secs(300),
     );
-    let view = query(
-        &db,
-        "SELECT tenant_id, window_end::TEXT, cost_pico::TEXT FROM tenant_cost_minute ORDER BY 1, 2",
-    );
-    let want: Vec<Vec<Option<String>>> = expected
-        .windows
-        .iter()
-        .map(|w| {
-            vec![
-                Some(w.tenant_id.clone()),
-                Some(w.window_end.to_string()),
-                Some(w.cost_pico.clone()),
-            ]
-        })
-        .collect();
+    let view = view_rows(&db);
+    let want = expected_rows(&expected);
     assert_eq!(view, want);
     let report = tally::worker::report::read(&dir.path().join("final")).unwrap();
     let consumed: u64 = report.partitions.iter().map(|p| p.counters.consumed).sum();

@@ -8,7 +8,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use tally::engine::{Counters, PaneKind, ResultRecord};
 use tally::gen::Expected;
 use tally::kafka::headers;
@@ -17,35 +16,8 @@ use tally::kafka::read::read_topic;
 const T10: i64 = 1_767_261_600_000;
 const MIN: i64 = 60_000;
 
-fn event(id: &str, tenant: &str, ts: i64) -> String {
-    format!(
-        r#"{{"request_id":"{id}","tenant_id":"{tenant}","model":"large","prompt_tokens":1000,"completion_tokens":500,"completed_ts":{ts}}}"#
-    )
-}
-
-fn produce(broker: &DevBroker, partition: i32, key: &str, payloads: &[String]) {
-    let p: BaseProducer =
-        tally::kafka::client_config(&broker.kafka(), tally::kafka::PRODUCER_DEFAULTS)
-            .create()
-            .unwrap();
-    for payload in payloads {
-        p.send(
-            BaseRecord::to("requests")
-                .partition(partition)
-                .key(key)
-                .payload(payload),
-        )
-        .unwrap();
-    }
-    p.flush(Duration::from_secs(30)).unwrap();
-}
-
-fn results(broker: &DevBroker, topic: &str) -> Vec<ResultRecord> {
-    read_topic(&broker.kafka(), topic)
-        .unwrap()
-        .iter()
-        .map(|r| serde_json::from_slice(&r.payload).unwrap())
-        .collect()
+fn large(id: &str, tenant: &str, ts: i64) -> String {
+    event(id, tenant, "large", ts)
 }
 
 fn totals(state_dir: &Path) -> Counters {
@@ -82,9 +54,9 @@ fn seed_burst_with_thirty_seconds_of_lateness_is_billed_to_ten_oclock() {
         ("r-107", 130),
     ]
     .iter()
-    .map(|(id, s)| event(id, "acme", T10 + s * 1_000))
+    .map(|(id, s)| large(id, "acme", T10 + s * 1_000))
     .collect();
-    produce(&broker, 0, "acme", &story);
+    produce(&broker, "requests", 0, "acme", &story);
     tally_ok(
         &["run", "--config", cfg.to_str().unwrap(), "--until-end"],
         &[],
@@ -236,21 +208,8 @@ fn replays_are_byte_identical_and_dirty_input_is_accounted_exactly() {
         &[("TALLY_SINK__DATABASE_URL", &db)],
         Duration::from_secs(300),
     );
-    let view = query(
-        &db,
-        "SELECT tenant_id, window_end::TEXT, cost_pico::TEXT FROM tenant_cost_minute ORDER BY 1, 2",
-    );
-    let want: Vec<Vec<Option<String>>> = expected
-        .windows
-        .iter()
-        .map(|w| {
-            vec![
-                Some(w.tenant_id.clone()),
-                Some(w.window_end.to_string()),
-                Some(w.cost_pico.clone()),
-            ]
-        })
-        .collect();
+    let view = view_rows(&db);
+    let want = expected_rows(&expected);
     assert_eq!(view, want);
 
     // Re-bill under generation 2 with a corrected price: the view follows the new table.
@@ -312,21 +271,8 @@ fn replays_are_byte_identical_and_dirty_input_is_accounted_exactly() {
         &[("TALLY_SINK__DATABASE_URL", &db)],
         Duration::from_secs(300),
     );
-    let view2 = query(
-        &db,
-        "SELECT tenant_id, window_end::TEXT, cost_pico::TEXT FROM tenant_cost_minute ORDER BY 1, 2",
-    );
-    let want2: Vec<Vec<Option<String>>> = expected2
-        .windows
-        .iter()
-        .map(|w| {
-            vec![
-                Some(w.tenant_id.clone()),
-                Some(w.window_end.to_string()),
-                Some(w.cost_pico.clone()),
-            ]
-        })
-        .collect();
+    let view2 = view_rows(&db);
+    let want2 = expected_rows(&expected2);
     assert_eq!(view2, want2);
     let gens = query(
         &db,
@@ -348,11 +294,17 @@ fn a_silent_partition_never_holds_back_another_and_idleness_closes_its_windows()
         ("requests.late", 1),
         ("requests.dlq", 1),
     ]);
-    produce(&broker, 0, "quiet", &[event("q-1", "quiet", T10 + 30_000)]);
+    produce(
+        &broker,
+        "requests",
+        0,
+        "quiet",
+        &[large("q-1", "quiet", T10 + 30_000)],
+    );
     let flow: Vec<String> = (0..300)
-        .map(|i| event(&format!("b-{i}"), "busy", T10 + i * 1_000))
+        .map(|i| large(&format!("b-{i}"), "busy", T10 + i * 1_000))
         .collect();
-    produce(&broker, 1, "busy", &flow);
+    produce(&broker, "requests", 1, "busy", &flow);
 
     let wait_for =
         |topic: &str, what: &dyn Fn(&[ResultRecord]) -> bool, worker: &mut std::process::Child| {

@@ -12,7 +12,7 @@ use super::ConfigArg;
 use crate::config::duration::parse_utc_ms;
 use crate::config::{Config, Millis};
 use crate::gen::{Expected, GenOptions, Generator};
-use crate::kafka::outputs::DeliveryTracker;
+use crate::kafka::outputs::{send, DeliveryTracker};
 use crate::kafka::{client_config, PRODUCER_DEFAULTS};
 
 #[derive(Args, Debug)]
@@ -166,25 +166,11 @@ fn produce(
     let started = Instant::now();
     let mut sent: u64 = 0;
     for r in gen.by_ref() {
-        let mut record = BaseRecord::to(topic)
+        let record = BaseRecord::to(topic)
             .partition(r.partition)
             .key(r.key.as_bytes())
             .payload(r.payload.as_bytes());
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((
-                    rdkafka::error::KafkaError::MessageProduction(
-                        rdkafka::types::RDKafkaErrorCode::QueueFull,
-                    ),
-                    rec,
-                )) => {
-                    record = rec;
-                    producer.poll(Duration::from_millis(20));
-                }
-                Err((e, _)) => return Err(e).context("producing generated records"),
-            }
-        }
+        send(&producer, record).context("producing generated records")?;
         sent += 1;
         producer.poll(Duration::ZERO);
         if let Some(due_us) = (sent * 1_000_000).checked_div(a.rate) {

@@ -21,7 +21,7 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use super::ConfigArg;
 use crate::config::duration::parse_utc_ms;
 use crate::engine::RecordIn;
-use crate::kafka::outputs::{source_coords, DeliveryTracker};
+use crate::kafka::outputs::{send, source_coords, DeliveryTracker};
 use crate::kafka::{client_config, headers, now_ms, PRODUCER_DEFAULTS};
 use crate::reprocess::{Outcome, Reprocessor};
 use crate::worker::shutdown;
@@ -233,27 +233,6 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
         summary.read, summary.adjusted, summary.duplicates, summary.dead_letters
     );
     Ok(())
-}
-
-fn send(
-    p: &BaseProducer<DeliveryTracker>,
-    mut r: BaseRecord<'_, [u8], [u8]>,
-) -> anyhow::Result<()> {
-    loop {
-        match p.send(r) {
-            Ok(()) => return Ok(()),
-            Err((
-                rdkafka::error::KafkaError::MessageProduction(
-                    rdkafka::types::RDKafkaErrorCode::QueueFull,
-                ),
-                back,
-            )) => {
-                r = back;
-                p.poll(Duration::from_millis(20));
-            }
-            Err((e, _)) => return Err(e).context("producing an adjustment"),
-        }
-    }
 }
 
 /// A progress bar on a terminal, periodic log lines otherwise.

@@ -162,22 +162,8 @@ impl Outputs {
         ))
     }
 
-    fn send(&self, mut record: BaseRecord<'_, [u8], [u8]>) -> Result<(), KafkaIoError> {
-        loop {
-            match self.producer.send(record) {
-                Ok(()) => return Ok(()),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                    record = r;
-                    self.producer.poll(Duration::from_millis(50));
-                }
-                Err((e, r)) => {
-                    return Err(KafkaIoError::Client {
-                        context: format!("producing to {}", r.topic),
-                        source: e,
-                    })
-                }
-            }
-        }
+    fn send(&self, record: BaseRecord<'_, [u8], [u8]>) -> Result<(), KafkaIoError> {
+        send(&self.producer, record)
     }
 
     /// Serves delivery reports without blocking.
@@ -195,6 +181,28 @@ impl Outputs {
 
     pub fn delivered(&self) -> u64 {
         self.producer.context().delivered.load(Ordering::Relaxed)
+    }
+}
+
+/// Sends one record, waiting (serving delivery reports) while the local queue is full.
+pub fn send<C: ProducerContext<DeliveryOpaque = ()>>(
+    producer: &BaseProducer<C>,
+    mut record: BaseRecord<'_, [u8], [u8]>,
+) -> Result<(), KafkaIoError> {
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                record = r;
+                producer.poll(Duration::from_millis(20));
+            }
+            Err((e, r)) => {
+                return Err(KafkaIoError::Client {
+                    context: format!("producing to {}", r.topic),
+                    source: e,
+                })
+            }
+        }
     }
 }
 

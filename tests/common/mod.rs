@@ -256,3 +256,60 @@ pub fn tally_ok(args: &[&str], envs: &[(&str, &str)], timeout: Duration) -> Outp
     );
     out
 }
+
+/// Produces `payloads` to `topic`/`partition` with `key`, and waits for the acks.
+pub fn produce(broker: &DevBroker, topic: &str, partition: i32, key: &str, payloads: &[String]) {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let p: BaseProducer =
+        tally::kafka::client_config(&broker.kafka(), tally::kafka::PRODUCER_DEFAULTS)
+            .create()
+            .unwrap();
+    for payload in payloads {
+        p.send(
+            BaseRecord::to(topic)
+                .partition(partition)
+                .key(key)
+                .payload(payload),
+        )
+        .unwrap();
+    }
+    p.flush(Duration::from_secs(30)).unwrap();
+}
+
+/// Every window result on `topic`, in partition then offset order.
+pub fn results(broker: &DevBroker, topic: &str) -> Vec<tally::engine::ResultRecord> {
+    tally::kafka::read::read_topic(&broker.kafka(), topic)
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::from_slice(&r.payload).unwrap())
+        .collect()
+}
+
+/// The generator's expected invoice lines as `(tenant, window_end, cost_pico)` rows.
+pub fn expected_rows(e: &tally::gen::Expected) -> Vec<Vec<Option<String>>> {
+    e.windows
+        .iter()
+        .map(|w| {
+            vec![
+                Some(w.tenant_id.clone()),
+                Some(w.window_end.to_string()),
+                Some(w.cost_pico.clone()),
+            ]
+        })
+        .collect()
+}
+
+/// The invoice view as `(tenant, window_end, cost_pico)` rows, in the same order.
+pub fn view_rows(db: &str) -> Vec<Vec<Option<String>>> {
+    query(
+        db,
+        "SELECT tenant_id, window_end::TEXT, cost_pico::TEXT FROM tenant_cost_minute ORDER BY 1, 2",
+    )
+}
+
+/// A valid input record.
+pub fn event(id: &str, tenant: &str, model: &str, ts: i64) -> String {
+    format!(
+        r#"{{"request_id":"{id}","tenant_id":"{tenant}","model":"{model}","prompt_tokens":1000,"completion_tokens":500,"completed_ts":{ts}}}"#
+    )
+}
