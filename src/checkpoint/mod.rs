@@ -103,7 +103,7 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// sha256 of everything that decides what tally emits: a checkpoint written under
 /// another fingerprint holds state computed by other rules.
-pub fn fingerprint(topic: &str, e: &EngineConfig) -> String {
+pub fn fingerprint(topic: &str, e: &EngineConfig, idle_timeout_ms: Option<i64>) -> String {
     let mut prices: Vec<String> = e
         .prices
         .entries()
@@ -111,7 +111,7 @@ pub fn fingerprint(topic: &str, e: &EngineConfig) -> String {
         .collect();
     prices.sort();
     let text = format!(
-        "tally-fingerprint-v1|topic={topic}|size={}|offset={}|lateness={}|bound={}|future={:?}|time={:?}|dedup={}|max_bytes={}|generation={}|prices={}",
+        "tally-fingerprint-v1|topic={topic}|idle={idle_timeout_ms:?}|size={}|offset={}|lateness={}|bound={}|future={:?}|time={:?}|dedup={}|max_bytes={}|generation={}|prices={}",
         e.window.size_ms,
         e.window.offset_ms,
         e.allowed_lateness_ms,

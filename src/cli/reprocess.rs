@@ -105,6 +105,20 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
                 q.add_partition_offset(&topic, p, Offset::Offset(ms))?;
             }
             let found = consumer.offsets_for_times(q, Duration::from_secs(10))?;
+            // Brokers that cannot resolve timestamps (the dev broker) answer "end" for
+            // every partition; so does a time after the last record. Either way there
+            // is nothing to read, and committing the ends would make `--from group`
+            // skip everything later: refuse instead.
+            if found
+                .elements()
+                .iter()
+                .all(|e| matches!(e.offset(), Offset::End | Offset::Invalid))
+            {
+                anyhow::bail!(
+                    "no partition of {topic} has records at or after {t}, or the broker cannot resolve \
+                     timestamps (the dev broker cannot); nothing was read or committed. Use --from earliest or group."
+                );
+            }
             for e in found.elements() {
                 match e.offset() {
                     Offset::Offset(o) if o >= 0 => {

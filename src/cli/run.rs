@@ -23,8 +23,10 @@ pub struct RunArgs {
     /// window as end of input (backfills, tests). The state keeps the pre-end cut.
     #[arg(long)]
     pub until_end: bool,
-    /// For partitions that have committed offsets in the group but no state here:
-    /// rebuild them from the log start instead of refusing to start.
+    /// Ignore the checkpoint store (and any committed offsets) for every partition
+    /// this run is assigned, and rebuild their state from the log start. The way out
+    /// of a refusal (missing or damaged checkpoints, changed configuration); results
+    /// re-emitted with unchanged content are ignored by the sink.
     #[arg(long, value_enum, value_name = "WHERE")]
     pub reset_state: Option<ResetState>,
     /// Accept partitions whose log no longer starts at offset 0 (records deleted).

@@ -169,7 +169,12 @@ impl WorkerReport {
                 |p| p.idle_advances,
             ),
         ] {
-            g(&mut s, name, help);
+            let kind = if name.ends_with("_total") {
+                "counter"
+            } else {
+                "gauge"
+            };
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
             for p in &self.partitions {
                 let _ = writeln!(s, "{name}{{partition=\"{}\"}} {}", p.partition, f(p));
             }

@@ -160,7 +160,7 @@ impl StateStore {
             };
             batch.put(key(b'M', p, &[]), encode(&meta));
         }
-        // Not synced: this store is a working copy; durability comes from the
+        // Not synced, no WAL: this store is a working copy; durability comes from the
         // checkpoint files written from it (DESIGN §7).
         let mut wo = WriteOptions::default();
         wo.disable_wal(true);

@@ -174,12 +174,13 @@ impl Core {
 
     /// Takes checkpoint N (steps 1–3); with `wait`, also completes it (4–5).
     pub fn checkpoint(&mut self, consumer: &Source, wait: bool) -> Result<(), WorkerError> {
+        // The pause runs from here: waiting for a previous export is part of it.
+        let started = Instant::now();
         self.finish_export(consumer)?;
         if self.slots.is_empty() {
             return Ok(());
         }
         failpoint::hit("before_barrier");
-        let started = Instant::now();
         self.outputs.flush(FLUSH_TIMEOUT)?;
         failpoint::hit("after_flush");
         let mut parts = Vec::with_capacity(self.slots.len());

@@ -53,7 +53,11 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
     )?;
     let next_id = checkpoints.next_id()?;
     let core = Arc::new(Mutex::new(Core {
-        fingerprint: crate::checkpoint::fingerprint(&cfg.topics.input, &engine),
+        fingerprint: crate::checkpoint::fingerprint(
+            &cfg.topics.input,
+            &engine,
+            cfg.watermark.idle_timeout.0.map(|m| m.0),
+        ),
         engine,
         topic: cfg.topics.input.clone(),
         group: cfg.kafka.group_id.clone(),
