@@ -100,38 +100,44 @@ pub fn hash_file(path: &Path) -> Result<(u64, String), CheckpointError> {
     Ok((bytes, hex(&hasher.finalize())))
 }
 
-/// Reads a snapshot file (the caller verified its checksum).
-pub fn read_snapshot(path: &Path, partition: i32) -> Result<Vec<Entry>, CheckpointError> {
+/// Parses a snapshot held in memory (the caller verified its checksum); the
+/// entries borrow from `buf`.
+pub fn parse_snapshot<'b>(
+    buf: &'b [u8],
+    partition: i32,
+    path: &Path,
+) -> Result<Vec<(&'b [u8], &'b [u8])>, CheckpointError> {
     let corrupt = |msg: &str| CheckpointError::Corrupt {
         path: path.display().to_string(),
         msg: msg.to_string(),
     };
-    let mut r = BufReader::with_capacity(1 << 20, File::open(path).map_err(io_err(path))?);
-    let mut head = [0u8; 12];
-    r.read_exact(&mut head)
-        .map_err(|_| corrupt("truncated header"))?;
-    if &head[..8] != MAGIC {
+    if buf.len() < 12 || &buf[..8] != MAGIC {
         return Err(corrupt("not a tally partition snapshot"));
     }
-    if i32::from_be_bytes([head[8], head[9], head[10], head[11]]) != partition {
+    if buf[8..12] != partition.to_be_bytes() {
         return Err(corrupt("snapshot of another partition"));
     }
+    let mut at = 12;
+    let mut take = |n: usize| -> Result<&'b [u8], CheckpointError> {
+        let s = buf.get(at..at + n).ok_or_else(|| corrupt("truncated"))?;
+        at += n;
+        Ok(s)
+    };
     let mut out = Vec::new();
-    let mut len = [0u8; 4];
     loop {
-        r.read_exact(&mut len)
-            .map_err(|_| corrupt("truncated entry"))?;
-        let klen = u32::from_be_bytes(len);
+        let klen = u32::from_be_bytes(take(4)?.try_into().map_err(|_| corrupt("truncated"))?);
         if klen == END {
             return Ok(out);
         }
-        let mut k = vec![0u8; klen as usize];
-        r.read_exact(&mut k).map_err(|_| corrupt("truncated key"))?;
-        r.read_exact(&mut len)
-            .map_err(|_| corrupt("truncated entry"))?;
-        let mut v = vec![0u8; u32::from_be_bytes(len) as usize];
-        r.read_exact(&mut v)
-            .map_err(|_| corrupt("truncated value"))?;
-        out.push((k, v));
+        let k = take(klen as usize)?;
+        let vlen = u32::from_be_bytes(take(4)?.try_into().map_err(|_| corrupt("truncated"))?);
+        out.push((k, take(vlen as usize)?));
     }
+}
+
+/// Reads a whole file and its sha256 (hex) in one pass.
+pub fn read_hashed(path: &Path) -> Result<(Vec<u8>, String), CheckpointError> {
+    let buf = std::fs::read(path).map_err(io_err(path))?;
+    let sha = hex(&Sha256::digest(&buf));
+    Ok((buf, sha))
 }

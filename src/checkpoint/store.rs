@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 use tracing::{error, info, warn};
 
-use super::file::{hash_file, read_snapshot};
+use super::file::{hash_file, parse_snapshot, read_hashed};
 use super::{io_err, CheckpointError, CheckpointId, Manifest, MANIFEST_FORMAT};
-use crate::state::StateStore;
+use crate::engine::TaskSnapshot;
+use crate::state::{decode_partition, StateStore};
 
 pub const MANIFEST: &str = "MANIFEST";
 
@@ -29,6 +30,8 @@ pub struct Restored {
     pub next_offset: i64,
     /// Newer candidates skipped because their files were damaged.
     pub skipped: usize,
+    /// The restored state, ready for `PartitionTask::restore`.
+    pub snapshot: TaskSnapshot,
 }
 
 pub struct CheckpointStore {
@@ -166,9 +169,16 @@ impl CheckpointStore {
             }
             let Some(entry) = m.entry(p) else { continue };
             let file = dir.join(&entry.file);
-            match hash_file(&file) {
-                Ok((bytes, sha)) if bytes == entry.bytes && sha == entry.sha256 => {
-                    let entries = read_snapshot(&file, p)?;
+            match read_hashed(&file) {
+                Ok((buf, sha)) if buf.len() as u64 == entry.bytes && sha == entry.sha256 => {
+                    let entries = parse_snapshot(&buf, p, &file)?;
+                    let (snapshot, _) =
+                        decode_partition(p, entries.iter().copied())?.ok_or_else(|| {
+                            CheckpointError::Corrupt {
+                                path: file.display().to_string(),
+                                msg: "no partition meta".into(),
+                            }
+                        })?;
                     state.import_partition(p, entries)?;
                     if skipped > 0 {
                         error!(partition = p, checkpoint = %dir.display(), skipped, "RESTORED FROM AN OLDER CHECKPOINT: newer ones are damaged");
@@ -178,10 +188,11 @@ impl CheckpointStore {
                         checkpoint: dir.clone(),
                         next_offset: entry.next_offset,
                         skipped,
+                        snapshot,
                     }));
                 }
-                Ok((bytes, sha)) => {
-                    error!(file = %file.display(), expected = %short(&entry.sha256), found = %short(&sha), bytes, "CHECKPOINT FILE DAMAGED (checksum mismatch); falling back to an older checkpoint");
+                Ok((buf, sha)) => {
+                    error!(file = %file.display(), expected = %short(&entry.sha256), found = %short(&sha), bytes = buf.len(), "CHECKPOINT FILE DAMAGED (checksum mismatch); falling back to an older checkpoint");
                     problems.push(format!("{}: checksum mismatch", file.display()));
                 }
                 Err(e) => {
@@ -196,6 +207,30 @@ impl CheckpointStore {
              `--reset-state earliest`.",
             problems.join("; ")
         )))
+    }
+
+    /// `restore_partition` for several partitions at once, in parallel (file reads,
+    /// hashing, decoding and imports are independent).
+    pub fn restore_many(
+        &self,
+        partitions: &[i32],
+        fingerprint: &str,
+        state: &StateStore,
+    ) -> Vec<Result<Option<Restored>, CheckpointError>> {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = partitions
+                .iter()
+                .map(|p| scope.spawn(move || self.restore_partition(*p, fingerprint, state)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(CheckpointError::Refused("a restore thread panicked".into()))
+                    })
+                })
+                .collect()
+        })
     }
 
     /// Re-hashes every file of every checkpoint; returns the problems found.

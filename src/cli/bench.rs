@@ -157,13 +157,14 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         // Restore every partition into a fresh store, as a worker does on assignment.
         let fresh = StateStore::open_fresh(&a.dir.join("restore"))?;
         let started = Instant::now();
+        let parts: Vec<i32> = (0..a.partitions).collect();
         let mut restored = 0;
-        for p in 0..a.partitions {
-            checkpoints.restore_partition(p, "bench", &fresh)?;
-            let (snap, _) = fresh
-                .load(p)?
-                .ok_or_else(|| anyhow::anyhow!("partition {p} missing after restore"))?;
-            restored += PartitionTask::restore(p, engine(), snap).open_windows();
+        for (p, r) in parts
+            .iter()
+            .zip(checkpoints.restore_many(&parts, "bench", &fresh))
+        {
+            let r = r?.ok_or_else(|| anyhow::anyhow!("partition {p} missing after restore"))?;
+            restored += PartitionTask::restore(*p, engine(), r.snapshot).open_windows();
         }
         let restore_ms = started.elapsed().as_secs_f64() * 1e3;
         anyhow::ensure!(

@@ -160,11 +160,8 @@ impl StateStore {
             };
             batch.put(key(b'M', p, &[]), encode(&meta));
         }
-        // Not synced, no WAL: this store is a working copy; durability comes from the
-        // checkpoint files written from it (DESIGN §7).
-        let mut wo = WriteOptions::default();
-        wo.disable_wal(true);
-        self.db.write_opt(batch, &wo).map_err(StateError::Write)
+        // Not synced, no WAL: durability comes from the checkpoint files (DESIGN §7).
+        self.write(batch)
     }
 
     /// Opens an empty store: the local store is a working copy; the durable truth
@@ -209,10 +206,10 @@ impl StateStore {
     }
 
     /// Replaces everything of partition `p` with `entries` (from a checkpoint file).
-    pub fn import_partition(
+    pub fn import_partition<'a>(
         &self,
         p: i32,
-        entries: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
+        entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
     ) -> Result<(), StateError> {
         self.drop_partition(p)?;
         let mut batch = WriteBatch::default();
@@ -224,13 +221,18 @@ impl StateStore {
                 });
             }
             batch.put(k, v);
-            if batch.len() >= 10_000 {
-                self.db
-                    .write(std::mem::take(&mut batch))
-                    .map_err(StateError::Write)?;
+            if batch.len() >= 50_000 {
+                self.write(std::mem::take(&mut batch))?;
             }
         }
-        self.db.write(batch).map_err(StateError::Write)
+        self.write(batch)
+    }
+
+    /// Writes without the WAL: this store is a working copy (see the module header).
+    fn write(&self, batch: WriteBatch) -> Result<(), StateError> {
+        let mut wo = WriteOptions::default();
+        wo.disable_wal(true);
+        self.db.write_opt(batch, &wo).map_err(StateError::Write)
     }
 
     /// Deletes every key of partition `p`.
@@ -244,7 +246,7 @@ impl StateStore {
                 batch.delete_range(from, to);
             }
         }
-        self.db.write(batch).map_err(StateError::Write)
+        self.write(batch)
     }
 
     pub fn meta(&self, p: i32) -> Result<Option<PartitionMeta>, StateError> {
@@ -257,38 +259,14 @@ impl StateStore {
 
     /// Loads partition `p`: its snapshot and next offset, or `None` if it has no state.
     pub fn load(&self, p: i32) -> Result<Option<(TaskSnapshot, NextOffset)>, StateError> {
-        let Some(meta) = self.meta(p)? else {
-            return Ok(None);
-        };
-        let mut snap = TaskSnapshot {
-            watermark: Some(meta.watermark),
-            counters: meta.counters,
-            ..Default::default()
-        };
-        self.scan(b'W', p, |rest, v, k| {
-            let tenant = std::str::from_utf8(&rest[8..]).map_err(|e| StateError::Corrupt {
-                key: String::from_utf8_lossy(k).into_owned(),
-                msg: e.to_string(),
+        let mut entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        for kind in [b'D', b'M', b'W'] {
+            self.scan(kind, p, |_, v, k| {
+                entries.push((k.to_vec(), v.to_vec()));
+                Ok(())
             })?;
-            let w: StoredWindow = decode(k, v)?;
-            let entry = ((end_from(rest), tenant.into()), w.acc);
-            if w.open {
-                snap.open.push(entry)
-            } else {
-                snap.fired.push(entry)
-            }
-            Ok(())
-        })?;
-        self.scan(b'D', p, |rest, v, k| {
-            let id = String::from_utf8_lossy(rest).into_owned().into_boxed_str();
-            let exp: [u8; 8] = v.try_into().map_err(|_| StateError::Corrupt {
-                key: String::from_utf8_lossy(k).into_owned(),
-                msg: "bad expiry".into(),
-            })?;
-            snap.dedup.push((id, i64::from_be_bytes(exp)));
-            Ok(())
-        })?;
-        Ok(Some((snap, meta.next_offset)))
+        }
+        decode_partition(p, entries.iter().map(|(k, v)| (k.as_slice(), v.as_slice())))
     }
 
     fn scan(
@@ -310,6 +288,51 @@ impl StateStore {
         }
         Ok(())
     }
+}
+
+/// Builds partition `p`'s snapshot and next offset from its state-store entries
+/// (as stored in RocksDB or in a checkpoint file); `None` without a meta entry.
+pub fn decode_partition<'a>(
+    p: i32,
+    entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+) -> Result<Option<(TaskSnapshot, NextOffset)>, StateError> {
+    let corrupt = |k: &[u8], msg: String| StateError::Corrupt {
+        key: String::from_utf8_lossy(k).into_owned(),
+        msg,
+    };
+    let mut meta: Option<PartitionMeta> = None;
+    let mut snap = TaskSnapshot::default();
+    for (k, v) in entries {
+        if k.len() < 5 || k[1..5] != p_bytes(p) {
+            return Err(corrupt(k, format!("not a key of partition {p}")));
+        }
+        let rest = &k[5..];
+        match k[0] {
+            b'M' => meta = Some(decode(k, v)?),
+            b'W' if rest.len() >= 8 => {
+                let tenant =
+                    std::str::from_utf8(&rest[8..]).map_err(|e| corrupt(k, e.to_string()))?;
+                let w: StoredWindow = decode(k, v)?;
+                let entry = ((end_from(rest), tenant.into()), w.acc);
+                if w.open {
+                    snap.open.push(entry)
+                } else {
+                    snap.fired.push(entry)
+                }
+            }
+            b'D' => {
+                let exp: [u8; 8] = v.try_into().map_err(|_| corrupt(k, "bad expiry".into()))?;
+                let id = String::from_utf8_lossy(rest).into_owned().into_boxed_str();
+                snap.dedup.push((id, i64::from_be_bytes(exp)));
+            }
+            _ => return Err(corrupt(k, "unknown key kind".into())),
+        }
+    }
+    Ok(meta.map(|m| {
+        snap.watermark = Some(m.watermark);
+        snap.counters = m.counters;
+        (snap, m.next_offset)
+    }))
 }
 
 #[cfg(test)]

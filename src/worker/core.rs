@@ -30,8 +30,11 @@ use super::report::Publisher;
 use super::WorkerError;
 use crate::checkpoint::export::{self, ExportJob};
 use crate::checkpoint::store::CheckpointStore;
+use crate::checkpoint::store::Restored;
 use crate::checkpoint::{CheckpointError, CheckpointId, Manifest};
-use crate::engine::{Counters, EngineConfig, PartitionTask, RecordIn, ResultRecord, Route};
+use crate::engine::{
+    Counters, EngineConfig, PartitionTask, RecordIn, ResultRecord, Route, TaskSnapshot,
+};
 use crate::failpoint;
 use crate::kafka::outputs::{source_coords, Outputs};
 use crate::kafka::source::{RebalanceHandler, Source, StartPolicy};
@@ -273,7 +276,21 @@ impl Core {
         Ok(())
     }
 
-    fn restore(&mut self, consumer: &Source, p: i32) -> Result<i64, WorkerError> {
+    /// Restores `partitions` from the checkpoint store (in parallel).
+    fn restore_all(&self, partitions: &[i32]) -> Vec<Result<Option<Restored>, CheckpointError>> {
+        if self.policy.reset_state_earliest {
+            return partitions.iter().map(|_| Ok(None)).collect();
+        }
+        self.checkpoints
+            .restore_many(partitions, &self.fingerprint, &self.store)
+    }
+
+    fn restore(
+        &mut self,
+        consumer: &Source,
+        p: i32,
+        restored: Result<Option<Restored>, CheckpointError>,
+    ) -> Result<i64, WorkerError> {
         let timeout = Duration::from_secs(10);
         let (low, high) =
             consumer
@@ -283,18 +300,16 @@ impl Core {
                     self.topic
                 )))?;
         let topic = &self.topic;
-        let restored = if self.policy.reset_state_earliest {
-            None
-        } else {
-            self.checkpoints
-                .restore_partition(p, &self.fingerprint, &self.store)
-                .map_err(|e| match e {
-                    CheckpointError::Refused(m) => WorkerError::Refused(m),
-                    other => WorkerError::Checkpoint(other),
-                })?
-        };
+        let restored = restored.map_err(|e| match e {
+            CheckpointError::Refused(m) => WorkerError::Refused(m),
+            other => WorkerError::Checkpoint(other),
+        })?;
+        let mut snapshot = TaskSnapshot::default();
         let start = match restored {
-            Some(r) => r.next_offset,
+            Some(r) => {
+                snapshot = r.snapshot;
+                r.next_offset
+            }
             None => {
                 self.store.drop_partition(p)?;
                 let mut tpl = TopicPartitionList::new();
@@ -342,12 +357,7 @@ impl Core {
                  records in between were deleted before tally read them. Accept the gap with `--allow-truncated-log`."
             )));
         }
-        let snap = self
-            .store
-            .load(p)?
-            .map(|(snap, _)| snap)
-            .unwrap_or_default();
-        let task = PartitionTask::restore(p, self.engine.clone(), snap);
+        let task = PartitionTask::restore(p, self.engine.clone(), snapshot);
         self.slots.insert(
             p,
             Slot {
@@ -410,10 +420,12 @@ impl RebalanceHandler for Core {
         // The store must not be written while an export reads it.
         self.finish_export(consumer).map_err(|e| e.to_string())?;
         self.assigned_once = true;
+        let restored = self.restore_all(partitions);
         partitions
             .iter()
-            .map(|p| {
-                self.restore(consumer, *p)
+            .zip(restored)
+            .map(|(p, r)| {
+                self.restore(consumer, *p, r)
                     .map(|s| (*p, s))
                     .map_err(|e| e.to_string())
             })
