@@ -18,8 +18,8 @@ use super::{hex, io_err, CheckpointError};
 
 const MAGIC: &[u8; 8] = b"TALLYPS1";
 
-/// One state-store entry: `(key, value)`.
-pub type Entry = (Vec<u8>, Vec<u8>);
+/// One state-store entry, borrowed from a snapshot buffer: `(key, value)`.
+pub type EntryRef<'b> = (&'b [u8], &'b [u8]);
 const END: u32 = u32::MAX;
 
 /// Writes while hashing and counting.
@@ -106,7 +106,7 @@ pub fn parse_snapshot<'b>(
     buf: &'b [u8],
     partition: i32,
     path: &Path,
-) -> Result<Vec<(&'b [u8], &'b [u8])>, CheckpointError> {
+) -> Result<Vec<EntryRef<'b>>, CheckpointError> {
     let corrupt = |msg: &str| CheckpointError::Corrupt {
         path: path.display().to_string(),
         msg: msg.to_string(),

@@ -216,7 +216,7 @@ impl StateStore {
         for (k, v) in entries {
             if k.get(1..5) != Some(&p_bytes(p)[..]) {
                 return Err(StateError::Corrupt {
-                    key: String::from_utf8_lossy(&k).into_owned(),
+                    key: String::from_utf8_lossy(k).into_owned(),
                     msg: format!("key of another partition in the snapshot of partition {p}"),
                 });
             }
