@@ -14,15 +14,14 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::message::{Headers, Message};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::ConfigArg;
 use crate::config::duration::parse_utc_ms;
 use crate::engine::RecordIn;
-use crate::kafka::outputs::{send, source_coords, DeliveryTracker};
-use crate::kafka::{client_config, headers, now_ms, PRODUCER_DEFAULTS};
+use crate::kafka::outputs::{source_coords, Outputs};
+use crate::kafka::{client_config, headers, now_ms};
 use crate::reprocess::{Outcome, Reprocessor};
 use crate::worker::shutdown;
 
@@ -64,8 +63,7 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
     );
     ccfg.set("group.id", &group);
     let consumer: BaseConsumer = ccfg.create().context("creating the late-topic consumer")?;
-    let producer: BaseProducer<DeliveryTracker> = client_config(&cfg.kafka, PRODUCER_DEFAULTS)
-        .create_with_context(DeliveryTracker::default())?;
+    let outputs = Outputs::new(&cfg.kafka, &cfg.topics)?;
     let md = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
     let partitions = md
         .topics()
@@ -189,50 +187,23 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
         match reprocessor.process(&engine, rec, &source) {
             Outcome::Adjusted(adj) => {
                 summary.adjusted += 1;
-                let json = adj.to_json();
-                send(
-                    &producer,
-                    BaseRecord::to(&cfg.topics.results)
-                        .key(adj.request_id.as_bytes())
-                        .payload(&json),
-                )?;
+                outputs.adjustment(&adj)?;
             }
             Outcome::Duplicate => summary.duplicates += 1,
             Outcome::DeadLetter(reason) => {
                 summary.dead_letters += 1;
-                let detail = reason.to_string();
-                let h = OwnedHeaders::new()
-                    .insert(Header {
-                        key: headers::ERROR,
-                        value: Some(reason.code()),
-                    })
-                    .insert(Header {
-                        key: headers::ERROR_DETAIL,
-                        value: Some(&detail),
-                    })
-                    .insert(Header {
-                        key: headers::SOURCE,
-                        value: Some(&late_coords),
-                    });
-                let mut r = BaseRecord::to(&cfg.topics.dead_letter)
-                    .payload(payload)
-                    .headers(h);
-                if let Some(k) = m.key() {
-                    r = r.key(k);
-                }
-                send(&producer, r)?;
+                outputs.dead_letter(m.key(), payload, &reason, &late_coords)?;
             }
         }
         next.insert(p, o + 1);
         if !a.follow && o + 1 >= end[&p] {
             done.insert(p, true);
         }
-        producer.poll(Duration::ZERO);
+        outputs.poll();
     }
-    producer
+    outputs
         .flush(Duration::from_secs(60))
         .context("flushing adjustments")?;
-    producer.context().take_failures()?;
     // Only after every adjustment is acknowledged: remember how far we got.
     let mut pos = TopicPartitionList::new();
     for (p, n) in &next {

@@ -101,6 +101,16 @@ impl Outputs {
         )
     }
 
+    /// An adjustment from `reprocess-late`, keyed by its request id.
+    pub fn adjustment(&self, a: &crate::engine::AdjustmentRecord) -> Result<(), KafkaIoError> {
+        let payload = a.to_json();
+        self.send(
+            BaseRecord::to(&self.results)
+                .key(a.request_id.as_bytes())
+                .payload(&payload),
+        )
+    }
+
     pub fn late(
         &self,
         key: Option<&[u8]>,
