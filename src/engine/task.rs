@@ -96,7 +96,7 @@ impl PartitionTask {
                 .unwrap_or(Watermark::new(cfg.max_out_of_orderness_ms)),
             open: collect(snap.open),
             fired: collect(snap.fired),
-            dedup: Dedup::restore(snap.dedup),
+            dedup: Dedup::restore(snap.dedup, snap.watermark.map_or(i64::MIN, |w| w.current())),
             counters: snap.counters,
             purged: Vec::new(),
             delay: Histogram::default(),
@@ -190,7 +190,10 @@ impl PartitionTask {
         let expiry = (window.end - 1)
             .saturating_add(cfg.allowed_lateness_ms)
             .saturating_add(cfg.dedup_extra_ms);
-        if self.dedup.check_and_insert(&ev.request_id, expiry) {
+        if self
+            .dedup
+            .check_and_insert(&ev.request_id, expiry, self.watermark.current())
+        {
             return Route::Duplicate;
         }
         let w = self.watermark.current();

@@ -75,8 +75,9 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
                 .and_then(|_| out.write_all(b"\n"))
                 .map_err(io_err(output))?;
         }
-        let original = String::from_utf8_lossy(&line);
-        let source = format!("{}:{line_no}", input.display());
+        // Built only for the rare records that go to a side file.
+        let original = || String::from_utf8_lossy(&line).into_owned();
+        let source = || format!("{}:{line_no}", input.display());
         match route {
             Route::Window | Route::Duplicate => {}
             Route::TooLate {
@@ -84,12 +85,12 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
                 watermark,
             } => {
                 let rec = json!({"reason": "too_late", "window_end": window_end, "watermark": watermark,
-                    "source": source, "record": original});
+                    "source": source(), "record": original()});
                 writeln!(late, "{rec}").map_err(io_err(&late_path))?;
             }
             Route::DeadLetter(reason) => {
-                let rec = json!({"error": reason.code(), "detail": reason.to_string(), "source": source,
-                    "record": original});
+                let rec = json!({"error": reason.code(), "detail": reason.to_string(), "source": source(),
+                    "record": original()});
                 writeln!(dlq, "{rec}").map_err(io_err(&dlq_path))?;
             }
         }
