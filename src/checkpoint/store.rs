@@ -158,7 +158,7 @@ impl CheckpointStore {
             if m.fingerprint != fingerprint {
                 return Err(CheckpointError::Refused(format!(
                     "partition {p}: the newest usable checkpoint {} was written under another configuration \
-                     (fingerprint {} ≠ {}): window, lateness, bound, time source, dedup horizon, prices or \
+                     (fingerprint {} ≠ {}): window, lateness, bound, time source, idle timeout, dedup horizon, prices or \
                      generation changed. Restoring it would mix two sets of rules. Either run with the previous \
                      configuration, or re-bill under a new `job.generation` with a new consumer group (state \
                      rebuilt from the log start), or — knowingly — pass `--reset-state earliest`.",
