@@ -4,12 +4,12 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
 use std::time::Duration;
 
 use common::*;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use tally::gen::Expected;
 use tally::kafka::read::read_topic;
 
 #[test]
@@ -23,12 +23,11 @@ fn reprocessed_late_events_complete_the_invoice_exactly_once_however_often_it_ru
     ]);
     let cfg = write_config(dir.path(), &broker, "late", "");
     let cfg = cfg.to_str().unwrap();
-    let expected_path = dir.path().join("expected.json");
-    tally_ok(
+    let expected = generate(
+        Path::new(cfg),
+        dir.path(),
+        "expected",
         &[
-            "gen",
-            "--config",
-            cfg,
             "--count",
             "20000",
             "--tenants",
@@ -37,18 +36,11 @@ fn reprocessed_late_events_complete_the_invoice_exactly_once_however_often_it_ru
             "9",
             "--late-fraction",
             "0.05",
-            "--duplicate-fraction",
-            "0.02",
-            "--malformed-fraction",
-            "0.01",
-            "--expected-file",
-            expected_path.to_str().unwrap(),
-        ],
-        &[],
-        Duration::from_secs(300),
+        ]
+        .into_iter()
+        .chain(DIRTY[2..].iter().copied())
+        .collect::<Vec<_>>(),
     );
-    let expected: Expected =
-        serde_json::from_slice(&std::fs::read(&expected_path).unwrap()).unwrap();
     assert!(
         expected.too_late.len() > 500,
         "about 5% too late: {}",

@@ -4,11 +4,11 @@
 mod common;
 
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
 use tally::engine::PaneKind;
-use tally::gen::Expected;
 use tally::kafka::headers;
 use tally::kafka::read::read_topic;
 
@@ -27,28 +27,12 @@ fn generated_200k_events_reach_postgres_with_exact_totals_and_redelivery_changes
     let broker = DevBroker::start(TOPICS);
     let cfg = write_config(dir.path(), &broker, "e2e", "");
     let cfg = cfg.to_str().unwrap();
-    let expected_path = dir.path().join("expected.json");
-    tally_ok(
-        &[
-            "gen",
-            "--config",
-            cfg,
-            "--count",
-            "200000",
-            "--tenants",
-            "60",
-            "--seed",
-            "11",
-            "--expected-file",
-        ]
-        .into_iter()
-        .chain([expected_path.to_str().unwrap()])
-        .collect::<Vec<_>>(),
-        &[],
-        Duration::from_secs(300),
+    let expected = generate(
+        Path::new(cfg),
+        dir.path(),
+        "expected",
+        &["--count", "200000", "--tenants", "60", "--seed", "11"],
     );
-    let expected: Expected =
-        serde_json::from_slice(&std::fs::read(&expected_path).unwrap()).unwrap();
     assert_eq!(expected.records, 200_000);
     assert!(
         expected

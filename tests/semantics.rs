@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use tally::engine::{Counters, PaneKind, ResultRecord};
-use tally::gen::Expected;
 use tally::kafka::headers;
 use tally::kafka::read::read_topic;
 
@@ -109,32 +108,18 @@ fn replays_are_byte_identical_and_dirty_input_is_accounted_exactly() {
         )
     };
     let (cfg_a, cfg_b) = (job("a"), job("b"));
-    let expected_path = dir.path().join("expected.json");
-    tally_ok(
-        &[
-            "gen",
-            "--config",
-            cfg_a.to_str().unwrap(),
-            "--count",
-            "40000",
-            "--tenants",
-            "40",
-            "--seed",
-            "5",
-            "--late-fraction",
-            "0.01",
-            "--duplicate-fraction",
-            "0.02",
-            "--malformed-fraction",
-            "0.01",
-            "--expected-file",
-            expected_path.to_str().unwrap(),
-        ],
-        &[],
-        Duration::from_secs(300),
-    );
-    let expected: Expected =
-        serde_json::from_slice(&std::fs::read(&expected_path).unwrap()).unwrap();
+    let base = [
+        "--count",
+        "40000",
+        "--tenants",
+        "40",
+        "--seed",
+        "5",
+        "--partitions",
+        "4",
+    ];
+    let args: Vec<&str> = base.iter().chain(DIRTY).copied().collect();
+    let expected = generate(&cfg_a, dir.path(), "expected", &args);
     for cfg in [&cfg_a, &cfg_b] {
         tally_ok(
             &["run", "--config", cfg.to_str().unwrap(), "--until-end"],
@@ -226,36 +211,10 @@ fn replays_are_byte_identical_and_dirty_input_is_accounted_exactly() {
         ),
     )
     .unwrap();
-    let expected2_path = dir.path().join("expected2.json");
-    tally_ok(
-        &[
-            "gen",
-            "--config",
-            fixed.to_str().unwrap(),
-            "--count",
-            "40000",
-            "--tenants",
-            "40",
-            "--seed",
-            "5",
-            "--late-fraction",
-            "0.01",
-            "--duplicate-fraction",
-            "0.02",
-            "--malformed-fraction",
-            "0.01",
-            "--partitions",
-            "4",
-            "--output-file",
-            dir.path().join("unused.jsonl").to_str().unwrap(),
-            "--expected-file",
-            expected2_path.to_str().unwrap(),
-        ],
-        &[],
-        Duration::from_secs(300),
-    );
-    let expected2: Expected =
-        serde_json::from_slice(&std::fs::read(&expected2_path).unwrap()).unwrap();
+    let unused = dir.path().join("unused.jsonl");
+    let mut offline = args.clone();
+    offline.extend(["--output-file", unused.to_str().unwrap()]);
+    let expected2 = generate(&fixed, dir.path(), "expected2", &offline);
     assert_ne!(
         expected2.windows, expected.windows,
         "the price fix must change some totals"

@@ -313,3 +313,24 @@ pub fn event(id: &str, tenant: &str, model: &str, ts: i64) -> String {
         r#"{{"request_id":"{id}","tenant_id":"{tenant}","model":"{model}","prompt_tokens":1000,"completion_tokens":500,"completed_ts":{ts}}}"#
     )
 }
+
+/// The generator's dirty-input mix used across the suite.
+pub const DIRTY: &[&str] = &[
+    "--late-fraction",
+    "0.01",
+    "--duplicate-fraction",
+    "0.02",
+    "--malformed-fraction",
+    "0.01",
+];
+
+/// Runs `tally gen --config <cfg> <args> --expected-file <dir>/<name>.json` and returns
+/// the exact expectation it wrote.
+pub fn generate(cfg: &Path, dir: &Path, name: &str, args: &[&str]) -> tally::gen::Expected {
+    let expected = dir.join(format!("{name}.json"));
+    let mut all = vec!["gen", "--config", cfg.to_str().unwrap()];
+    all.extend_from_slice(args);
+    all.extend(["--expected-file", expected.to_str().unwrap()]);
+    tally_ok(&all, &[], Duration::from_secs(300));
+    serde_json::from_slice(&std::fs::read(&expected).unwrap()).unwrap()
+}
