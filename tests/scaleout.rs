@@ -44,10 +44,19 @@ fn chaos_run_with_kills_is_exact() {
 }
 
 fn spawn_worker(cfg: &Path, state: &Path) -> Child {
-    let log = std::fs::File::create(state.with_extension("log")).unwrap();
+    spawn_worker_with(cfg, state, &[])
+}
+
+fn spawn_worker_with(cfg: &Path, state: &Path, envs: &[(&str, &str)]) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(state.with_extension("log"))
+        .unwrap();
     Command::new(tally_bin())
         .args(["run", "--config", cfg.to_str().unwrap()])
         .env("TALLY_STATE__DIR", state)
+        .envs(envs.iter().copied())
         .env("TALLY_LOG", "info")
         .stdout(Stdio::null())
         .stderr(log)
@@ -123,20 +132,13 @@ fn a_zombie_worker_cannot_corrupt_anything() {
 
     let states: Vec<_> = (0..3).map(|i| dir.path().join(format!("w{i}"))).collect();
     let mut workers: Vec<Child> = states.iter().map(|s| spawn_worker(&cfg, s)).collect();
-    let wait = |what: &str, cond: &dyn Fn() -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(90);
-        while !cond() {
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    };
-    wait("all three workers to own partitions", &|| {
+    wait_for("all three workers to own partitions", &|| {
         states.iter().all(|s| !owned(s).is_empty())
     });
     let zombie_parts = owned(&states[0]);
     unsafe { libc::kill(workers[0].id() as i32, libc::SIGSTOP) };
     // The survivors take over the frozen worker's partitions.
-    wait("the survivors to take over", &|| {
+    wait_for("the survivors to take over", &|| {
         let held: Vec<i32> = owned(&states[1])
             .into_iter()
             .chain(owned(&states[2]))
@@ -183,4 +185,100 @@ fn a_zombie_worker_cannot_corrupt_anything() {
     let report = tally::worker::report::read(&dir.path().join("final")).unwrap();
     let consumed: u64 = report.partitions.iter().map(|p| p.counters.consumed).sum();
     assert_eq!(consumed, expected.records);
+}
+
+fn wait_for(what: &str, cond: &dyn Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Static membership under the KIP-848 group protocol: two workers restarted by a
+/// supervisor (SIGTERM, start again under the same `group.instance.id`) get their
+/// own partitions back, and the third worker's assignment never moves.
+#[test]
+fn static_members_regain_their_partitions_without_moving_the_others() {
+    let dir = TempDir::new("static");
+    let broker = DevBroker::start(&[
+        ("requests", 12),
+        ("tenant-cost", 2),
+        ("requests.late", 2),
+        ("requests.dlq", 2),
+    ]);
+    let cfg = write_config(dir.path(), &broker, "static", "");
+    // Under KIP-848 the session timeout is the broker's (dev-broker: 6 s).
+    let text = std::fs::read_to_string(&cfg).unwrap().replace(
+        "\"session.timeout.ms\" = \"6000\"",
+        "\"group.protocol\" = \"consumer\"",
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let expected = generate(
+        &cfg,
+        dir.path(),
+        "gen",
+        &["--count", "12000", "--tenants", "12", "--partitions", "12"],
+    );
+
+    let states: Vec<_> = (0..3).map(|i| dir.path().join(format!("s{i}"))).collect();
+    let ids = ["s0", "s1", "s2"];
+    let start = |i: usize| {
+        spawn_worker_with(
+            &cfg,
+            &states[i],
+            &[("TALLY_KAFKA__GROUP_INSTANCE_ID", ids[i])],
+        )
+    };
+    let mut workers: Vec<Child> = (0..3).map(start).collect();
+    let settled = || {
+        let mut all: Vec<i32> = states.iter().flat_map(|s| owned(s)).collect();
+        all.sort_unstable();
+        states.iter().all(|s| !owned(s).is_empty()) && all == (0..12).collect::<Vec<_>>()
+    };
+    wait_for("the three members to split the 12 partitions", &settled);
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(settled(), "the assignment kept moving");
+    let before: Vec<Vec<i32>> = states.iter().map(|s| owned(s)).collect();
+    let third_log = states[2].with_extension("log");
+    let third_log_len = std::fs::read_to_string(&third_log).unwrap().len();
+
+    for w in workers.iter_mut().take(2) {
+        unsafe { libc::kill(w.id() as i32, libc::SIGTERM) };
+        assert!(w.wait().unwrap().success(), "graceful stop failed");
+    }
+    for s in &states[..2] {
+        std::fs::remove_file(s.join("report.json")).unwrap();
+    }
+    workers[0] = start(0);
+    workers[1] = start(1);
+    wait_for("the restarted members to own partitions again", &|| {
+        states[..2].iter().all(|s| !owned(s).is_empty())
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let after: Vec<Vec<i32>> = states.iter().map(|s| owned(s)).collect();
+    assert_eq!(
+        after, before,
+        "static members must regain exactly their partitions"
+    );
+    let third = std::fs::read_to_string(&third_log).unwrap();
+    let since = &third[third_log_len..];
+    assert!(
+        !since.contains("revoked") && !since.contains("assigned"),
+        "the third worker's assignment moved:\n{since}"
+    );
+    // Restored, not replayed: the audit counters over all partitions are exact.
+    wait_for("every record consumed exactly once", &|| {
+        let consumed: u64 = states
+            .iter()
+            .filter_map(|s| tally::worker::report::read(s).ok())
+            .flat_map(|r| r.partitions)
+            .map(|p| p.counters.consumed)
+            .sum();
+        consumed == expected.records
+    });
+    for w in workers.iter_mut() {
+        unsafe { libc::kill(w.id() as i32, libc::SIGTERM) };
+        assert!(w.wait().unwrap().success(), "graceful stop failed");
+    }
 }

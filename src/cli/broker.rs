@@ -29,6 +29,14 @@ pub struct BrokerArgs {
     /// The groups' initial rebalance delay (Kafka's group.initial.rebalance.delay.ms).
     #[arg(long, default_value = "100ms")]
     pub initial_rebalance_delay: String,
+    /// Session timeout of KIP-848 groups (`group.protocol = "consumer"`), which the
+    /// broker owns: how long a dead member, or a static member that left, keeps
+    /// its partitions.
+    #[arg(long, default_value = "6s")]
+    pub group_session_timeout: String,
+    /// Heartbeat interval of KIP-848 groups: how fast members see a new assignment.
+    #[arg(long, default_value = "500ms")]
+    pub group_heartbeat_interval: String,
 }
 
 pub fn run(a: BrokerArgs) -> anyhow::Result<()> {
@@ -54,13 +62,20 @@ pub fn run(a: BrokerArgs) -> anyhow::Result<()> {
     {
         std::fs::create_dir_all(dir)?;
     }
-    let delay = crate::config::Millis::parse(&a.initial_rebalance_delay)
-        .map_err(|e| anyhow!("--initial-rebalance-delay: {e}"))?;
-    let cluster = broker::start(
-        &topics,
-        Some(&a.address_file),
-        Duration::from_millis(delay.0 as u64),
-    )?;
+    let duration = |flag: &str, v: &str| {
+        crate::config::Millis::parse(v)
+            .map(|m| Duration::from_millis(m.0 as u64))
+            .map_err(|e| anyhow!("--{flag}: {e}"))
+    };
+    let timings = broker::GroupTimings {
+        initial_rebalance_delay: duration("initial-rebalance-delay", &a.initial_rebalance_delay)?,
+        consumer_session_timeout: duration("group-session-timeout", &a.group_session_timeout)?,
+        consumer_heartbeat_interval: duration(
+            "group-heartbeat-interval",
+            &a.group_heartbeat_interval,
+        )?,
+    };
+    let cluster = broker::start(&topics, Some(&a.address_file), timings)?;
     println!("{}", cluster.bootstrap_servers());
     tracing::info!(bootstrap = %cluster.bootstrap_servers(), topics = ?topics, file = %a.address_file.display(),
         "dev broker ready (in-memory; keeps the newest 5 MiB per partition)");

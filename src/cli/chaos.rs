@@ -53,6 +53,11 @@ pub struct ChaosArgs {
     pub min_kills: usize,
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
+    /// Kafka group protocol of the workers: `classic` (JoinGroup/SyncGroup, eager
+    /// assignment, 6 s session timeout) or `consumer` (KIP-848: the broker assigns
+    /// incrementally; session timeout 6 s, set on the dev broker).
+    #[arg(long, default_value = "classic", value_parser = ["classic", "consumer"])]
+    pub group_protocol: String,
     /// Keep the working directory.
     #[arg(long)]
     pub keep: bool,
@@ -152,13 +157,18 @@ pub fn run(a: ChaosArgs) -> anyhow::Result<()> {
     std::fs::write(
         &cfg,
         format!(
-            "[kafka]\nbootstrap_servers = \"{bootstrap}\"\ngroup_id = \"chaos\"\n\"session.timeout.ms\" = \"6000\"\n\
+            "[kafka]\nbootstrap_servers = \"{bootstrap}\"\ngroup_id = \"chaos\"\n{group}\n\
              [checkpoint]\ndir = \"{d}/checkpoints\"\ninterval = \"1s\"\n[state]\ndir = \"{d}/state\"\n\
              [window]\nallowed_lateness = \"10s\"\n[sink]\ndatabase_url = \"{db}\"\n\
              [prices.small]\ninput_per_1k = \"0.00015\"\noutput_per_1k = \"0.0006\"\n\
              [prices.medium]\ninput_per_1k = \"0.003\"\noutput_per_1k = \"0.015\"\n\
              [prices.large]\ninput_per_1k = \"0.05\"\noutput_per_1k = \"0.10\"\n",
-            d = dir.display()
+            d = dir.display(),
+            group = if a.group_protocol == "consumer" {
+                "\"group.protocol\" = \"consumer\""
+            } else {
+                "\"session.timeout.ms\" = \"6000\""
+            },
         ),
     )?;
     let cfg_s = cfg.to_str().context("config path")?.to_string();
@@ -426,7 +436,10 @@ pub fn run(a: ChaosArgs) -> anyhow::Result<()> {
 
     println!("\n== chaos report ==========================================================");
     println!("records generated        {count} in {produce_secs:.0} s; drained after {drained_secs:.0} s ({:.0} records/s overall)", count as f64 / drained_secs);
-    println!("workers / partitions     {} / {}", a.workers, a.partitions);
+    println!(
+        "workers / partitions     {} / {} (group protocol {})",
+        a.workers, a.partitions, a.group_protocol
+    );
     println!("kills (SIGKILL)          {kills}");
     println!(
         "windows compared         {} (extra in view: {extra})",

@@ -15,7 +15,7 @@ use crate::config::duration::format_utc_ms;
 use crate::config::{Config, Millis, PriceConfig};
 use crate::engine::{PaneKind, ResultRecord};
 use crate::gen::{GenOptions, Generator};
-use crate::kafka::outputs::DeliveryTracker;
+use crate::kafka::outputs::{send, DeliveryTracker, UNTIMED};
 use crate::kafka::read::read_topic;
 use crate::kafka::{broker, client_config, headers, PRODUCER_DEFAULTS};
 use crate::worker::kafka::{run as run_worker, RunOptions};
@@ -93,7 +93,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     .iter()
     .map(|t| (t.to_string(), partitions))
     .collect();
-    let cluster = broker::start(&topics, None, std::time::Duration::from_millis(100))?;
+    let cluster = broker::start(&topics, None, broker::GroupTimings::default())?;
     let bootstrap = cluster.bootstrap_servers();
     let cfg = demo_config(&bootstrap, &dir);
     println!("== tally demo ==================================================================");
@@ -111,14 +111,13 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         .create_with_context(DeliveryTracker::default())?;
     for (id, at) in STORY {
         let payload = story_record(id, *at);
-        producer
-            .send(
-                BaseRecord::to("requests")
-                    .partition(0)
-                    .key("acme")
-                    .payload(&payload),
-            )
-            .map_err(|(e, _)| e)?;
+        send(
+            &producer,
+            BaseRecord::with_opaque_to("requests", UNTIMED)
+                .partition(0)
+                .key("acme".as_bytes())
+                .payload(payload.as_bytes()),
+        )?;
     }
     let prices = cfg.price_table()?;
     let engine = cfg.engine()?;
@@ -143,11 +142,11 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         engine.max_out_of_orderness_ms,
     );
     for r in gen.by_ref() {
-        let rec = BaseRecord::to("requests")
+        let rec = BaseRecord::with_opaque_to("requests", UNTIMED)
             .partition(r.partition + 1)
-            .key(&r.key)
-            .payload(&r.payload);
-        producer.send(rec).map_err(|(e, _)| e)?;
+            .key(r.key.as_bytes())
+            .payload(r.payload.as_bytes());
+        send(&producer, rec)?;
         producer.poll(std::time::Duration::ZERO);
     }
     producer.flush(std::time::Duration::from_secs(30))?;

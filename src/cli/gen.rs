@@ -12,7 +12,7 @@ use super::ConfigArg;
 use crate::config::duration::parse_utc_ms;
 use crate::config::{Config, Millis};
 use crate::gen::{Expected, GenOptions, Generator};
-use crate::kafka::outputs::{send, DeliveryTracker};
+use crate::kafka::outputs::{send, DeliveryTracker, UNTIMED};
 use crate::kafka::{client_config, PRODUCER_DEFAULTS};
 
 #[derive(Args, Debug)]
@@ -166,7 +166,7 @@ fn produce(
     let started = Instant::now();
     let mut sent: u64 = 0;
     for r in gen.by_ref() {
-        let record = BaseRecord::to(topic)
+        let record = BaseRecord::with_opaque_to(topic, UNTIMED)
             .partition(r.partition)
             .key(r.key.as_bytes())
             .payload(r.payload.as_bytes());

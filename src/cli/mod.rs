@@ -2,6 +2,7 @@
 //! inputs from the config and calls into the library.
 
 mod bench;
+mod bench_kafka;
 mod broker;
 mod chaos;
 mod checkpoints;
@@ -68,6 +69,8 @@ pub enum Command {
     Chaos(chaos::ChaosArgs),
     /// Benchmark: the engine over a file vs a parse-only baseline, same run.
     BenchEngine(bench::BenchEngineArgs),
+    /// Benchmark: tally draining a preloaded topic vs a raw consume+parse baseline.
+    BenchKafka(bench_kafka::BenchKafkaArgs),
     /// Inspect the checkpoint store.
     Checkpoints(checkpoints::CheckpointsArgs),
     /// Observed event delays and watermarks of the worker using this state.dir,
@@ -129,6 +132,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::ReprocessLate(a) => reprocess::run(a),
         Command::BenchCheckpoint(a) => bench::run(a),
         Command::BenchEngine(a) => bench::run_engine(a),
+        Command::BenchKafka(a) => bench_kafka::run(a),
         Command::Delays(c) => {
             let cfg = c.load()?;
             let report = crate::worker::report::read(&cfg.state.dir).map_err(anyhow::Error::msg)?;

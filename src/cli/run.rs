@@ -21,6 +21,7 @@ pub struct RunArgs {
     pub output_file: Option<PathBuf>,
     /// Stop at the log ends seen when partitions were assigned, emitting every open
     /// window as end of input (backfills, tests). The state keeps the pre-end cut.
+    /// A bounded run is one worker: it waits until it owns every input partition.
     #[arg(long)]
     pub until_end: bool,
     /// Ignore the checkpoint store (and any committed offsets) for every partition

@@ -8,7 +8,13 @@
 //!
 //! The cluster is owned by a client handle created with `test.mock.num.brokers`
 //! (the documented way to get a mock cluster); the few mock calls rdkafka's safe
-//! wrapper lacks (the group initial-rebalance delay) go through the C API here.
+//! wrapper lacks (group timings) go through the C API here.
+//!
+//! Both group protocols work: classic (eager or cooperative-sticky) and KIP-848
+//! (`group.protocol=consumer`), which the mock also implements with static
+//! membership — a static member that leaves keeps its partitions for the group
+//! session timeout and gets them back when it rejoins under the same
+//! `group.instance.id`.
 
 use std::ffi::{CStr, CString};
 use std::path::Path;
@@ -50,14 +56,35 @@ impl DevBroker {
     }
 }
 
+/// Group timings the broker owns.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupTimings {
+    /// Classic groups' `group.initial.rebalance.delay.ms` (3 s in the mock by
+    /// default; short for development and tests).
+    pub initial_rebalance_delay: Duration,
+    /// KIP-848 (`group.protocol=consumer`) groups' session timeout: how long a
+    /// silent member — or a static member that left — keeps its partitions.
+    pub consumer_session_timeout: Duration,
+    /// KIP-848 groups' heartbeat interval: how fast members learn a new assignment.
+    pub consumer_heartbeat_interval: Duration,
+}
+
+impl Default for GroupTimings {
+    fn default() -> Self {
+        Self {
+            initial_rebalance_delay: Duration::from_millis(100),
+            consumer_session_timeout: Duration::from_secs(6),
+            consumer_heartbeat_interval: Duration::from_millis(500),
+        }
+    }
+}
+
 /// Starts the mock cluster, creates `topics` (name, partitions), writes the
 /// bootstrap address to `address_file` (atomically) and returns the cluster.
-/// `initial_rebalance_delay` is the group's `group.initial.rebalance.delay.ms`
-/// (3 s in the mock by default; short for development and tests).
 pub fn start(
     topics: &[(String, i32)],
     address_file: Option<&Path>,
-    initial_rebalance_delay: Duration,
+    timings: GroupTimings,
 ) -> Result<DevBroker, KafkaIoError> {
     let handle: BaseProducer = ClientConfig::new()
         .set("test.mock.num.brokers", "1")
@@ -73,7 +100,15 @@ pub fn start(
         }
         rd::rd_kafka_mock_group_initial_rebalance_delay_ms(
             mock,
-            initial_rebalance_delay.as_millis() as i32,
+            timings.initial_rebalance_delay.as_millis() as i32,
+        );
+        rd::rd_kafka_mock_set_group_consumer_session_timeout_ms(
+            mock,
+            timings.consumer_session_timeout.as_millis() as i32,
+        );
+        rd::rd_kafka_mock_set_group_consumer_heartbeat_interval_ms(
+            mock,
+            timings.consumer_heartbeat_interval.as_millis() as i32,
         );
         CStr::from_ptr(rd::rd_kafka_mock_cluster_bootstraps(mock))
             .to_string_lossy()

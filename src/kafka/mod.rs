@@ -76,6 +76,27 @@ pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     ("max.poll.interval.ms", "60000"),
 ];
 
+/// Consumer defaults that only the classic group protocol accepts; under
+/// `group.protocol = "consumer"` (KIP-848) the broker owns them.
+const CLASSIC_ONLY: &[&str] = &["session.timeout.ms", "heartbeat.interval.ms"];
+
+/// The input consumer's config: `CONSUMER_DEFAULTS` (minus the classic-only ones
+/// when the user chose the KIP-848 protocol), the user's properties, the group id.
+pub fn consumer_config(k: &KafkaConfig) -> ClientConfig {
+    let kip848 = k
+        .properties
+        .get("group.protocol")
+        .is_some_and(|p| p.eq_ignore_ascii_case("consumer"));
+    let defaults: Vec<(&str, &str)> = CONSUMER_DEFAULTS
+        .iter()
+        .copied()
+        .filter(|(key, _)| !(kip848 && CLASSIC_ONLY.contains(key)))
+        .collect();
+    let mut c = client_config(k, &defaults);
+    c.set("group.id", &k.group_id);
+    c
+}
+
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -17,18 +17,47 @@ use rdkafka::ClientContext;
 
 use super::{client_config, headers, KafkaIoError, PRODUCER_DEFAULTS};
 use crate::config::{KafkaConfig, TopicsConfig};
-use crate::engine::ResultRecord;
+use crate::engine::{PaneKind, ResultRecord};
+use crate::metrics::Histogram;
 use crate::model::DeadLetterReason;
 
-/// Counts failed deliveries and keeps the first error.
-#[derive(Default)]
+/// Counts failed deliveries and keeps the first error; times acknowledgements of
+/// the records sent with a `sent_at` opaque (0 = untimed).
 pub struct DeliveryTracker {
     failed: AtomicU64,
     delivered: AtomicU64,
     first_error: Mutex<Option<String>>,
+    epoch: Instant,
+    /// Send → acknowledgement, in microseconds, of timed records.
+    ack_us: Mutex<Histogram>,
 }
 
+impl Default for DeliveryTracker {
+    fn default() -> Self {
+        Self {
+            failed: AtomicU64::new(0),
+            delivered: AtomicU64::new(0),
+            first_error: Mutex::new(None),
+            epoch: Instant::now(),
+            ack_us: Mutex::new(Histogram::default()),
+        }
+    }
+}
+
+/// The delivery opaque of a record that is not timed.
+pub const UNTIMED: usize = 0;
+
 impl DeliveryTracker {
+    /// The delivery opaque that times a record sent now.
+    pub fn sent_now(&self) -> usize {
+        self.epoch.elapsed().as_micros() as usize + 1
+    }
+
+    /// Send → acknowledgement times (µs) of the timed records so far.
+    pub fn ack_latency_us(&self) -> Histogram {
+        self.ack_us.lock().map(|h| h.clone()).unwrap_or_default()
+    }
+
     /// Failures since the last call, as an error naming the first one.
     pub fn take_failures(&self) -> Result<(), KafkaIoError> {
         let failed = self.failed.swap(0, Ordering::Relaxed);
@@ -50,11 +79,17 @@ impl DeliveryTracker {
 impl ClientContext for DeliveryTracker {}
 
 impl ProducerContext for DeliveryTracker {
-    type DeliveryOpaque = ();
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+    type DeliveryOpaque = usize;
+    fn delivery(&self, result: &DeliveryResult<'_>, sent_at: usize) {
         match result {
             Ok(_) => {
                 self.delivered.fetch_add(1, Ordering::Relaxed);
+                if sent_at != UNTIMED {
+                    let us = self.epoch.elapsed().as_micros() as i64 - (sent_at as i64 - 1);
+                    if let Ok(mut h) = self.ack_us.lock() {
+                        h.record(us);
+                    }
+                }
             }
             Err((e, _)) => {
                 self.failed.fetch_add(1, Ordering::Relaxed);
@@ -68,6 +103,8 @@ impl ProducerContext for DeliveryTracker {
 
 pub struct Outputs {
     producer: BaseProducer<DeliveryTracker>,
+    /// Whether on-time panes are timed (off for end-of-input panes).
+    time_panes: std::cell::Cell<bool>,
     results: String,
     late: String,
     dead_letter: String,
@@ -85,27 +122,45 @@ impl Outputs {
             .map_err(KafkaIoError::client("creating the producer"))?;
         Ok(Self {
             producer,
+            time_panes: std::cell::Cell::new(true),
             results: topics.results.clone(),
             late: topics.late.clone(),
             dead_letter: topics.dead_letter.clone(),
         })
     }
 
+    /// Sends a result; on-time panes are timed from here (the watermark passed
+    /// their window end while processing the record just before) to their ack.
     pub fn result(&self, r: &ResultRecord) -> Result<(), KafkaIoError> {
         let key = r.key();
         let payload = r.to_json();
+        let opaque = match r.pane {
+            PaneKind::OnTime if self.time_panes.get() => self.producer.context().sent_now(),
+            _ => UNTIMED,
+        };
         self.send(
-            BaseRecord::to(&self.results)
+            BaseRecord::with_opaque_to(&self.results, opaque)
                 .key(key.as_bytes())
                 .payload(&payload),
         )
+    }
+
+    /// Stops timing on-time panes: the ones that follow are not watermark-driven
+    /// (end of input).
+    pub fn stop_timing_panes(&self) {
+        self.time_panes.set(false);
+    }
+
+    /// On-time pane latency (µs): watermark past the window end → acknowledged.
+    pub fn pane_ack_latency_us(&self) -> Histogram {
+        self.producer.context().ack_latency_us()
     }
 
     /// An adjustment from `reprocess-late`, keyed by its request id.
     pub fn adjustment(&self, a: &crate::engine::AdjustmentRecord) -> Result<(), KafkaIoError> {
         let payload = a.to_json();
         self.send(
-            BaseRecord::to(&self.results)
+            BaseRecord::with_opaque_to(&self.results, UNTIMED)
                 .key(a.request_id.as_bytes())
                 .payload(&payload),
         )
@@ -138,7 +193,9 @@ impl Outputs {
                 value: Some(source),
             });
         self.send(with_key(
-            BaseRecord::to(&self.late).payload(payload).headers(h),
+            BaseRecord::with_opaque_to(&self.late, UNTIMED)
+                .payload(payload)
+                .headers(h),
             key,
         ))
     }
@@ -165,14 +222,14 @@ impl Outputs {
                 value: Some(source),
             });
         self.send(with_key(
-            BaseRecord::to(&self.dead_letter)
+            BaseRecord::with_opaque_to(&self.dead_letter, UNTIMED)
                 .payload(payload)
                 .headers(h),
             key,
         ))
     }
 
-    fn send(&self, record: BaseRecord<'_, [u8], [u8]>) -> Result<(), KafkaIoError> {
+    fn send(&self, record: Record<'_>) -> Result<(), KafkaIoError> {
         send(&self.producer, record)
     }
 
@@ -195,9 +252,9 @@ impl Outputs {
 }
 
 /// Sends one record, waiting (serving delivery reports) while the local queue is full.
-pub fn send<C: ProducerContext<DeliveryOpaque = ()>>(
+pub fn send<C: ProducerContext<DeliveryOpaque = usize>>(
     producer: &BaseProducer<C>,
-    mut record: BaseRecord<'_, [u8], [u8]>,
+    mut record: Record<'_>,
 ) -> Result<(), KafkaIoError> {
     loop {
         match producer.send(record) {
@@ -216,10 +273,10 @@ pub fn send<C: ProducerContext<DeliveryOpaque = ()>>(
     }
 }
 
-fn with_key<'a>(
-    r: BaseRecord<'a, [u8], [u8]>,
-    key: Option<&'a [u8]>,
-) -> BaseRecord<'a, [u8], [u8]> {
+/// A record as the producers here send it: the opaque is a `sent_at` or `UNTIMED`.
+pub type Record<'a> = BaseRecord<'a, [u8], [u8], usize>;
+
+fn with_key<'a>(r: Record<'a>, key: Option<&'a [u8]>) -> Record<'a> {
     match key {
         Some(k) => r.key(k),
         None => r,

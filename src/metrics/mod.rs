@@ -10,6 +10,8 @@
 //! - `tally_idle_advances_total{partition}`
 //! - `tally_event_delay_ms{partition,quantile}` — wall clock at ingest minus event time
 //! - `tally_event_disorder_ms{partition,quantile}` — partition max event time minus event time
+//! - `tally_pane_ack_latency_us{quantile}` — on-time pane: the watermark passing the
+//!   window end → the pane acknowledged by Kafka (this worker process, µs)
 //! - `tally_audit_balanced` — 1 when consumed = folded + too_late + dead_letter + duplicate everywhere
 
 pub mod histogram;
@@ -47,6 +49,9 @@ pub struct WorkerReport {
     /// A partition silent this long is not "active" for the job watermark.
     pub idle_ms: Option<i64>,
     pub partitions: Vec<PartitionReport>,
+    /// On-time pane latency of this worker process (µs), watermark → Kafka ack.
+    #[serde(default)]
+    pub pane_ack_us: Histogram,
 }
 
 const QUANTILES: [(u64, &str); 4] = [(500, "0.5"), (950, "0.95"), (990, "0.99"), (999, "0.999")];
@@ -210,6 +215,17 @@ impl WorkerReport {
                 );
             }
         }
+        let name = "tally_pane_ack_latency_us";
+        let _ = writeln!(
+            s,
+            "# HELP {name} On-time pane: watermark past the window end to Kafka ack.\n# TYPE {name} summary"
+        );
+        for (q, label) in QUANTILES {
+            if let Some(v) = self.pane_ack_us.quantile(q) {
+                let _ = writeln!(s, "{name}{{quantile=\"{label}\"}} {v}");
+            }
+        }
+        let _ = writeln!(s, "{name}_count {}", self.pane_ack_us.count());
         g(
             &mut s,
             "tally_audit_balanced",
@@ -329,6 +345,7 @@ mod tests {
                 part(2, None, 0, &[]),
                 part(3, Some(1_500), 0, &[]),
             ],
+            pane_ack_us: Histogram::default(),
         };
         assert_eq!(r.job_watermark(), Some((1_500, 3)));
         let text = r.render_prometheus();
@@ -349,6 +366,7 @@ mod tests {
             bound_ms: 5_000,
             idle_ms: None,
             partitions: vec![part(0, Some(0), 0, &disorder)],
+            pane_ack_us: Histogram::default(),
         };
         assert_eq!(r.recommended_bound_ms(), Some(7_000));
         assert!(r.render_table().contains("max_out_of_orderness = \"7s\""));

@@ -171,8 +171,14 @@ impl Core {
         Ok(())
     }
 
-    pub fn drained(&self) -> bool {
-        self.assigned_once && self.slots.values().all(|s| s.next.0 >= s.end)
+    /// A bounded run is done when it owns every partition of the input topic
+    /// (`topic_partitions`) and has read each to the log end seen at assignment.
+    /// Owning all of them matters under incremental assignment (cooperative,
+    /// KIP-848): a first, partial assignment drained is not the end of the input.
+    pub fn drained(&self, topic_partitions: usize) -> bool {
+        self.assigned_once
+            && self.slots.len() >= topic_partitions
+            && self.slots.values().all(|s| s.next.0 >= s.end)
     }
 
     /// Takes checkpoint N (steps 1–3); with `wait`, also completes it (4–5).
@@ -407,6 +413,7 @@ impl Core {
                     disorder: s.task.disorder().clone(),
                 })
                 .collect(),
+            pane_ack_us: self.outputs.pane_ack_latency_us(),
         }
     }
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::Consumer;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::core::Core;
 use super::report::Publisher;
@@ -17,7 +17,7 @@ use crate::config::Config;
 use crate::engine::Counters;
 use crate::kafka::outputs::Outputs;
 use crate::kafka::source::{Source, SourceContext, StartPolicy};
-use crate::kafka::{client_config, now_ms, KafkaIoError, CONSUMER_DEFAULTS};
+use crate::kafka::{consumer_config, now_ms, KafkaIoError};
 use crate::state::StateStore;
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -77,9 +77,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         pauses_ms: Vec::new(),
         closed: false,
     }));
-    let mut consumer_cfg = client_config(&cfg.kafka, CONSUMER_DEFAULTS);
-    consumer_cfg.set("group.id", &cfg.kafka.group_id);
-    let consumer: Source = consumer_cfg
+    let consumer: Source = consumer_config(&cfg.kafka)
         .create_with_context(SourceContext::new(core.clone()))
         .map_err(KafkaIoError::client("creating the consumer"))?;
     consumer
@@ -89,6 +87,12 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
             cfg.topics.input
         )))?;
     info!(topic = %cfg.topics.input, group = %cfg.kafka.group_id, checkpoints = %cfg.checkpoint.dir.display(), "worker started");
+    let topic_partitions = if opts.until_end {
+        partition_count(&consumer, &cfg.topics.input)?
+    } else {
+        0
+    };
+    let mut last_waiting_log = Instant::now();
     let interval = Duration::from_millis(cfg.checkpoint.interval.0 as u64);
     let mut last_checkpoint = Instant::now();
     let mut last_report = Instant::now();
@@ -122,9 +126,18 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
             c.checkpoint(&consumer, false)?;
             last_checkpoint = Instant::now();
         }
-        if opts.until_end && c.drained() {
+        if opts.until_end && c.drained(topic_partitions) {
             info!("reached the log end of every assigned partition");
             break;
+        }
+        if opts.until_end
+            && c.assigned_once
+            && c.slots.len() < topic_partitions
+            && last_waiting_log.elapsed() >= Duration::from_secs(5)
+        {
+            let owned: Vec<i32> = c.slots.keys().copied().collect();
+            warn!(?owned, topic_partitions, "bounded run: waiting to own every partition of the input topic (another member holds the rest)");
+            last_waiting_log = Instant::now();
         }
     }
     let mut c = lock(&core)?;
@@ -138,6 +151,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
             outputs,
             ..
         } = &mut *c;
+        outputs.stop_timing_panes();
         for slot in slots.values_mut() {
             slot.task.end_of_input(panes);
         }
@@ -155,15 +169,41 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
             .copied()
             .unwrap_or(0)
     };
+    let ack = c.outputs.pane_ack_latency_us();
     info!(
         ?total,
         checkpoints = pauses.len(),
         pause_p50_ms = pct(50),
         pause_p99_ms = pct(99),
+        on_time_panes_acked = ack.count(),
+        pane_ack_p50_us = ack.quantile(500),
+        pane_ack_p99_us = ack.quantile(990),
         "worker stopped"
     );
+    // The stop report carries the whole run's figures (benchmarks read it).
+    c.publisher.publish_quiet(&c.report());
     drop(c);
-    // Leave the group cleanly: revoke callbacks run here and find nothing to do.
-    consumer.unsubscribe();
+    // Closing the consumer leaves the group: the revoke callback runs and finds
+    // nothing to do. No unsubscribe first — a static member (group.instance.id)
+    // must leave as itself so its partitions wait for it instead of moving.
+    drop(consumer);
     Ok(total)
+}
+
+/// The number of partitions of `topic`, from the broker's metadata.
+fn partition_count(consumer: &Source, topic: &str) -> Result<usize, WorkerError> {
+    let md = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .map_err(KafkaIoError::client(format!("metadata of {topic}")))?;
+    let n = md
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic)
+        .map_or(0, |t| t.partitions().len());
+    if n == 0 {
+        return Err(WorkerError::Refused(format!(
+            "input topic {topic} has no partitions (does it exist?)"
+        )));
+    }
+    Ok(n)
 }
