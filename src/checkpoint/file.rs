@@ -1,7 +1,8 @@
 //! The partition snapshot file.
 //!
 //! ```text
-//! "TALLYPS1"                     8-byte magic (format 1)
+//! "TALLYPS2"                     8-byte magic (format 2: dedup ids in expiry chunks;
+//!                                format 1 files are refused by name)
 //! partition                      i32 big-endian
 //! { key_len u32 BE, key, val_len u32 BE, val }*   the partition's state-store entries, key order
 //! 0xFFFF_FFFF                    end marker
@@ -16,7 +17,8 @@ use sha2::{Digest, Sha256};
 
 use super::{hex, io_err, CheckpointError};
 
-const MAGIC: &[u8; 8] = b"TALLYPS1";
+const MAGIC: &[u8; 8] = b"TALLYPS2";
+const MAGIC_V1: &[u8; 8] = b"TALLYPS1";
 
 /// One state-store entry, borrowed from a snapshot buffer: `(key, value)`.
 pub type EntryRef<'b> = (&'b [u8], &'b [u8]);
@@ -111,6 +113,12 @@ pub fn parse_snapshot<'b>(
         path: path.display().to_string(),
         msg: msg.to_string(),
     };
+    if buf.len() >= 8 && &buf[..8] == MAGIC_V1 {
+        return Err(corrupt(
+            "snapshot format 1 (written before dedup chunks); this tally reads format 2 — \
+             rebuild with `tally run --reset-state earliest`",
+        ));
+    }
     if buf.len() < 12 || &buf[..8] != MAGIC {
         return Err(corrupt("not a tally partition snapshot"));
     }

@@ -7,18 +7,27 @@
 //!
 //! Expired entries are dropped lazily: a lookup treats an entry whose expiry is at
 //! or below the current watermark as absent (and overwrites it), and `sweep`
-//! removes them in one pass — when the change log is drained for a checkpoint, and
-//! whenever the set has grown by half since the last sweep. So the per-event cost
-//! is one hash lookup and one allocation for a new id, and the logical content
-//! (`entries`) is the same whenever the sweeps happen. `drain_changes` hands the
-//! inserts and removals since the last call to the state store, in order.
+//! removes them in one pass — when the changes are drained for a checkpoint, and
+//! whenever the set has grown by half since the last sweep. Ids of up to 24 bytes
+//! (the common case) are held inline in the table, so the per-event cost is one
+//! hash lookup touching one slot and no allocation; the logical content
+//! (`entries`) is the same whenever the sweeps happen.
+//!
+//! Persistence is by **expiry chunk**, not by id: every id of a window shares one
+//! expiry, so the ids inserted since the last drain are appended to one packed
+//! buffer per expiry (`u16` LE length + bytes), and `drain_changes` hands over those
+//! chunks plus "everything expiring at or below W is dead". The state store writes
+//! one value per chunk and one range delete — a checkpoint costs O(expiries), not
+//! O(ids). An id may sit in two chunks (re-inserted after expiring); the larger
+//! expiry wins on restore.
 
 use std::collections::hash_map::Entry;
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
 
-/// One allocation per remembered id, shared by the set and the change log.
-type Id = Arc<str>;
+use compact_str::CompactString;
+
+/// A remembered id: inline up to 24 bytes, heap-allocated beyond.
+type Id = CompactString;
 
 /// A fast keyed hash (randomly seeded per process, so request ids chosen by a
 /// client cannot be aimed at collisions).
@@ -27,7 +36,8 @@ type Hasher = foldhash::fast::RandomState;
 #[derive(Debug)]
 pub struct Dedup {
     seen: HashMap<Id, i64, Hasher>,
-    changes: Vec<DedupChange>,
+    /// Ids inserted since the last drain, packed per expiry.
+    pending: BTreeMap<i64, Vec<u8>>,
     /// The watermark of the last lookup or sweep (entries at or below it are dead).
     watermark: i64,
     /// `seen.len()` after the last sweep.
@@ -38,25 +48,45 @@ impl Default for Dedup {
     fn default() -> Self {
         Self {
             seen: HashMap::default(),
-            changes: Vec::new(),
+            pending: BTreeMap::new(),
             watermark: i64::MIN,
             swept_len: 0,
         }
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DedupChange {
-    Insert { id: Id, expires_at: i64 },
-    Remove { id: Id },
+/// What changed since the last drain, in the form the state store persists.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DedupDelta {
+    /// `(expiry, packed ids)`, expiries ascending, each above `dead_through`.
+    pub chunks: Vec<(i64, Vec<u8>)>,
+    /// Every entry expiring at or below this is dead (the watermark).
+    pub dead_through: i64,
+}
+
+/// Appends `id` to a packed chunk.
+pub fn pack(buf: &mut Vec<u8>, id: &str) {
+    let n = id.len().min(u16::MAX as usize);
+    buf.extend_from_slice(&(n as u16).to_le_bytes());
+    buf.extend_from_slice(&id.as_bytes()[..n]);
+}
+
+/// The ids of a packed chunk; `None` if it is malformed.
+pub fn unpack(mut buf: &[u8]) -> Option<Vec<&str>> {
+    let mut ids = Vec::new();
+    while !buf.is_empty() {
+        let n = u16::from_le_bytes([*buf.first()?, *buf.get(1)?]) as usize;
+        ids.push(std::str::from_utf8(buf.get(2..2 + n)?).ok()?);
+        buf = &buf[2 + n..];
+    }
+    Some(ids)
 }
 
 impl Dedup {
     /// Records `id`; returns `true` if it is a live duplicate at `watermark`.
     pub fn check_and_insert(&mut self, id: &str, expires_at: i64, watermark: i64) -> bool {
         self.watermark = self.watermark.max(watermark);
-        let id: Id = id.into();
-        match self.seen.entry(id.clone()) {
+        match self.seen.entry(Id::new(id)) {
             Entry::Occupied(mut o) => {
                 if *o.get() > self.watermark {
                     return true;
@@ -68,7 +98,7 @@ impl Dedup {
                 v.insert(expires_at);
             }
         }
-        self.changes.push(DedupChange::Insert { id, expires_at });
+        pack(self.pending.entry(expires_at).or_default(), id);
         if self.seen.len() > 65_536 && self.seen.len() > self.swept_len + self.swept_len / 2 {
             self.sweep();
         }
@@ -80,16 +110,10 @@ impl Dedup {
         self.watermark = self.watermark.max(watermark);
     }
 
-    /// Removes every expired entry, logging the removals.
+    /// Removes every expired entry from memory.
     fn sweep(&mut self) {
-        let (w, changes) = (self.watermark, &mut self.changes);
-        self.seen.retain(|id, exp| {
-            let live = *exp > w;
-            if !live {
-                changes.push(DedupChange::Remove { id: id.clone() });
-            }
-            live
-        });
+        let w = self.watermark;
+        self.seen.retain(|_, exp| *exp > w);
         self.swept_len = self.seen.len();
     }
 
@@ -99,7 +123,7 @@ impl Dedup {
         self.seen
             .iter()
             .filter(move |(_, e)| **e > w)
-            .map(|(id, e)| (Box::from(&**id), *e))
+            .map(|(id, e)| (Box::from(id.as_str()), *e))
     }
 
     /// Ids held in memory (live, or expired and not swept yet).
@@ -111,20 +135,32 @@ impl Dedup {
         self.seen.is_empty()
     }
 
-    /// Sweeps, then hands over the changes since the last call.
-    pub fn drain_changes(&mut self) -> Vec<DedupChange> {
+    /// Sweeps, then hands over the changes since the last call. Chunks that are
+    /// already dead are dropped, never written.
+    pub fn drain_changes(&mut self) -> DedupDelta {
         self.sweep();
-        std::mem::take(&mut self.changes)
+        let w = self.watermark;
+        DedupDelta {
+            chunks: std::mem::take(&mut self.pending)
+                .into_iter()
+                .filter(|(exp, _)| *exp > w)
+                .collect(),
+            dead_through: w,
+        }
     }
 
-    /// Rebuilds the set from persisted entries (no changes are recorded).
+    /// Rebuilds the set from persisted entries (no changes are recorded); for an
+    /// id present more than once, the largest expiry wins.
     pub fn restore(entries: impl IntoIterator<Item = (Box<str>, i64)>, watermark: i64) -> Self {
         let mut d = Dedup {
             watermark,
             ..Default::default()
         };
         for (id, expires_at) in entries {
-            d.seen.insert(id.into(), expires_at);
+            if expires_at > watermark {
+                let e = d.seen.entry(Id::from(&*id)).or_insert(expires_at);
+                *e = (*e).max(expires_at);
+            }
         }
         d.swept_len = d.seen.len();
         d
@@ -144,31 +180,37 @@ mod tests {
         d.expire(100);
         assert_eq!(d.entries().count(), 0);
         assert!(!d.check_and_insert("a", 200, 100), "expired: a new request");
-        let changes = d.drain_changes();
+        assert!(!d.check_and_insert("b", 200, 100));
+        let delta = d.drain_changes();
+        // The chunk of expiry 100 is dead at watermark 100: never written.
+        let mut chunk = Vec::new();
+        pack(&mut chunk, "a");
+        pack(&mut chunk, "b");
         assert_eq!(
-            changes,
-            vec![
-                DedupChange::Insert {
-                    id: "a".into(),
-                    expires_at: 100
-                },
-                DedupChange::Insert {
-                    id: "a".into(),
-                    expires_at: 200
-                },
-            ]
+            delta,
+            DedupDelta {
+                chunks: vec![(200, chunk.clone())],
+                dead_through: 100
+            }
         );
+        assert_eq!(unpack(&chunk), Some(vec!["a", "b"]));
         d.expire(300);
-        assert_eq!(
-            d.drain_changes(),
-            vec![DedupChange::Remove { id: "a".into() }]
-        );
-        assert!(d.drain_changes().is_empty());
+        let delta = d.drain_changes();
+        assert!(delta.chunks.is_empty());
+        assert_eq!(delta.dead_through, 300);
+        assert!(d.is_empty(), "swept");
+    }
+
+    #[test]
+    fn malformed_chunks_are_refused() {
+        assert_eq!(unpack(&[5, 0, b'a']), None);
+        assert_eq!(unpack(&[1]), None);
+        assert_eq!(unpack(&[]), Some(vec![]));
     }
 
     #[test]
     fn restore_keeps_expiries() {
-        let mut d = Dedup::restore([("x".into(), 5), ("y".into(), 3)], 0);
+        let mut d = Dedup::restore([("x".into(), 5), ("y".into(), 3), ("y".into(), 2)], 0);
         assert!(d.check_and_insert("x", 9, 4));
         assert!(!d.check_and_insert("y", 9, 4));
         assert_eq!(d.entries().count(), 2);

@@ -7,11 +7,11 @@
 //! except the `max_future` guard and processing-time modes, which read the `now_ms`
 //! the caller passes in.
 
-mod dedup;
+pub mod dedup;
 mod result;
 mod task;
 
-pub use dedup::{Dedup, DedupChange};
+pub use dedup::{Dedup, DedupDelta};
 pub use result::{AdjustmentRecord, PaneKind, ResultKind, ResultRecord, SinkRecord};
 pub use task::{validate, PartitionTask, StateDelta, TaskSnapshot, WindowAcc, WindowKey};
 

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::dedup::{Dedup, DedupChange};
+use super::dedup::{Dedup, DedupDelta};
 use super::result::{PaneKind, ResultKind, ResultRecord};
 use super::{Counters, EngineConfig, RecordIn, Route, TimeSource};
 use crate::metrics::Histogram;
@@ -46,7 +46,10 @@ pub struct WindowAcc {
 /// `(window_end, tenant_id)`: the identity of a window within a partition.
 pub type WindowKey = (i64, Box<str>);
 
-type Windows = BTreeMap<i64, HashMap<Box<str>, WindowAcc>>;
+/// Tenant → accumulator of one window end (foldhash: tenant ids are hashed once
+/// per event; a keyed fast hash, seeded per process).
+type Tenants = HashMap<Box<str>, WindowAcc, foldhash::fast::RandomState>;
+type Windows = BTreeMap<i64, Tenants>;
 
 /// A restorable image of a task.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -160,8 +163,8 @@ impl PartitionTask {
     }
 
     pub fn open_windows(&self) -> usize {
-        self.open.values().map(HashMap::len).sum::<usize>()
-            + self.fired.values().map(HashMap::len).sum::<usize>()
+        self.open.values().map(Tenants::len).sum::<usize>()
+            + self.fired.values().map(Tenants::len).sum::<usize>()
     }
 
     /// Routes one record; panes it causes are appended to `out`.
@@ -395,7 +398,7 @@ pub struct StateDelta {
     /// `(key, accumulator, is_open)`.
     pub changed: Vec<(WindowKey, WindowAcc, bool)>,
     pub purged: Vec<WindowKey>,
-    pub dedup: Vec<DedupChange>,
+    pub dedup: DedupDelta,
     pub watermark: Watermark,
     pub counters: Counters,
 }

@@ -8,7 +8,7 @@
 //! |----------------------------------|------------------------------------------|
 //! | `M` `p`                          | `PartitionMeta` (next offset, watermark, audit counters) |
 //! | `W` `p` `end` `tenant_id bytes`  | `StoredWindow` (accumulator, open/fired)  |
-//! | `D` `p` `request_id bytes`       | dedup expiry, `i64` BE                    |
+//! | `D` `p` `expiry` `seq`            | the ids expiring then, packed (`dedup::pack`) |
 //!
 //! ## Rules
 //! - The engine keeps active windows in memory; `commit` writes only what changed
@@ -16,6 +16,10 @@
 //!   partition's meta, for all partitions of the worker, in **one** `WriteBatch`. So
 //!   the store always holds one consistent cut: for each partition, the state after
 //!   exactly the records before `next_offset`.
+//! - Dedup ids are stored in chunks per expiry (`expiry` encoded like `end`;
+//!   `seq` = the commit's next offset, `u64` BE, so chunks of one expiry written by
+//!   different commits never collide). Expired chunks go in one range delete
+//!   (`D p ..= watermark`) per commit.
 //! - The store is written only at checkpoint barriers and restores, never between,
 //!   so between two barriers it *is* the consistent view the checkpoint exporter
 //!   reads (the worker waits for the exporter before writing again).
@@ -29,7 +33,8 @@ use std::path::Path;
 use rocksdb::{Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB};
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{Counters, DedupChange, StateDelta, TaskSnapshot, WindowAcc};
+use crate::engine::dedup::unpack;
+use crate::engine::{Counters, StateDelta, TaskSnapshot, WindowAcc};
 use crate::time::Watermark;
 
 #[derive(Debug, thiserror::Error)]
@@ -145,13 +150,16 @@ impl StateStore {
             for (end, tenant) in delta.purged {
                 batch.delete(key(b'W', p, &[&end_bytes(end), tenant.as_bytes()]));
             }
-            for change in delta.dedup {
-                match change {
-                    DedupChange::Insert { id, expires_at } => {
-                        batch.put(key(b'D', p, &[id.as_bytes()]), expires_at.to_be_bytes())
-                    }
-                    DedupChange::Remove { id } => batch.delete(key(b'D', p, &[id.as_bytes()])),
-                }
+            let dead_through = delta.dedup.dead_through;
+            if dead_through > i64::MIN {
+                batch.delete_range(
+                    key(b'D', p, &[]),
+                    key(b'D', p, &[&end_bytes(dead_through.saturating_add(1))]),
+                );
+            }
+            let seq = (next_offset.0 as u64).to_be_bytes();
+            for (expiry, ids) in delta.dedup.chunks {
+                batch.put(key(b'D', p, &[&end_bytes(expiry), &seq]), ids);
             }
             let meta = PartitionMeta {
                 next_offset,
@@ -320,15 +328,23 @@ pub fn decode_partition<'a>(
                     snap.fired.push(entry)
                 }
             }
-            b'D' => {
-                let exp: [u8; 8] = v.try_into().map_err(|_| corrupt(k, "bad expiry".into()))?;
-                let id = String::from_utf8_lossy(rest).into_owned().into_boxed_str();
-                snap.dedup.push((id, i64::from_be_bytes(exp)));
+            b'D' if rest.len() == 16 => {
+                let expiry = end_from(rest);
+                let ids = unpack(v).ok_or_else(|| corrupt(k, "malformed dedup chunk".into()))?;
+                snap.dedup
+                    .extend(ids.into_iter().map(|id| (Box::from(id), expiry)));
             }
             _ => return Err(corrupt(k, "unknown key kind".into())),
         }
     }
     Ok(meta.map(|m| {
+        // Chunks may repeat an id (re-inserted after expiring): the largest expiry
+        // wins; entries dead at the watermark are dropped. Sorted, like a snapshot.
+        let w = m.watermark.current();
+        snap.dedup
+            .sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        snap.dedup.dedup_by(|later, first| later.0 == first.0);
+        snap.dedup.retain(|(_, exp)| *exp > w);
         snap.watermark = Some(m.watermark);
         snap.counters = m.counters;
         (snap, m.next_offset)

@@ -5,17 +5,31 @@
 //! letters go to `<output>.late.jsonl` and `<output>.dlq.jsonl` (one JSON object per
 //! line with the reason and the original record), so nothing is dropped silently.
 //! End of file is end of input: every open window emits its on-time pane.
+//!
+//! The hot path is the worker's: every `checkpoint.interval` the outputs are
+//! flushed, the task's changes are committed to the RocksDB state store in one
+//! batch, and a checkpoint (offset = lines read) is exported on a background thread
+//! into the store `<checkpoint.dir>/file-<input stem>` (never a Kafka job's store).
+//! A file run always starts from the first line with empty state; the end-of-input
+//! panes are not checkpointed (as with `--until-end`).
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::Path;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
 use super::WorkerError;
+use crate::checkpoint::export::{self, ExportJob};
+use crate::checkpoint::store::CheckpointStore;
+use crate::checkpoint::{CheckpointError, CheckpointId, Manifest};
 use crate::config::Config;
 use crate::engine::{Counters, PartitionTask, RecordIn, Route};
 use crate::kafka::now_ms;
+use crate::state::{NextOffset, PartitionCommit, StateStore};
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> WorkerError + '_ {
     move |source| WorkerError::Io {
@@ -30,9 +44,105 @@ fn create(path: &Path) -> Result<BufWriter<File>, WorkerError> {
         .map_err(io_err(path))
 }
 
+/// The file run's checkpoints: same store format and exporter as the worker's.
+struct Checkpointer {
+    store: Arc<StateStore>,
+    checkpoints: CheckpointStore,
+    job: (String, String, String, String),
+    next_id: CheckpointId,
+    pending: Option<(CheckpointId, JoinHandle<Result<Manifest, CheckpointError>>)>,
+}
+
+impl Checkpointer {
+    fn open(cfg: &Config, input: &Path) -> Result<Self, WorkerError> {
+        let dir = cfg.state.dir.join("rocksdb");
+        std::fs::create_dir_all(&cfg.state.dir).map_err(io_err(&cfg.state.dir))?;
+        let store = Arc::new(StateStore::open_fresh(&dir)?);
+        let stem = input
+            .file_stem()
+            .map_or("input".into(), |s| s.to_string_lossy().into_owned());
+        let group = format!("file-{stem}");
+        let worker = format!("f{}", std::process::id());
+        let checkpoints = CheckpointStore::open(
+            &cfg.checkpoint.dir,
+            &group,
+            &worker,
+            cfg.checkpoint.retain as usize,
+        )?;
+        let engine = cfg.engine()?;
+        let topic = format!("file:{}", input.display());
+        let fingerprint = crate::checkpoint::fingerprint(&topic, &engine, None);
+        Ok(Self {
+            store,
+            next_id: checkpoints.next_id()?,
+            checkpoints,
+            job: (worker, group, topic, fingerprint),
+            pending: None,
+        })
+    }
+
+    /// Waits for the pending export and applies retention.
+    fn finish(&mut self) -> Result<(), WorkerError> {
+        if let Some((id, handle)) = self.pending.take() {
+            handle.join().map_err(|_| {
+                WorkerError::Refused(format!("checkpoint {} thread panicked", id.0))
+            })??;
+            self.checkpoints.retain(id)?;
+        }
+        Ok(())
+    }
+
+    /// The barrier: (outputs already flushed) commit the task's changes, export.
+    fn checkpoint(&mut self, task: &mut PartitionTask, lines: u64) -> Result<(), WorkerError> {
+        self.finish()?;
+        self.store.commit(vec![PartitionCommit {
+            partition: 0,
+            next_offset: NextOffset(lines as i64),
+            delta: task.drain_changes(),
+        }])?;
+        let id = self.next_id;
+        self.next_id = CheckpointId(id.0 + 1);
+        let (worker, group, topic, fingerprint) = self.job.clone();
+        let wm = task.max_ts().map(|_| task.watermark());
+        let handle = export::spawn(ExportJob {
+            id,
+            dir: self.checkpoints.dir_for(id),
+            worker,
+            group,
+            topic,
+            fingerprint,
+            created_at_ms: now_ms(),
+            partitions: vec![(0, lines as i64, wm, task.counters())],
+            store: self.store.clone(),
+        })
+        .map_err(|source| WorkerError::Io {
+            path: "checkpoint thread".into(),
+            source,
+        })?;
+        self.pending = Some((id, handle));
+        Ok(())
+    }
+}
+
+fn flush_all(
+    out: &mut BufWriter<File>,
+    output: &Path,
+    late: &mut BufWriter<File>,
+    late_path: &Path,
+    dlq: &mut BufWriter<File>,
+    dlq_path: &Path,
+) -> Result<(), WorkerError> {
+    out.flush().map_err(io_err(output))?;
+    late.flush().map_err(io_err(late_path))?;
+    dlq.flush().map_err(io_err(dlq_path))
+}
+
 pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, WorkerError> {
     let engine = cfg.engine()?;
     let mut task = PartitionTask::new(0, engine);
+    let mut checkpointer = Checkpointer::open(cfg, input)?;
+    let interval = Duration::from_millis(cfg.checkpoint.interval.0 as u64);
+    let mut last_checkpoint = Instant::now();
     let mut reader = BufReader::with_capacity(1 << 20, File::open(input).map_err(io_err(input))?);
     let mut out = create(output)?;
     let side = |ext: &str| {
@@ -56,6 +166,13 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
             break;
         }
         line_no += 1;
+        // Checked every 4096 lines: reading the clock per line would show up.
+        if line_no % 4096 == 0 && last_checkpoint.elapsed() >= interval {
+            flush_all(&mut out, output, &mut late, &late_path, &mut dlq, &dlq_path)?;
+            // Lines before this one are applied: the checkpoint's offset.
+            checkpointer.checkpoint(&mut task, line_no - 1)?;
+            last_checkpoint = Instant::now();
+        }
         while matches!(line.last(), Some(b'\n' | b'\r')) {
             line.pop();
         }
@@ -95,6 +212,9 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
             }
         }
     }
+    flush_all(&mut out, output, &mut late, &late_path, &mut dlq, &dlq_path)?;
+    checkpointer.checkpoint(&mut task, line_no)?;
+    checkpointer.finish()?;
     task.end_of_input(&mut panes);
     for pane in panes.drain(..) {
         out.write_all(&pane.to_json())
