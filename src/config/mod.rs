@@ -10,6 +10,7 @@
 //! positive window size, non-negative bounds and at least one priced model.
 
 pub mod duration;
+pub mod size;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -18,6 +19,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 pub use duration::{Millis, OptMillis};
+pub use size::Budget;
 
 use crate::engine::{EngineConfig, TimeSource};
 use crate::model::{NanoPer1k, PriceEntry, PriceTable};
@@ -251,13 +253,27 @@ impl Default for CheckpointConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct StateConfig {
     pub dir: PathBuf,
+    /// Memory for window state per worker; windows beyond it are evicted to
+    /// RocksDB after a checkpoint (read back when touched). `"off"`: unlimited.
+    /// Dedup ids are not covered (about 50 bytes each; see the README).
+    pub memory_budget: Budget,
 }
 
 impl Default for StateConfig {
     fn default() -> Self {
         Self {
             dir: "./data/state".into(),
+            memory_budget: Budget(Some(512 << 20)),
         }
+    }
+}
+
+impl StateConfig {
+    /// The windows a worker may hold in memory, from `memory_budget`.
+    pub fn windows_in_memory(&self) -> Option<usize> {
+        self.memory_budget
+            .0
+            .map(|b| (b / crate::engine::spill::WINDOW_BYTES as u64) as usize)
     }
 }
 

@@ -8,10 +8,14 @@
 //! Expired entries are dropped lazily: a lookup treats an entry whose expiry is at
 //! or below the current watermark as absent (and overwrites it), and `sweep`
 //! removes them in one pass — when the changes are drained for a checkpoint, and
-//! whenever the set has grown by half since the last sweep. Ids of up to 24 bytes
-//! (the common case) are held inline in the table, so the per-event cost is one
-//! hash lookup touching one slot and no allocation; the logical content
-//! (`entries`) is the same whenever the sweeps happen.
+//! whenever the set has grown by half since the last sweep. The logical content is
+//! the same whenever the sweeps happen.
+//!
+//! In memory an id is its 128-bit SipHash-1-3 fingerprint (fixed key, so replays
+//! decide identically): 24 bytes per entry whatever the id's length, no
+//! allocation, one table slot per lookup. Two different ids collide with
+//! probability 2^-128 per pair — for 10^8 live ids, about 10^-23 over the set, far
+//! below the hardware's own error rates; the persisted chunks keep the full ids.
 //!
 //! Persistence is by **expiry chunk**, not by id: every id of a window shares one
 //! expiry, so the ids inserted since the last drain are appended to one packed
@@ -23,19 +27,51 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 
-use compact_str::CompactString;
+use siphasher::sip128::{Hasher128, SipHasher13};
 
-/// A remembered id: inline up to 24 bytes, heap-allocated beyond.
-type Id = CompactString;
+/// The fingerprint of a request id (see the module header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Fingerprint(u64, u64);
 
-/// A fast keyed hash (randomly seeded per process, so request ids chosen by a
-/// client cannot be aimed at collisions).
-type Hasher = foldhash::fast::RandomState;
+impl Fingerprint {
+    pub fn of(id: &str) -> Self {
+        // A fixed key: fingerprints, and so decisions, are the same in every run.
+        let mut h = SipHasher13::new_with_keys(0x7461_6c6c_7964_6564, 0x7570_5f69_6473_0001);
+        h.write(id.as_bytes());
+        let f = h.finish128();
+        Fingerprint(f.h1, f.h2)
+    }
+}
+
+impl Hash for Fingerprint {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.0);
+    }
+}
+
+/// The table's hasher: a fingerprint is already uniformly distributed.
+#[derive(Default)]
+pub struct PassThrough(u64);
+
+impl Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
 
 #[derive(Debug)]
 pub struct Dedup {
-    seen: HashMap<Id, i64, Hasher>,
+    seen: HashMap<Fingerprint, i64, BuildHasherDefault<PassThrough>>,
     /// Ids inserted since the last drain, packed per expiry.
     pending: BTreeMap<i64, Vec<u8>>,
     /// The watermark of the last lookup or sweep (entries at or below it are dead).
@@ -86,7 +122,7 @@ impl Dedup {
     /// Records `id`; returns `true` if it is a live duplicate at `watermark`.
     pub fn check_and_insert(&mut self, id: &str, expires_at: i64, watermark: i64) -> bool {
         self.watermark = self.watermark.max(watermark);
-        match self.seen.entry(Id::new(id)) {
+        match self.seen.entry(Fingerprint::of(id)) {
             Entry::Occupied(mut o) => {
                 if *o.get() > self.watermark {
                     return true;
@@ -117,13 +153,13 @@ impl Dedup {
         self.swept_len = self.seen.len();
     }
 
-    /// Every live id with its expiry, in no particular order.
-    pub fn entries(&self) -> impl Iterator<Item = (Box<str>, i64)> + '_ {
+    /// Every live id's fingerprint with its expiry, in no particular order.
+    pub fn entries(&self) -> impl Iterator<Item = (Fingerprint, i64)> + '_ {
         let w = self.watermark;
         self.seen
             .iter()
             .filter(move |(_, e)| **e > w)
-            .map(|(id, e)| (Box::from(id.as_str()), *e))
+            .map(|(f, e)| (*f, *e))
     }
 
     /// Ids held in memory (live, or expired and not swept yet).
@@ -151,14 +187,14 @@ impl Dedup {
 
     /// Rebuilds the set from persisted entries (no changes are recorded); for an
     /// id present more than once, the largest expiry wins.
-    pub fn restore(entries: impl IntoIterator<Item = (Box<str>, i64)>, watermark: i64) -> Self {
+    pub fn restore(entries: impl IntoIterator<Item = (Fingerprint, i64)>, watermark: i64) -> Self {
         let mut d = Dedup {
             watermark,
             ..Default::default()
         };
         for (id, expires_at) in entries {
             if expires_at > watermark {
-                let e = d.seen.entry(Id::from(&*id)).or_insert(expires_at);
+                let e = d.seen.entry(id).or_insert(expires_at);
                 *e = (*e).max(expires_at);
             }
         }
@@ -210,7 +246,8 @@ mod tests {
 
     #[test]
     fn restore_keeps_expiries() {
-        let mut d = Dedup::restore([("x".into(), 5), ("y".into(), 3), ("y".into(), 2)], 0);
+        let f = Fingerprint::of;
+        let mut d = Dedup::restore([(f("x"), 5), (f("y"), 3), (f("y"), 2)], 0);
         assert!(d.check_and_insert("x", 9, 4));
         assert!(!d.check_and_insert("y", 9, 4));
         assert_eq!(d.entries().count(), 2);

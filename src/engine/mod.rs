@@ -9,6 +9,7 @@
 
 pub mod dedup;
 mod result;
+pub mod spill;
 mod task;
 
 pub use dedup::{Dedup, DedupDelta};

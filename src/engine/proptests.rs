@@ -132,6 +132,36 @@ fn finals(panes: &[ResultRecord]) -> BTreeMap<(String, i64), ResultRecord> {
     m
 }
 
+/// What the state store does with a task's windows, in memory: applies each
+/// drained delta (changed windows, range purge), serves evicted windows back.
+#[derive(Default)]
+struct MirrorStore(std::sync::Mutex<BTreeMap<(i64, Box<str>), WindowAcc>>);
+
+impl MirrorStore {
+    fn commit(&self, delta: StateDelta) {
+        let mut m = self.0.lock().unwrap();
+        if let Some(through) = delta.purged_through {
+            m.retain(|(end, _), _| *end > through);
+        }
+        for ((end, tenant), acc, _) in delta.changed {
+            m.insert((end, tenant), acc);
+        }
+    }
+}
+
+impl spill::SpillStore for MirrorStore {
+    fn window(&self, _: i32, end: i64, tenant: &str) -> Result<Option<WindowAcc>, String> {
+        Ok(self.0.lock().unwrap().get(&(end, tenant.into())).copied())
+    }
+    fn windows_ending(&self, _: i32, end: i64) -> Result<Vec<(Box<str>, WindowAcc)>, String> {
+        let m = self.0.lock().unwrap();
+        Ok(m.iter()
+            .filter(|((e, _), _)| *e == end)
+            .map(|((_, t), a)| (t.clone(), *a))
+            .collect())
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
@@ -207,6 +237,38 @@ proptest! {
         prop_assert_eq!(r1, routes);
         prop_assert_eq!(p1, panes);
         prop_assert_eq!(second.snapshot(), whole.snapshot());
+    }
+
+    /// Evicting windows to the store (as a tight memory budget does after every
+    /// commit) changes no route, no pane and no pane order.
+    #[test]
+    fn spilling_windows_changes_nothing(
+        recs in records(),
+        lateness in prop::sample::select(vec![0i64, 30_000, 120_000]),
+        every in 1usize..20,
+        keep in 0usize..3,
+    ) {
+        let mut plain = PartitionTask::new(0, cfg(lateness));
+        let (want_routes, mut want) = run(&mut plain, &recs);
+        plain.end_of_input(&mut want);
+
+        let store = Arc::new(MirrorStore::default());
+        let mut t = PartitionTask::new(0, cfg(lateness));
+        t.attach_spill(store.clone());
+        let (mut routes, mut panes) = (Vec::new(), Vec::new());
+        for chunk in recs.chunks(every) {
+            let (r, p) = run(&mut t, chunk);
+            routes.extend(r);
+            panes.extend(p);
+            store.commit(t.drain_changes());
+            t.evict(keep);
+            prop_assert!(t.windows_in_memory() <= keep);
+            prop_assert!(t.take_spill_error().is_none());
+        }
+        t.end_of_input(&mut panes);
+        prop_assert_eq!(routes, want_routes);
+        prop_assert_eq!(panes, want);
+        prop_assert_eq!(t.counters(), plain.counters());
     }
 
     /// Reordering events within the watermark bound changes no final pane.

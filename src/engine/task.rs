@@ -13,15 +13,18 @@
 //!
 //! Invariants: `version` = events folded into the window, so equal versions mean equal
 //! content; `pane_index` counts the panes a window has emitted. Open and fired windows
-//! are disjoint, and every fired window satisfies `W < end-1+lateness`.
+//! are disjoint, and every fired window satisfies `W < end-1+lateness`. Windows may be
+//! evicted to the state store under a memory budget (`spill.rs`); every rule above
+//! applies to them unchanged.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::dedup::{Dedup, DedupDelta};
+use super::dedup::{Dedup, DedupDelta, Fingerprint};
 use super::result::{PaneKind, ResultKind, ResultRecord};
+use super::spill::{SpillStore, Spilled};
 use super::{Counters, EngineConfig, RecordIn, Route, TimeSource};
 use crate::metrics::Histogram;
 use crate::model::event::MIN_MILLIS_TS;
@@ -60,7 +63,8 @@ pub struct TaskSnapshot {
     pub open: Vec<(WindowKey, WindowAcc)>,
     /// Fired windows retained for allowed lateness.
     pub fired: Vec<(WindowKey, WindowAcc)>,
-    pub dedup: Vec<(Box<str>, i64)>,
+    /// Live dedup entries (fingerprints, see `dedup`), sorted.
+    pub dedup: Vec<(Fingerprint, i64)>,
 }
 
 pub struct PartitionTask {
@@ -71,8 +75,10 @@ pub struct PartitionTask {
     fired: Windows,
     dedup: Dedup,
     counters: Counters,
-    /// Windows removed since the last `drain_changes`.
-    purged: Vec<WindowKey>,
+    /// Windows ending at or below this were purged since the last `drain_changes`.
+    purged_through: Option<i64>,
+    /// Windows evicted to the state store.
+    spilled: Spilled,
     /// Wall clock at ingest minus event time (observability only; not state).
     delay: Histogram,
     /// Partition max event time minus event time, before the event (not state).
@@ -101,7 +107,8 @@ impl PartitionTask {
             fired: collect(snap.fired),
             dedup: Dedup::restore(snap.dedup, snap.watermark.map_or(i64::MIN, |w| w.current())),
             counters: snap.counters,
-            purged: Vec::new(),
+            purged_through: None,
+            spilled: Spilled::default(),
             delay: Histogram::default(),
             disorder: Histogram::default(),
             cfg,
@@ -153,18 +160,85 @@ impl PartitionTask {
 
     /// The lowest watermark at which something would fire or purge, if any.
     pub fn next_deadline(&self) -> Option<i64> {
-        let fire = self.open.keys().next().map(|end| end - 1);
-        let purge = self
-            .fired
-            .keys()
-            .next()
+        let first = |a: &Windows, b: &BTreeMap<i64, u64>| {
+            a.keys()
+                .next()
+                .into_iter()
+                .chain(b.keys().next())
+                .min()
+                .copied()
+        };
+        let fire = first(&self.open, &self.spilled.open).map(|end| end - 1);
+        let purge = first(&self.fired, &self.spilled.fired)
             .map(|end| (end - 1).saturating_add(self.cfg.allowed_lateness_ms));
         fire.into_iter().chain(purge).min()
     }
 
+    /// Windows held, in memory or evicted to the state store.
     pub fn open_windows(&self) -> usize {
+        self.windows_in_memory() + self.spilled.total() as usize
+    }
+
+    /// Windows held in memory.
+    pub fn windows_in_memory(&self) -> usize {
         self.open.values().map(Tenants::len).sum::<usize>()
             + self.fired.values().map(Tenants::len).sum::<usize>()
+    }
+
+    /// Lets this task evict windows to `store` (which must hold every window as
+    /// of the last `drain_changes`, like the state store after a commit).
+    pub fn attach_spill(&mut self, store: Arc<dyn SpillStore>) {
+        self.spilled.attach(store);
+    }
+
+    /// A failure to read an evicted window back; the task's output since is void.
+    pub fn take_spill_error(&mut self) -> Option<String> {
+        self.spilled.take_error()
+    }
+
+    /// Evicts clean windows until at most `keep` are in memory: fired windows
+    /// oldest end first, then open windows latest end first. Call right after
+    /// `drain_changes` has been committed. Returns how many were evicted.
+    pub fn evict(&mut self, keep: usize) -> usize {
+        if !self.spilled.can_evict() {
+            return 0;
+        }
+        let mut excess = self.windows_in_memory().saturating_sub(keep);
+        let mut evicted = 0;
+        let ends: Vec<(bool, i64)> = self
+            .fired
+            .keys()
+            .map(|e| (true, *e))
+            .chain(self.open.keys().rev().map(|e| (false, *e)))
+            .collect();
+        for (fired, end) in ends {
+            if excess == 0 {
+                break;
+            }
+            let map = if fired {
+                &mut self.fired
+            } else {
+                &mut self.open
+            };
+            let Some(tenants) = map.get_mut(&end) else {
+                continue;
+            };
+            let before = tenants.len();
+            let mut n = 0;
+            tenants.retain(|_, acc| {
+                let go = n < excess && !acc.dirty;
+                n += usize::from(go);
+                !go
+            });
+            let gone = before - tenants.len();
+            if tenants.is_empty() {
+                map.remove(&end);
+            }
+            self.spilled.add(fired, end, gone as u64);
+            excess -= gone;
+            evicted += gone;
+        }
+        evicted
     }
 
     /// Routes one record; panes it causes are appended to `out`.
@@ -216,7 +290,14 @@ impl PartitionTask {
         let tenants = map.entry(window.end).or_default();
         let acc = match tenants.get_mut(ev.tenant_id.as_ref()) {
             Some(acc) => acc,
-            None => tenants.entry(ev.tenant_id.as_ref().into()).or_default(),
+            None => {
+                let stored =
+                    self.spilled
+                        .take_one(self.partition, fired, window.end, &ev.tenant_id);
+                tenants
+                    .entry(ev.tenant_id.as_ref().into())
+                    .or_insert(stored.unwrap_or_default())
+            }
         };
         let folded = (|| {
             Some(WindowAcc {
@@ -254,10 +335,23 @@ impl PartitionTask {
         validate(&self.cfg, rec)
     }
 
+    /// Brings the evicted windows of open ends at or below `through` back into
+    /// memory (they are about to fire).
+    fn unspill_open_through(&mut self, through: i64) {
+        for end in self.spilled.open_ends_through(through) {
+            let stored = self.spilled.take_open_end(self.partition, end);
+            let tenants = self.open.entry(end).or_default();
+            for (tenant, acc) in stored {
+                tenants.entry(tenant).or_insert(acc);
+            }
+        }
+    }
+
     /// Step 4: fire on-time panes and purge, after the watermark moved.
     fn advance(&mut self, out: &mut Vec<ResultRecord>) {
         let w = self.watermark.current();
         let lateness = self.cfg.allowed_lateness_ms;
+        self.unspill_open_through(w.saturating_add(1));
         while let Some(entry) = self.open.first_entry() {
             let end = *entry.key();
             if end - 1 > w {
@@ -279,7 +373,7 @@ impl PartitionTask {
                 if retain {
                     self.fired.entry(end).or_default().insert(tenant, acc);
                 } else {
-                    self.purged.push((end, tenant));
+                    self.purge_through(end);
                 }
             }
         }
@@ -288,10 +382,23 @@ impl PartitionTask {
             if (end - 1).saturating_add(lateness) > w {
                 break;
             }
-            self.purged
-                .extend(entry.remove().into_keys().map(|t| (end, t)));
+            entry.remove();
+            self.purge_through(end);
+        }
+        // Evicted fired windows purge by their counts alone (the store drops them
+        // with the range delete).
+        if let Some(&end) = self.spilled.fired.keys().next() {
+            if (end - 1).saturating_add(lateness) <= w {
+                let through = w.saturating_sub(lateness).saturating_add(1);
+                self.spilled.purge_through(through);
+                self.purge_through(through);
+            }
         }
         self.dedup.expire(w);
+    }
+
+    fn purge_through(&mut self, end: i64) {
+        self.purged_through = Some(self.purged_through.map_or(end, |p| p.max(end)));
     }
 
     fn pane(
@@ -328,6 +435,7 @@ impl PartitionTask {
     /// not be persisted afterwards, so a later live run restores the state from
     /// before and re-emits the same panes (same versions) when data closes them.
     pub fn end_of_input(&mut self, out: &mut Vec<ResultRecord>) {
+        self.unspill_open_through(i64::MAX);
         for (end, tenants) in std::mem::take(&mut self.open) {
             let mut tenants: Vec<_> = tenants.into_iter().collect();
             tenants.sort_unstable_by(|a, b| a.0.cmp(&b.0));
@@ -360,7 +468,7 @@ impl PartitionTask {
         }
         StateDelta {
             changed,
-            purged: std::mem::take(&mut self.purged),
+            purged_through: self.purged_through.take(),
             dedup: self.dedup.drain_changes(),
             watermark: self.watermark,
             counters: self.counters,
@@ -380,7 +488,7 @@ impl PartitionTask {
             v.sort_by(|a, b| a.0.cmp(&b.0));
             v
         };
-        let mut dedup: Vec<(Box<str>, i64)> = self.dedup.entries().collect();
+        let mut dedup: Vec<(Fingerprint, i64)> = self.dedup.entries().collect();
         dedup.sort();
         TaskSnapshot {
             watermark: Some(self.watermark),
@@ -397,7 +505,8 @@ impl PartitionTask {
 pub struct StateDelta {
     /// `(key, accumulator, is_open)`.
     pub changed: Vec<(WindowKey, WindowAcc, bool)>,
-    pub purged: Vec<WindowKey>,
+    /// Every window ending at or below this is purged (one range delete).
+    pub purged_through: Option<i64>,
     pub dedup: DedupDelta,
     pub watermark: Watermark,
     pub counters: Counters,

@@ -7,6 +7,7 @@
 //! - `tally_job_watermark_ms`, `tally_job_watermark_partition` — min over active partitions
 //! - `tally_records_total{partition,route}` — consumed, folded, too_late, dead_letter, duplicate
 //! - `tally_panes_total{partition}`, `tally_open_windows{partition}`, `tally_dedup_ids{partition}`
+//! - `tally_spilled_windows{partition}` — windows evicted to RocksDB (memory budget)
 //! - `tally_idle_advances_total{partition}`
 //! - `tally_event_delay_ms{partition,quantile}` — wall clock at ingest minus event time
 //! - `tally_event_disorder_ms{partition,quantile}` — partition max event time minus event time
@@ -35,6 +36,9 @@ pub struct PartitionReport {
     pub idle_advances: u64,
     pub counters: Counters,
     pub open_windows: usize,
+    /// Of `open_windows`, those evicted to RocksDB under the memory budget.
+    #[serde(default)]
+    pub spilled_windows: usize,
     pub dedup_ids: usize,
     pub delay: Histogram,
     pub disorder: Histogram,
@@ -163,6 +167,11 @@ impl WorkerReport {
             ("tally_open_windows", "Windows held in state.", |p| {
                 p.open_windows as u64
             }),
+            (
+                "tally_spilled_windows",
+                "Windows held only in RocksDB (memory budget).",
+                |p| p.spilled_windows as u64,
+            ),
             (
                 "tally_dedup_ids",
                 "Request ids remembered for dedup.",
@@ -325,6 +334,7 @@ mod tests {
                 ..Default::default()
             },
             open_windows: 1,
+            spilled_windows: 0,
             dedup_ids: 3,
             delay: Histogram::default(),
             disorder: h,

@@ -33,7 +33,8 @@ use std::path::Path;
 use rocksdb::{Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB};
 use serde::{Deserialize, Serialize};
 
-use crate::engine::dedup::unpack;
+use crate::engine::dedup::{unpack, Fingerprint};
+use crate::engine::spill::SpillStore;
 use crate::engine::{Counters, StateDelta, TaskSnapshot, WindowAcc};
 use crate::time::Watermark;
 
@@ -119,12 +120,51 @@ fn decode<T: for<'de> Deserialize<'de>>(k: &[u8], v: &[u8]) -> Result<T, StateEr
         })
 }
 
+/// Entries per write batch of a commit. The store is a working copy read only by
+/// this worker and its exporter (which starts after the commit returns), so a
+/// commit need not be one atomic batch.
+const COMMIT_BATCH: usize = 65_536;
+
+impl SpillStore for StateStore {
+    fn window(&self, p: i32, end: i64, tenant: &str) -> Result<Option<WindowAcc>, String> {
+        let k = key(b'W', p, &[&end_bytes(end), tenant.as_bytes()]);
+        match self.db.get_pinned(&k).map_err(|e| e.to_string())? {
+            Some(v) => decode::<StoredWindow>(&k, &v)
+                .map(|w| Some(w.acc))
+                .map_err(|e| e.to_string()),
+            None => Ok(None),
+        }
+    }
+
+    fn windows_ending(&self, p: i32, end: i64) -> Result<Vec<(Box<str>, WindowAcc)>, String> {
+        let prefix = key(b'W', p, &[&end_bytes(end)]);
+        let mut out = Vec::new();
+        for item in self
+            .db
+            .iterator(IteratorMode::From(&prefix, Direction::Forward))
+        {
+            let (k, v) = item.map_err(|e| e.to_string())?;
+            if !k.starts_with(&prefix) {
+                break;
+            }
+            let tenant = std::str::from_utf8(&k[prefix.len()..]).map_err(|e| e.to_string())?;
+            let w: StoredWindow = decode(&k, &v).map_err(|e| e.to_string())?;
+            out.push((tenant.into(), w.acc));
+        }
+        Ok(out)
+    }
+}
+
 impl StateStore {
     pub fn open(dir: &Path) -> Result<Self, StateError> {
         let mut opts = Options::default();
         opts.create_if_missing(true);
         opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
         opts.set_max_open_files(256);
+        // Writes come in commit batches and spills, never per event: small
+        // memtables bound the store's memory (two of 16 MiB) without slowing them.
+        opts.set_write_buffer_size(16 << 20);
+        opts.set_max_write_buffer_number(2);
         let db = DB::open(&opts, dir).map_err(|source| StateError::Open {
             path: dir.display().to_string(),
             source,
@@ -132,7 +172,8 @@ impl StateStore {
         Ok(Self { db })
     }
 
-    /// Writes every partition's changes and meta in one synced batch.
+    /// Writes every partition's changes and meta, in batches of at most
+    /// `COMMIT_BATCH` entries (bounded memory however much changed).
     pub fn commit(&self, parts: Vec<PartitionCommit>) -> Result<(), StateError> {
         let mut batch = WriteBatch::default();
         for PartitionCommit {
@@ -141,14 +182,20 @@ impl StateStore {
             delta,
         } in parts
         {
+            if let Some(through) = delta.purged_through {
+                batch.delete_range(
+                    key(b'W', p, &[]),
+                    key(b'W', p, &[&end_bytes(through.saturating_add(1))]),
+                );
+            }
             for ((end, tenant), acc, open) in delta.changed {
                 batch.put(
                     key(b'W', p, &[&end_bytes(end), tenant.as_bytes()]),
                     encode(&StoredWindow { acc, open }),
                 );
-            }
-            for (end, tenant) in delta.purged {
-                batch.delete(key(b'W', p, &[&end_bytes(end), tenant.as_bytes()]));
+                if batch.len() >= COMMIT_BATCH {
+                    self.write(std::mem::take(&mut batch))?;
+                }
             }
             let dead_through = delta.dedup.dead_through;
             if dead_through > i64::MIN {
@@ -332,7 +379,7 @@ pub fn decode_partition<'a>(
                 let expiry = end_from(rest);
                 let ids = unpack(v).ok_or_else(|| corrupt(k, "malformed dedup chunk".into()))?;
                 snap.dedup
-                    .extend(ids.into_iter().map(|id| (Box::from(id), expiry)));
+                    .extend(ids.into_iter().map(|id| (Fingerprint::of(id), expiry)));
             }
             _ => return Err(corrupt(k, "unknown key kind".into())),
         }

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::report::Publisher;
 use super::WorkerError;
@@ -80,6 +80,12 @@ pub struct Core {
     /// Set after the final checkpoint: nothing more is checkpointed (in particular
     /// not the end-of-input panes of a bounded run).
     pub closed: bool,
+    /// Windows this worker may hold in memory (`state.memory_budget`).
+    pub window_budget: Option<usize>,
+    /// Records since the last memory check.
+    pub since_memory_check: u32,
+    /// Set when the windows in memory exceed the budget: spill now.
+    pub spill_due: bool,
 }
 
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -106,6 +112,9 @@ impl Core {
             now_ms: now_ms(),
         };
         let route = slot.task.process(rec, &mut self.panes);
+        if let Some(e) = slot.task.take_spill_error() {
+            return Err(WorkerError::Refused(e));
+        }
         slot.next = NextOffset(m.offset() + 1);
         slot.last_record = Instant::now();
         let dead_letters = slot.task.counters().dead_letter;
@@ -116,6 +125,7 @@ impl Core {
             }
             self.outputs.result(&pane)?;
         }
+        self.check_memory();
         match route {
             Route::Window | Route::Duplicate => {}
             Route::TooLate {
@@ -157,6 +167,9 @@ impl Core {
             let forced = max_ts - self.engine.max_out_of_orderness_ms + silence;
             if silence >= idle && forced >= deadline {
                 slot.task.force_watermark(forced, &mut self.panes);
+                if let Some(e) = slot.task.take_spill_error() {
+                    return Err(WorkerError::Refused(e));
+                }
                 info!(
                     partition = slot.task.partition(),
                     silence_ms = silence,
@@ -204,6 +217,7 @@ impl Core {
             listed.push((*p, s.next.0, wm, s.task.counters()));
         }
         self.store.commit(parts)?;
+        self.evict_to_budget();
         let id = self.next_id;
         self.next_id = CheckpointId(id.0 + 1);
         let job = ExportJob {
@@ -363,7 +377,9 @@ impl Core {
                  records in between were deleted before tally read them. Accept the gap with `--allow-truncated-log`."
             )));
         }
-        let task = PartitionTask::restore(p, self.engine.clone(), snapshot);
+        let mut task = PartitionTask::restore(p, self.engine.clone(), snapshot);
+        // The store holds exactly this state now (imported or empty).
+        task.attach_spill(self.store.clone());
         self.slots.insert(
             p,
             Slot {
@@ -374,6 +390,62 @@ impl Core {
             },
         );
         Ok(start.max(low))
+    }
+
+    /// Memory pressure between checkpoints: writes the changed windows to the
+    /// working store (after any running export, which must read an unchanged
+    /// store) and evicts down to the budget. Not a checkpoint: nothing is flushed,
+    /// exported or committed to Kafka — the store is a working copy, and a restore
+    /// reads the checkpoint files, never it.
+    pub fn spill(&mut self, consumer: &Source) -> Result<(), WorkerError> {
+        self.finish_export(consumer)?;
+        let parts = self
+            .slots
+            .iter_mut()
+            .map(|(p, s)| PartitionCommit {
+                partition: *p,
+                next_offset: s.next,
+                delta: s.task.drain_changes(),
+            })
+            .collect();
+        self.store.commit(parts)?;
+        self.evict_to_budget();
+        Ok(())
+    }
+
+    /// Evicts windows beyond the memory budget (all are clean right after a commit).
+    pub fn evict_to_budget(&mut self) {
+        self.spill_due = false;
+        let Some(budget) = self.window_budget else {
+            return;
+        };
+        let keep = budget / self.slots.len().max(1);
+        let evicted: usize = self.slots.values_mut().map(|s| s.task.evict(keep)).sum();
+        if evicted > 0 {
+            debug!(
+                evicted,
+                keep_per_partition = keep,
+                "windows evicted to the state store"
+            );
+        }
+    }
+
+    /// Every 4096 records: are the windows in memory a quarter over the budget?
+    /// Then the next loop turn spills.
+    fn check_memory(&mut self) {
+        self.since_memory_check += 1;
+        if self.since_memory_check < 4096 {
+            return;
+        }
+        self.since_memory_check = 0;
+        if let Some(budget) = self.window_budget {
+            let held: usize = self
+                .slots
+                .values()
+                .map(|s| s.task.windows_in_memory())
+                .sum();
+            self.spill_due |= held > budget + budget / 4;
+        }
     }
 
     /// Sums the audit counters; an imbalance is a bug and is reported loudly.
@@ -408,6 +480,7 @@ impl Core {
                     idle_advances: s.task.counters().idle_advances,
                     counters: s.task.counters(),
                     open_windows: s.task.open_windows(),
+                    spilled_windows: s.task.open_windows() - s.task.windows_in_memory(),
                     dedup_ids: s.task.dedup_ids(),
                     delay: s.task.delay().clone(),
                     disorder: s.task.disorder().clone(),
@@ -428,7 +501,7 @@ impl RebalanceHandler for Core {
         self.finish_export(consumer).map_err(|e| e.to_string())?;
         self.assigned_once = true;
         let restored = self.restore_all(partitions);
-        partitions
+        let starts = partitions
             .iter()
             .zip(restored)
             .map(|(p, r)| {
@@ -436,7 +509,9 @@ impl RebalanceHandler for Core {
                     .map(|s| (*p, s))
                     .map_err(|e| e.to_string())
             })
-            .collect()
+            .collect();
+        self.evict_to_budget();
+        starts
     }
 
     fn on_revoke(&mut self, consumer: &Source, partitions: &[i32]) -> Result<(), String> {

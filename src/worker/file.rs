@@ -50,6 +50,11 @@ struct Checkpointer {
     checkpoints: CheckpointStore,
     job: (String, String, String, String),
     next_id: CheckpointId,
+    /// Windows kept in memory after a commit (`state.memory_budget`).
+    budget: Option<usize>,
+    /// Checkpoints taken and windows evicted so far.
+    taken: u64,
+    evicted: u64,
     pending: Option<(CheckpointId, JoinHandle<Result<Manifest, CheckpointError>>)>,
 }
 
@@ -77,6 +82,9 @@ impl Checkpointer {
             next_id: checkpoints.next_id()?,
             checkpoints,
             job: (worker, group, topic, fingerprint),
+            budget: cfg.state.windows_in_memory(),
+            taken: 0,
+            evicted: 0,
             pending: None,
         })
     }
@@ -88,6 +96,21 @@ impl Checkpointer {
                 WorkerError::Refused(format!("checkpoint {} thread panicked", id.0))
             })??;
             self.checkpoints.retain(id)?;
+        }
+        Ok(())
+    }
+
+    /// Memory pressure: commit the changes to the working store and evict (see
+    /// `Core::spill`; no export).
+    fn spill(&mut self, task: &mut PartitionTask, lines: u64) -> Result<(), WorkerError> {
+        self.finish()?;
+        self.store.commit(vec![PartitionCommit {
+            partition: 0,
+            next_offset: NextOffset(lines as i64),
+            delta: task.drain_changes(),
+        }])?;
+        if let Some(keep) = self.budget {
+            self.evicted += task.evict(keep) as u64;
         }
         Ok(())
     }
@@ -120,6 +143,10 @@ impl Checkpointer {
             source,
         })?;
         self.pending = Some((id, handle));
+        if let Some(keep) = self.budget {
+            self.evicted += task.evict(keep) as u64;
+        }
+        self.taken += 1;
         Ok(())
     }
 }
@@ -141,6 +168,8 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
     let engine = cfg.engine()?;
     let mut task = PartitionTask::new(0, engine);
     let mut checkpointer = Checkpointer::open(cfg, input)?;
+    task.attach_spill(checkpointer.store.clone());
+    let budget = cfg.state.windows_in_memory();
     let interval = Duration::from_millis(cfg.checkpoint.interval.0 as u64);
     let mut last_checkpoint = Instant::now();
     let mut reader = BufReader::with_capacity(1 << 20, File::open(input).map_err(io_err(input))?);
@@ -167,11 +196,15 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
         }
         line_no += 1;
         // Checked every 4096 lines: reading the clock per line would show up.
-        if line_no % 4096 == 0 && last_checkpoint.elapsed() >= interval {
-            flush_all(&mut out, output, &mut late, &late_path, &mut dlq, &dlq_path)?;
-            // Lines before this one are applied: the checkpoint's offset.
-            checkpointer.checkpoint(&mut task, line_no - 1)?;
-            last_checkpoint = Instant::now();
+        if line_no % 4096 == 0 {
+            // Lines before this one are applied: the offset of a commit here.
+            if last_checkpoint.elapsed() >= interval {
+                flush_all(&mut out, output, &mut late, &late_path, &mut dlq, &dlq_path)?;
+                checkpointer.checkpoint(&mut task, line_no - 1)?;
+                last_checkpoint = Instant::now();
+            } else if budget.is_some_and(|b| task.windows_in_memory() > b + b / 4) {
+                checkpointer.spill(&mut task, line_no - 1)?;
+            }
         }
         while matches!(line.last(), Some(b'\n' | b'\r')) {
             line.pop();
@@ -187,6 +220,9 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
             },
             &mut panes,
         );
+        if let Some(e) = task.take_spill_error() {
+            return Err(WorkerError::Refused(e));
+        }
         for pane in panes.drain(..) {
             out.write_all(&pane.to_json())
                 .and_then(|_| out.write_all(b"\n"))
@@ -215,7 +251,16 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
     flush_all(&mut out, output, &mut late, &late_path, &mut dlq, &dlq_path)?;
     checkpointer.checkpoint(&mut task, line_no)?;
     checkpointer.finish()?;
+    tracing::info!(
+        checkpoints = checkpointer.taken,
+        windows_evicted = checkpointer.evicted,
+        windows_spilled = task.open_windows() - task.windows_in_memory(),
+        "input read; state committed"
+    );
     task.end_of_input(&mut panes);
+    if let Some(e) = task.take_spill_error() {
+        return Err(WorkerError::Refused(e));
+    }
     for pane in panes.drain(..) {
         out.write_all(&pane.to_json())
             .and_then(|_| out.write_all(b"\n"))

@@ -76,6 +76,9 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         exporting: None,
         pauses_ms: Vec::new(),
         closed: false,
+        window_budget: cfg.state.windows_in_memory(),
+        since_memory_check: 0,
+        spill_due: false,
     }));
     let consumer: Source = consumer_config(&cfg.kafka)
         .create_with_context(SourceContext::new(core.clone()))
@@ -122,6 +125,9 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
             c.publisher.publish_quiet(&report);
             last_report = Instant::now();
         }
+        if c.spill_due {
+            c.spill(&consumer)?;
+        }
         if last_checkpoint.elapsed() >= interval {
             c.checkpoint(&consumer, false)?;
             last_checkpoint = Instant::now();
@@ -154,6 +160,9 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         outputs.stop_timing_panes();
         for slot in slots.values_mut() {
             slot.task.end_of_input(panes);
+            if let Some(e) = slot.task.take_spill_error() {
+                return Err(WorkerError::Refused(e));
+            }
         }
         for pane in panes.drain(..) {
             outputs.result(&pane)?;

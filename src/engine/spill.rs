@@ -1,0 +1,147 @@
+//! Window spill: the windows a task keeps only in the state store.
+//!
+//! A task holds its windows in memory; under a memory budget the worker asks it,
+//! right after a checkpoint commit (when every window is clean, i.e. equal to its
+//! stored copy), to `evict` windows beyond the budget — fired windows oldest end
+//! first (they are only touched by late events and their purge), then open windows
+//! latest end first (they fire last). An evicted window exists only in the store;
+//! the task remembers how many it evicted per window end, separately for open and
+//! fired ends, and reads them back through `SpillStore`:
+//! - an event for `(end, tenant)` not in memory, where `end` has evicted windows,
+//!   looks the window up (one point read; absent means a new window);
+//! - an end that fires loads all its stored windows, so its on-time panes are
+//!   complete and in tenant order;
+//! - purging an end drops its counts; the store deletes the end's windows with
+//!   one range delete at the next commit.
+//!
+//! Invariants: a window is in memory or counted here, never both; only clean
+//! windows are evicted; a stored window whose end has no count is never read (it
+//! is in memory, or purged and awaiting the range delete). Results do not depend on
+//! what is in memory: spilling changes where a window lives, not what it holds.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::WindowAcc;
+
+/// Memory one window takes while in memory (hash-map slot with its tenant key and
+/// accumulator, the tenant string, map overhead, and its share of a checkpoint's
+/// change list), for turning a byte budget into a window count. Measured with
+/// `scripts/bench.sh` (state scale); see BENCHMARKS.md.
+pub const WINDOW_BYTES: usize = 160;
+
+/// Read access to a partition's stored windows (the state store, in a worker).
+pub trait SpillStore: Send + Sync {
+    /// The stored accumulator of `(end, tenant)`, if any.
+    fn window(&self, partition: i32, end: i64, tenant: &str) -> Result<Option<WindowAcc>, String>;
+    /// Every stored window ending at `end`, in tenant order.
+    fn windows_ending(
+        &self,
+        partition: i32,
+        end: i64,
+    ) -> Result<Vec<(Box<str>, WindowAcc)>, String>;
+}
+
+/// Counts of evicted windows per end, and where to read them back.
+#[derive(Default)]
+pub struct Spilled {
+    store: Option<Arc<dyn SpillStore>>,
+    pub(super) open: BTreeMap<i64, u64>,
+    pub(super) fired: BTreeMap<i64, u64>,
+    /// The first read failure; the worker must stop (its state is incomplete).
+    error: Option<String>,
+}
+
+impl Spilled {
+    pub fn attach(&mut self, store: Arc<dyn SpillStore>) {
+        self.store = Some(store);
+    }
+
+    pub fn can_evict(&self) -> bool {
+        self.store.is_some()
+    }
+
+    pub fn total(&self) -> u64 {
+        self.open.values().chain(self.fired.values()).sum()
+    }
+
+    pub fn take_error(&mut self) -> Option<String> {
+        self.error.take()
+    }
+
+    fn fail(&mut self, msg: String) {
+        self.error.get_or_insert(msg);
+    }
+
+    /// Reads back `(end, tenant)` if `end` has evicted windows (of the given
+    /// status) and the store holds it.
+    pub fn take_one(
+        &mut self,
+        partition: i32,
+        fired: bool,
+        end: i64,
+        tenant: &str,
+    ) -> Option<WindowAcc> {
+        let counts = if fired {
+            &mut self.fired
+        } else {
+            &mut self.open
+        };
+        let n = counts.get_mut(&end)?;
+        let store = self.store.as_ref()?;
+        match store.window(partition, end, tenant) {
+            Ok(Some(acc)) => {
+                *n -= 1;
+                if *n == 0 {
+                    counts.remove(&end);
+                }
+                Some(acc)
+            }
+            Ok(None) => None,
+            Err(e) => {
+                self.fail(format!("reading spilled window {end}/{tenant}: {e}"));
+                None
+            }
+        }
+    }
+
+    /// Reads back every stored window of open end `end` (the caller keeps its
+    /// in-memory copies, which are never older). Empty if `end` has none evicted.
+    pub fn take_open_end(&mut self, partition: i32, end: i64) -> Vec<(Box<str>, WindowAcc)> {
+        if self.open.remove(&end).is_none() {
+            return Vec::new();
+        }
+        let Some(store) = self.store.as_ref() else {
+            return Vec::new();
+        };
+        match store.windows_ending(partition, end) {
+            Ok(v) => v,
+            Err(e) => {
+                self.fail(format!("reading spilled windows ending {end}: {e}"));
+                Vec::new()
+            }
+        }
+    }
+
+    /// The open ends with evicted windows at or below `through`, ascending.
+    pub fn open_ends_through(&self, through: i64) -> Vec<i64> {
+        self.open.range(..=through).map(|(e, _)| *e).collect()
+    }
+
+    /// Drops the counts of fired ends at or below `through` (purged).
+    pub fn purge_through(&mut self, through: i64) {
+        self.fired = self.fired.split_off(&through.saturating_add(1));
+    }
+
+    pub fn add(&mut self, fired: bool, end: i64, n: u64) {
+        if n > 0 {
+            *(if fired {
+                &mut self.fired
+            } else {
+                &mut self.open
+            })
+            .entry(end)
+            .or_default() += n;
+        }
+    }
+}
