@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Benchmarks, release build. Every figure that can be is a ratio against a baseline
 # measured in the same run (these machines are shared and noisy). Prints Markdown tables.
-#   BENCH_EVENTS   events in the generated file (default 5,000,000)
-#   BENCH_DIR      scratch directory (default /tmp/tally-bench; the file is reused)
+#   BENCH_EVENTS        events in the engine file (default 5,000,000)
+#   BENCH_KAFKA_EVENTS  events preloaded on the dev broker (default 1,500,000; the
+#                       broker keeps 5 MiB per partition, so they span 32 partitions)
+#   BENCH_STATE_SIZES   open-window scales for the state benchmark (default "1000000 10000000")
+#   BENCH_BUDGET        state.memory_budget for the state benchmark (default 64MiB)
+#   BENCH_DIR           scratch directory (default /tmp/tally-bench; generated files are reused)
+#   BENCH_ONLY          run one section: engine, kafka, state or checkpoint
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,14 +40,75 @@ if [ ! -s "$work/events-$events.jsonl" ]; then
     --output-file "$work/events-$events.jsonl" 2>/dev/null
 fi
 
+only=${BENCH_ONLY:-all}
+section() { [ "$only" = all ] || [ "$only" = "$1" ]; }
+
 echo "### Machine"
 echo
 echo "$(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo
-echo "### Engine from a file, one core (taskset -c 0)"
-echo
-TALLY_LOG=warn taskset -c 0 "$bin" bench-engine --config "$work/bench.toml" --input-file "$work/events-$events.jsonl"
-echo
-echo "### Checkpoints (state part of the barrier; 4 partitions)"
-echo
-TALLY_LOG=warn "$bin" bench-checkpoint --dir "$work/checkpoint-bench"
+if section engine; then
+  echo "### Engine from a file, one core (taskset -c 0; checkpoints every 10 s, as the worker)"
+  echo
+  rm -rf "$work/state" "$work/checkpoints"
+  TALLY_LOG=warn taskset -c 0 "$bin" bench-engine --config "$work/bench.toml" --input-file "$work/events-$events.jsonl"
+  echo
+fi
+
+if section kafka; then
+  kevents=${BENCH_KAFKA_EVENTS:-1500000}
+  kdir="$work/kafka"
+  rm -rf "$kdir" && mkdir -p "$kdir"
+  "$bin" dev-broker --no-default-topics --topic requests:32 --topic tenant-cost:4 \
+    --topic requests.late:4 --topic requests.dlq:4 --address-file "$kdir/bootstrap" >"$kdir/broker.log" 2>&1 &
+  broker=$!
+  trap 'kill $broker 2>/dev/null || true' EXIT
+  for _ in $(seq 100); do [ -s "$kdir/bootstrap" ] && break; sleep 0.1; done
+  sed -e "s#$work/state#$kdir/state#; s#$work/checkpoints#$kdir/checkpoints#" "$work/bench.toml" >"$kdir/kafka.toml"
+  printf '[kafka]\nbootstrap_servers = "%s"\ngroup_id = "bench"\n' "$(cat "$kdir/bootstrap")" >>"$kdir/kafka.toml"
+  echo "preloading $kevents events (1000 tenants, uniform, 32 partitions) ..." >&2
+  "$bin" gen --config "$kdir/kafka.toml" --count "$kevents" --tenants 1000 --skew 0 --partitions 32 >/dev/null 2>&1
+  echo "### Kafka end to end (dev broker, same machine; checkpoints every 10 s)"
+  echo
+  TALLY_LOG=warn "$bin" bench-kafka --config "$kdir/kafka.toml" --rounds 3 --dir "$kdir/runs"
+  kill $broker 2>/dev/null || true
+  echo
+fi
+
+if section state; then
+  sdir="$work/state-scale"
+  mkdir -p "$sdir"
+  sed -e "s#$work/state#$sdir/state#; s#$work/checkpoints#$sdir/checkpoints#" "$work/bench.toml" >"$sdir/state.toml"
+  printf '[window]\nallowed_lateness = "3h"\n' >>"$sdir/state.toml"
+  budget=${BENCH_BUDGET:-64MiB}
+  echo "### State scale (1M tenants, uniform, 1 ms apart, allowed lateness 3 h: every window stays open)"
+  echo
+  echo "| open windows | memory budget | events/s | peak RSS MiB | windows spilled | RocksDB on disk | checkpoint on disk |"
+  echo "|---:|---:|---:|---:|---:|---:|---:|"
+  for n in ${BENCH_STATE_SIZES:-1000000 10000000}; do
+    f="$sdir/events-$n.jsonl"
+    [ -s "$f" ] || "$bin" gen --config "$sdir/state.toml" --count "$n" --tenants 1000000 --skew 0 --step 1ms \
+      --partitions 1 --output-file "$f" >/dev/null 2>&1
+    budgets="$budget"
+    [ "$n" -le 1000000 ] && budgets="off $budget"
+    for b in $budgets; do
+      rm -rf "$sdir/state" "$sdir/checkpoints"
+      start=$(date +%s.%N)
+      TALLY_STATE__MEMORY_BUDGET=$b TALLY_LOG=info /usr/bin/time -f "%M" -o "$sdir/rss" \
+        "$bin" run --config "$sdir/state.toml" --input-file "$f" --output-file "$sdir/out.jsonl" 2>"$sdir/log"
+      end=$(date +%s.%N)
+      windows=$(grep -o 'panes [0-9]*' "$sdir/log" | awk '{print $2}')
+      spilled=$(grep -o 'windows_spilled=[0-9]*' "$sdir/log" | cut -d= -f2)
+      rate=$(echo "$n / ($end - $start)" | bc)
+      echo "| $windows | $b | $rate | $(( $(cat "$sdir/rss") / 1024 )) | $spilled | $(du -sh "$sdir/state" | cut -f1) | $(du -sh "$sdir/checkpoints" | cut -f1) |"
+    done
+  done
+  rm -f "$sdir/out.jsonl"*
+  echo
+fi
+
+if section checkpoint; then
+  echo "### Checkpoints (state part of the barrier; 4 partitions)"
+  echo
+  TALLY_LOG=warn "$bin" bench-checkpoint --dir "$work/checkpoint-bench"
+fi

@@ -7,6 +7,9 @@
 //! tally runs `tally run --until-end` with checkpoints on at the configured interval
 //! and fresh state, checkpoint and group each round. The broker is a separate
 //! process (`tally dev-broker`), shared by both sides.
+//!
+//! It also reports the on-time pane latency of each tally round (the watermark
+//! passing a window end → the pane acknowledged by Kafka), from the worker's report.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -132,6 +135,7 @@ pub fn run(a: BenchKafkaArgs) -> anyhow::Result<()> {
     );
     let exe = std::env::current_exe()?;
     let (mut base, mut tally): (Option<Cost>, Option<Cost>) = (None, None);
+    let mut latency = Vec::new();
     let best = |slot: &mut Option<Cost>, c: Cost| {
         if slot.is_none_or(|b| c.wall_s < b.wall_s) {
             *slot = Some(c);
@@ -163,13 +167,7 @@ pub fn run(a: BenchKafkaArgs) -> anyhow::Result<()> {
             consumed == records as u64,
             "tally consumed {consumed} of {records} records"
         );
-        let ack = report.pane_ack_us;
-        eprintln!(
-            "round {round}: on-time panes acknowledged {} | p50 {} µs | p99 {} µs",
-            ack.count(),
-            ack.quantile(500).unwrap_or(0),
-            ack.quantile(990).unwrap_or(0)
-        );
+        latency.push(report.pane_ack_us);
         let _ = std::fs::remove_dir_all(&dir);
     }
     let (base, tally) = (base.expect("one round"), tally.expect("one round"));
@@ -190,6 +188,22 @@ pub fn run(a: BenchKafkaArgs) -> anyhow::Result<()> {
             rate(c) / rate(base),
             per_m(c),
             c.peak_rss_kib as f64 / 1024.0
+        );
+    }
+    println!();
+    println!("| round | on-time panes acknowledged | latency p50 | p99 | p99.9 |");
+    println!("|---:|---:|---:|---:|---:|");
+    let ms = |h: &crate::metrics::Histogram, q| {
+        h.quantile(q)
+            .map_or("-".into(), |us| format!("{:.1} ms", us as f64 / 1000.0))
+    };
+    for (i, h) in latency.iter().enumerate() {
+        println!(
+            "| {i} | {} | {} | {} | {} |",
+            h.count(),
+            ms(h, 500),
+            ms(h, 990),
+            ms(h, 999)
         );
     }
     Ok(())

@@ -53,10 +53,12 @@ pub struct ChaosArgs {
     pub min_kills: usize,
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
-    /// Kafka group protocol of the workers: `classic` (JoinGroup/SyncGroup, eager
-    /// assignment, 6 s session timeout) or `consumer` (KIP-848: the broker assigns
-    /// incrementally; session timeout 6 s, set on the dev broker).
-    #[arg(long, default_value = "classic", value_parser = ["classic", "consumer"])]
+    /// Kafka group protocol of the workers: `consumer` (KIP-848: the broker assigns
+    /// incrementally; session timeout 6 s, set on the dev broker) or `classic`
+    /// (JoinGroup/SyncGroup, eager assignment, 6 s session timeout; the dev broker's
+    /// classic rebalance waits up to a further session timeout after an eviction,
+    /// so recovery takes about twice as long).
+    #[arg(long, default_value = "consumer", value_parser = ["classic", "consumer"])]
     pub group_protocol: String,
     /// Keep the working directory.
     #[arg(long)]

@@ -199,7 +199,6 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
         if !a.follow && o + 1 >= end[&p] {
             done.insert(p, true);
         }
-        outputs.poll();
     }
     outputs
         .flush(Duration::from_secs(60))

@@ -8,7 +8,8 @@
 //! Expired entries are dropped lazily: a lookup treats an entry whose expiry is at
 //! or below the current watermark as absent (and overwrites it), and `sweep`
 //! removes them in one pass — when the changes are drained for a checkpoint, and
-//! whenever the set has grown by half since the last sweep. The logical content is
+//! whenever the set has grown by a quarter since the last sweep (keeping the
+//! table small: it is the one structure an event touches at random). The logical content is
 //! the same whenever the sweeps happen.
 //!
 //! In memory an id is its 128-bit SipHash-1-3 fingerprint (fixed key, so replays
@@ -135,7 +136,7 @@ impl Dedup {
             }
         }
         pack(self.pending.entry(expires_at).or_default(), id);
-        if self.seen.len() > 65_536 && self.seen.len() > self.swept_len + self.swept_len / 2 {
+        if self.seen.len() > 65_536 && self.seen.len() > self.swept_len + self.swept_len / 4 {
             self.sweep();
         }
         false

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::producer::{
+    BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer,
+};
 use rdkafka::ClientContext;
 
 use super::{client_config, headers, KafkaIoError, PRODUCER_DEFAULTS};
@@ -101,8 +103,11 @@ impl ProducerContext for DeliveryTracker {
     }
 }
 
+/// The worker's producer: a `ThreadedProducer`, so delivery reports are served on
+/// its own thread as they arrive (ack latencies are measured when they happen, and
+/// the record loop never polls the producer).
 pub struct Outputs {
-    producer: BaseProducer<DeliveryTracker>,
+    producer: ThreadedProducer<DeliveryTracker>,
     /// Whether on-time panes are timed (off for end-of-input panes).
     time_panes: std::cell::Cell<bool>,
     results: String,
@@ -229,13 +234,24 @@ impl Outputs {
         ))
     }
 
-    fn send(&self, record: Record<'_>) -> Result<(), KafkaIoError> {
-        send(&self.producer, record)
-    }
-
-    /// Serves delivery reports without blocking.
-    pub fn poll(&self) {
-        self.producer.poll(Duration::ZERO);
+    /// Sends one record, waiting while the local queue is full (the polling thread
+    /// drains it).
+    fn send(&self, mut record: Record<'_>) -> Result<(), KafkaIoError> {
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    record = r;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err((e, r)) => {
+                    return Err(KafkaIoError::Client {
+                        context: format!("producing to {}", r.topic),
+                        source: e,
+                    })
+                }
+            }
+        }
     }
 
     /// Waits until every record sent so far is acknowledged; fails if any was not.

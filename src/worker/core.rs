@@ -26,6 +26,7 @@ use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use tracing::{debug, info, warn};
 
+use super::clock;
 use super::report::Publisher;
 use super::WorkerError;
 use crate::checkpoint::export::{self, ExportJob};
@@ -47,7 +48,8 @@ pub struct Slot {
     pub next: NextOffset,
     /// Log end when the partition was assigned (for `until_end`).
     pub end: i64,
-    pub last_record: Instant,
+    /// `clock::mono_ms()` of this partition's last record.
+    pub last_record: i64,
 }
 
 /// A checkpoint whose files are being written: its id, barrier time and thread.
@@ -109,14 +111,14 @@ impl Core {
         let rec = RecordIn {
             payload,
             kafka_ts: m.timestamp().to_millis(),
-            now_ms: now_ms(),
+            now_ms: clock::wall_ms(),
         };
         let route = slot.task.process(rec, &mut self.panes);
         if let Some(e) = slot.task.take_spill_error() {
             return Err(WorkerError::Refused(e));
         }
         slot.next = NextOffset(m.offset() + 1);
-        slot.last_record = Instant::now();
+        slot.last_record = clock::mono_ms();
         let dead_letters = slot.task.counters().dead_letter;
         let burst = self.panes.len() > 1;
         for (i, pane) in self.panes.drain(..).enumerate() {
@@ -158,8 +160,9 @@ impl Core {
         let Some(idle) = self.idle_ms else {
             return Ok(());
         };
+        let now = clock::mono_ms();
         for slot in self.slots.values_mut() {
-            let silence = slot.last_record.elapsed().as_millis() as i64;
+            let silence = now - slot.last_record;
             let (Some(max_ts), Some(deadline)) = (slot.task.max_ts(), slot.task.next_deadline())
             else {
                 continue;
@@ -386,7 +389,7 @@ impl Core {
                 task,
                 next: NextOffset(start.max(low)),
                 end: high,
-                last_record: Instant::now(),
+                last_record: clock::mono_ms(),
             },
         );
         Ok(start.max(low))
@@ -476,7 +479,7 @@ impl Core {
                     watermark: s.task.max_ts().map(|_| s.task.watermark()),
                     max_ts: s.task.max_ts(),
                     next_offset: s.next.0,
-                    idle_ms: s.last_record.elapsed().as_millis() as u64,
+                    idle_ms: (clock::mono_ms() - s.last_record).max(0) as u64,
                     idle_advances: s.task.counters().idle_advances,
                     counters: s.task.counters(),
                     open_windows: s.task.open_windows(),

@@ -1,6 +1,7 @@
 //! `tally run`: the worker. `kafka` runs it against a consumer group; `file` runs
 //! the same engine over JSON lines (backfills, benchmarks).
 
+pub mod clock;
 pub mod core;
 pub mod file;
 pub mod kafka;
