@@ -12,17 +12,22 @@
 //!
 //! ## Rules
 //! - The engine keeps active windows in memory; `commit` writes only what changed
-//!   since the last commit (dirty windows, purges, dedup inserts/expiries) plus every
-//!   partition's meta, for all partitions of the worker, in **one** `WriteBatch`. So
-//!   the store always holds one consistent cut: for each partition, the state after
-//!   exactly the records before `next_offset`.
+//!   since the last commit (dirty windows, the purge as one range delete over window
+//!   ends, dedup chunks and expiries) plus every partition's meta, in write batches
+//!   of at most `COMMIT_BATCH` entries. Once `commit` returns, the store holds one
+//!   consistent cut: for each partition, the state after exactly the records before
+//!   `next_offset`. Nobody reads it mid-commit: the exporter starts after, and a crash
+//!   mid-commit wipes the working copy anyway.
 //! - Dedup ids are stored in chunks per expiry (`expiry` encoded like `end`;
 //!   `seq` = the commit's next offset, `u64` BE, so chunks of one expiry written by
 //!   different commits never collide). Expired chunks go in one range delete
 //!   (`D p ..= watermark`) per commit.
-//! - The store is written only at checkpoint barriers and restores, never between,
-//!   so between two barriers it *is* the consistent view the checkpoint exporter
-//!   reads (the worker waits for the exporter before writing again).
+//! - The store is written at checkpoint barriers, at spills (memory pressure: a
+//!   commit without an export) and at restores — never while an export reads it (the
+//!   worker waits for the exporter before writing again), so the exporter reads the
+//!   cut of its barrier.
+//! - Windows evicted from memory under the budget exist only here; `SpillStore`
+//!   reads them back (one point read, or one prefix scan per window end).
 //! - It is a working copy, opened empty at start (`open_fresh`) and filled from the
 //!   checkpoint store (`import_partition`); its writes skip the WAL. The checkpoint
 //!   files are the durable truth.

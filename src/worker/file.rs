@@ -12,6 +12,10 @@
 //! into the store `<checkpoint.dir>/file-<input stem>` (never a Kafka job's store).
 //! A file run always starts from the first line with empty state; the end-of-input
 //! panes are not checkpointed (as with `--until-end`).
+//!
+//! Under `state.memory_budget`, windows beyond it are evicted after each commit;
+//! when the windows in memory are a quarter over the budget between checkpoints,
+//! the run spills (commits to RocksDB without exporting) and evicts.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
