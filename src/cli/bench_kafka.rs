@@ -73,12 +73,7 @@ fn measured(cmd: &mut Command) -> anyhow::Result<Cost> {
 fn topic_records(cfg: &Config) -> anyhow::Result<(i64, usize)> {
     let consumer: BaseConsumer = consumer_config(&cfg.kafka).create()?;
     let topic = &cfg.topics.input;
-    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
-    let parts = md
-        .topics()
-        .iter()
-        .find(|t| t.name() == topic)
-        .map_or(0, |t| t.partitions().len());
+    let parts = crate::kafka::partition_count(&consumer, topic)?;
     ensure!(parts > 0, "input topic {topic} has no partitions");
     let mut total = 0;
     for p in 0..parts as i32 {

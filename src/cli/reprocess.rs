@@ -64,12 +64,7 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
     ccfg.set("group.id", &group);
     let consumer: BaseConsumer = ccfg.create().context("creating the late-topic consumer")?;
     let outputs = Outputs::new(&cfg.kafka, &cfg.topics)?;
-    let md = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
-    let partitions = md
-        .topics()
-        .iter()
-        .find(|t| t.name() == topic)
-        .map_or(0, |t| t.partitions().len()) as i32;
+    let partitions = crate::kafka::partition_count(&consumer, &topic)? as i32;
     anyhow::ensure!(partitions > 0, "late topic {topic} does not exist");
     let until_ms = match a.until.as_str() {
         "end" => None,

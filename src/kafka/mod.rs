@@ -101,6 +101,23 @@ pub fn consumer_config(k: &KafkaConfig) -> ClientConfig {
     c
 }
 
+/// The number of partitions of `topic` from the broker's metadata (0 if the topic
+/// does not exist).
+pub fn partition_count<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &rdkafka::consumer::BaseConsumer<C>,
+    topic: &str,
+) -> Result<usize, KafkaIoError> {
+    use rdkafka::consumer::Consumer;
+    let md = consumer
+        .fetch_metadata(Some(topic), std::time::Duration::from_secs(10))
+        .map_err(KafkaIoError::client(format!("metadata of {topic}")))?;
+    Ok(md
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic)
+        .map_or(0, |t| t.partitions().len()))
+}
+
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

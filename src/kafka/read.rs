@@ -37,14 +37,7 @@ pub fn read_topic(kafka: &KafkaConfig, topic: &str) -> Result<Vec<StoredRecord>,
     let consumer: BaseConsumer = c
         .create()
         .map_err(KafkaIoError::client("creating a reader"))?;
-    let md = consumer
-        .fetch_metadata(Some(topic), Duration::from_secs(10))
-        .map_err(KafkaIoError::client(format!("metadata of {topic}")))?;
-    let partitions = md
-        .topics()
-        .iter()
-        .find(|t| t.name() == topic)
-        .map_or(0, |t| t.partitions().len()) as i32;
+    let partitions = super::partition_count(&consumer, topic)? as i32;
     let mut tpl = TopicPartitionList::new();
     let mut remaining = 0i64;
     let mut ends = Vec::new();

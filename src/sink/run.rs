@@ -157,14 +157,7 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
 fn wait_for_partitions(consumer: &BaseConsumer, topic: &str) -> Result<i32, SinkError> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let md = consumer
-            .fetch_metadata(Some(topic), Duration::from_secs(10))
-            .map_err(KafkaIoError::client(format!("reading metadata of {topic}")))?;
-        let n = md
-            .topics()
-            .iter()
-            .find(|t| t.name() == topic)
-            .map_or(0, |t| t.partitions().len());
+        let n = crate::kafka::partition_count(consumer, topic)?;
         if n > 0 {
             return Ok(n as i32);
         }

@@ -104,15 +104,21 @@ impl Checkpointer {
         Ok(())
     }
 
-    /// Memory pressure: commit the changes to the working store and evict (see
-    /// `Core::spill`; no export).
-    fn spill(&mut self, task: &mut PartitionTask, lines: u64) -> Result<(), WorkerError> {
+    /// Writes the task's changes to the working store, once no export reads it.
+    fn commit(&mut self, task: &mut PartitionTask, lines: u64) -> Result<(), WorkerError> {
         self.finish()?;
         self.store.commit(vec![PartitionCommit {
             partition: 0,
             next_offset: NextOffset(lines as i64),
             delta: task.drain_changes(),
         }])?;
+        Ok(())
+    }
+
+    /// Memory pressure: commit the changes to the working store and evict (see
+    /// `Core::spill`; no export).
+    fn spill(&mut self, task: &mut PartitionTask, lines: u64) -> Result<(), WorkerError> {
+        self.commit(task, lines)?;
         if let Some(keep) = self.budget {
             self.evicted += task.evict(keep) as u64;
         }
@@ -121,12 +127,7 @@ impl Checkpointer {
 
     /// The barrier: (outputs already flushed) commit the task's changes, export.
     fn checkpoint(&mut self, task: &mut PartitionTask, lines: u64) -> Result<(), WorkerError> {
-        self.finish()?;
-        self.store.commit(vec![PartitionCommit {
-            partition: 0,
-            next_offset: NextOffset(lines as i64),
-            delta: task.drain_changes(),
-        }])?;
+        self.commit(task, lines)?;
         let id = self.next_id;
         self.next_id = CheckpointId(id.0 + 1);
         let (worker, group, topic, fingerprint) = self.job.clone();

@@ -95,7 +95,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         )))?;
     info!(topic = %cfg.topics.input, group = %cfg.kafka.group_id, checkpoints = %cfg.checkpoint.dir.display(), "worker started");
     let topic_partitions = if opts.until_end {
-        partition_count(&consumer, &cfg.topics.input)?
+        input_partitions(&consumer, &cfg.topics.input)?
     } else {
         0
     };
@@ -211,16 +211,9 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
     Ok(total)
 }
 
-/// The number of partitions of `topic`, from the broker's metadata.
-fn partition_count(consumer: &Source, topic: &str) -> Result<usize, WorkerError> {
-    let md = consumer
-        .fetch_metadata(Some(topic), Duration::from_secs(10))
-        .map_err(KafkaIoError::client(format!("metadata of {topic}")))?;
-    let n = md
-        .topics()
-        .iter()
-        .find(|t| t.name() == topic)
-        .map_or(0, |t| t.partitions().len());
+/// The number of partitions of `topic`; a missing topic is refused.
+fn input_partitions(consumer: &Source, topic: &str) -> Result<usize, WorkerError> {
+    let n = crate::kafka::partition_count(consumer, topic)?;
     if n == 0 {
         return Err(WorkerError::Refused(format!(
             "input topic {topic} has no partitions (does it exist?)"
