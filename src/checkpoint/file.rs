@@ -149,3 +149,35 @@ pub fn read_hashed(path: &Path) -> Result<(Vec<u8>, String), CheckpointError> {
     let sha = hex(&Sha256::digest(&buf));
     Ok((buf, sha))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_what_it_writes_and_refuses_format_one_by_name() {
+        let dir = std::env::temp_dir().join(format!("tally-snapshot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("p-000003.state");
+        let mut w = SnapshotWriter::create(&path, 3).unwrap();
+        w.entry(b"k1", b"v1").unwrap();
+        w.entry(b"k2", b"").unwrap();
+        w.finish(&path).unwrap();
+        let buf = std::fs::read(&path).unwrap();
+        let entries = parse_snapshot(&buf, 3, &path).unwrap();
+        assert_eq!(
+            entries,
+            vec![(&b"k1"[..], &b"v1"[..]), (&b"k2"[..], &b""[..])]
+        );
+        assert!(parse_snapshot(&buf, 4, &path).is_err(), "another partition");
+
+        let mut old = buf.clone();
+        old[..8].copy_from_slice(MAGIC_V1);
+        let err = parse_snapshot(&old, 3, &path).unwrap_err().to_string();
+        assert!(
+            err.contains("format 1") && err.contains("--reset-state earliest"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
