@@ -26,68 +26,43 @@
 //! O(ids). An id may sit in two chunks (re-inserted after expiring); the larger
 //! expiry wins on restore.
 
-use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::collections::BTreeMap;
+use std::hash::Hasher;
 
 use siphasher::sip128::{Hasher128, SipHasher13};
 
-/// The fingerprint of a request id (see the module header).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Fingerprint(u64, u64);
+use super::fpset::{Fp, FpSet};
 
-impl Fingerprint {
+/// The fingerprint of a request id (see the module header).
+pub type Fingerprint = Fp;
+
+impl Fp {
     pub fn of(id: &str) -> Self {
         // A fixed key: fingerprints, and so decisions, are the same in every run.
         let mut h = SipHasher13::new_with_keys(0x7461_6c6c_7964_6564, 0x7570_5f69_6473_0001);
         h.write(id.as_bytes());
         let f = h.finish128();
-        Fingerprint(f.h1, f.h2)
-    }
-}
-
-impl Hash for Fingerprint {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        state.write_u64(self.0);
-    }
-}
-
-/// The table's hasher: a fingerprint is already uniformly distributed.
-#[derive(Default)]
-pub struct PassThrough(u64);
-
-impl Hasher for PassThrough {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v;
+        // All zero marks a free slot in the table.
+        let b = (f.h2 as u32).max(u32::from(f.h1 == 0));
+        Fp { a: f.h1, b }
     }
 }
 
 #[derive(Debug)]
 pub struct Dedup {
-    seen: HashMap<Fingerprint, i64, BuildHasherDefault<PassThrough>>,
+    seen: FpSet,
     /// Ids inserted since the last drain, packed per expiry.
     pending: BTreeMap<i64, Vec<u8>>,
     /// The watermark of the last lookup or sweep (entries at or below it are dead).
     watermark: i64,
-    /// `seen.len()` after the last sweep.
-    swept_len: usize,
 }
 
 impl Default for Dedup {
     fn default() -> Self {
         Self {
-            seen: HashMap::default(),
+            seen: FpSet::default(),
             pending: BTreeMap::new(),
             watermark: i64::MIN,
-            swept_len: 0,
         }
     }
 }
@@ -120,25 +95,31 @@ pub fn unpack(mut buf: &[u8]) -> Option<Vec<&str>> {
 }
 
 impl Dedup {
-    /// Records `id`; returns `true` if it is a live duplicate at `watermark`.
-    pub fn check_and_insert(&mut self, id: &str, expires_at: i64, watermark: i64) -> bool {
+    /// Starts loading `fp`'s table slot (see `PartitionTask::process_batch`).
+    pub fn prefetch(&self, fp: Fingerprint) {
+        self.seen.prefetch(fp);
+    }
+
+    /// Records `id` (whose fingerprint is `fp`); returns `true` if it is a live
+    /// duplicate at `watermark`.
+    pub fn check_and_insert(
+        &mut self,
+        fp: Fingerprint,
+        id: &str,
+        expires_at: i64,
+        watermark: i64,
+    ) -> bool {
+        debug_assert_eq!(fp, Fingerprint::of(id));
         self.watermark = self.watermark.max(watermark);
-        match self.seen.entry(Fingerprint::of(id)) {
-            Entry::Occupied(mut o) => {
-                if *o.get() > self.watermark {
-                    return true;
-                }
-                // Expired but not swept yet: this is a new request.
-                o.insert(expires_at);
-            }
-            Entry::Vacant(v) => {
-                v.insert(expires_at);
-            }
+        // An entry expired but not swept yet is replaced: this is a new request.
+        if self
+            .seen
+            .check_insert(fp, expires_at, self.watermark)
+            .is_some()
+        {
+            return true;
         }
         pack(self.pending.entry(expires_at).or_default(), id);
-        if self.seen.len() > 65_536 && self.seen.len() > self.swept_len + self.swept_len / 4 {
-            self.sweep();
-        }
         false
     }
 
@@ -147,20 +128,16 @@ impl Dedup {
         self.watermark = self.watermark.max(watermark);
     }
 
-    /// Removes every expired entry from memory.
+    /// Drops expired entries from memory if they are many (the table reuses them
+    /// otherwise).
     fn sweep(&mut self) {
-        let w = self.watermark;
-        self.seen.retain(|_, exp| *exp > w);
-        self.swept_len = self.seen.len();
+        self.seen.compact(self.watermark);
     }
 
     /// Every live id's fingerprint with its expiry, in no particular order.
     pub fn entries(&self) -> impl Iterator<Item = (Fingerprint, i64)> + '_ {
         let w = self.watermark;
-        self.seen
-            .iter()
-            .filter(move |(_, e)| **e > w)
-            .map(|(f, e)| (*f, *e))
+        self.seen.iter().filter(move |(_, e)| *e > w)
     }
 
     /// Ids held in memory (live, or expired and not swept yet).
@@ -195,11 +172,9 @@ impl Dedup {
         };
         for (id, expires_at) in entries {
             if expires_at > watermark {
-                let e = d.seen.entry(id).or_insert(expires_at);
-                *e = (*e).max(expires_at);
+                d.seen.insert_max(id, expires_at);
             }
         }
-        d.swept_len = d.seen.len();
         d
     }
 }
@@ -211,13 +186,16 @@ mod tests {
     #[test]
     fn remembers_until_the_watermark_reaches_expiry() {
         let mut d = Dedup::default();
-        assert!(!d.check_and_insert("a", 100, 0));
-        assert!(d.check_and_insert("a", 100, 0));
-        assert!(d.check_and_insert("a", 100, 99));
+        assert!(!d.check_and_insert(Fingerprint::of("a"), "a", 100, 0));
+        assert!(d.check_and_insert(Fingerprint::of("a"), "a", 100, 0));
+        assert!(d.check_and_insert(Fingerprint::of("a"), "a", 100, 99));
         d.expire(100);
         assert_eq!(d.entries().count(), 0);
-        assert!(!d.check_and_insert("a", 200, 100), "expired: a new request");
-        assert!(!d.check_and_insert("b", 200, 100));
+        assert!(
+            !d.check_and_insert(Fingerprint::of("a"), "a", 200, 100),
+            "expired: a new request"
+        );
+        assert!(!d.check_and_insert(Fingerprint::of("b"), "b", 200, 100));
         let delta = d.drain_changes();
         // The chunk of expiry 100 is dead at watermark 100: never written.
         let mut chunk = Vec::new();
@@ -249,8 +227,8 @@ mod tests {
     fn restore_keeps_expiries() {
         let f = Fingerprint::of;
         let mut d = Dedup::restore([(f("x"), 5), (f("y"), 3), (f("y"), 2)], 0);
-        assert!(d.check_and_insert("x", 9, 4));
-        assert!(!d.check_and_insert("y", 9, 4));
+        assert!(d.check_and_insert(Fingerprint::of("x"), "x", 9, 4));
+        assert!(!d.check_and_insert(Fingerprint::of("y"), "y", 9, 4));
         assert_eq!(d.entries().count(), 2);
     }
 }

@@ -8,6 +8,7 @@
 //! the caller passes in.
 
 pub mod dedup;
+pub mod fpset;
 mod result;
 pub mod spill;
 mod task;

@@ -243,8 +243,58 @@ impl PartitionTask {
 
     /// Routes one record; panes it causes are appended to `out`.
     pub fn process(&mut self, rec: RecordIn<'_>, out: &mut Vec<ResultRecord>) -> Route {
+        let v = self.validate(rec);
+        let fp = v
+            .as_ref()
+            .ok()
+            .map(|(ev, _, _)| Fingerprint::of(&ev.request_id));
+        self.count(rec, &v, fp, out)
+    }
+
+    /// Routes a batch of records, in order, exactly as `process` on each would (the
+    /// same routes, panes and state); `routes` gets one entry per record. Faster:
+    /// every record is validated and fingerprinted first and the dedup table slots
+    /// of the whole batch are prefetched, so their cache misses overlap with each
+    /// other and with the parsing instead of stalling one record each.
+    pub fn process_batch(
+        &mut self,
+        recs: &[RecordIn<'_>],
+        out: &mut Vec<ResultRecord>,
+        routes: &mut Vec<Route>,
+    ) {
+        let checked: Vec<_> = recs
+            .iter()
+            .map(|r| {
+                let v = self.validate(*r);
+                let fp = v
+                    .as_ref()
+                    .ok()
+                    .map(|(ev, _, _)| Fingerprint::of(&ev.request_id));
+                if let Some(fp) = fp {
+                    self.dedup.prefetch(fp);
+                }
+                (v, fp)
+            })
+            .collect();
+        for (rec, (v, fp)) in recs.iter().zip(&checked) {
+            let route = self.count(*rec, v, *fp, out);
+            routes.push(route);
+        }
+    }
+
+    fn count<'a>(
+        &mut self,
+        rec: RecordIn<'a>,
+        v: &Result<(Event<'a>, i64, Pico), DeadLetterReason>,
+        fp: Option<Fingerprint>,
+        out: &mut Vec<ResultRecord>,
+    ) -> Route {
         self.counters.consumed += 1;
-        let route = self.route(rec, out);
+        let route = match (v, fp) {
+            (Ok(v), Some(fp)) => self.route(rec, v, fp, out),
+            (Err(reason), _) => Route::DeadLetter(reason.clone()),
+            (Ok(_), None) => unreachable!("a valid record always has a fingerprint"),
+        };
         match route {
             Route::Window => self.counters.folded += 1,
             Route::TooLate { .. } => self.counters.too_late += 1,
@@ -254,11 +304,14 @@ impl PartitionTask {
         route
     }
 
-    fn route(&mut self, rec: RecordIn<'_>, out: &mut Vec<ResultRecord>) -> Route {
-        let (ev, ts, cost) = match self.validate(rec) {
-            Ok(v) => v,
-            Err(reason) => return Route::DeadLetter(reason),
-        };
+    fn route(
+        &mut self,
+        rec: RecordIn<'_>,
+        (ev, ts, cost): &(Event<'_>, i64, Pico),
+        fp: Fingerprint,
+        out: &mut Vec<ResultRecord>,
+    ) -> Route {
+        let (ts, cost) = (*ts, *cost);
         self.delay.record(rec.now_ms.saturating_sub(ts));
         self.disorder
             .record(self.watermark.max_ts().map_or(0, |m| m.saturating_sub(ts)));
@@ -269,7 +322,7 @@ impl PartitionTask {
             .saturating_add(cfg.dedup_extra_ms);
         if self
             .dedup
-            .check_and_insert(&ev.request_id, expiry, self.watermark.current())
+            .check_and_insert(fp, &ev.request_id, expiry, self.watermark.current())
         {
             return Route::Duplicate;
         }

@@ -156,6 +156,10 @@ impl Checkpointer {
     }
 }
 
+/// Records per `process_batch` call: enough for the dedup prefetches of a batch
+/// to land while it is parsed.
+const BATCH: usize = 32;
+
 fn flush_all(
     out: &mut BufWriter<File>,
     output: &Path,
@@ -191,40 +195,54 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
     let mut late = create(&late_path)?;
     let mut dlq = create(&dlq_path)?;
     let mut panes = Vec::new();
-    let mut line = Vec::new();
+    let mut routes = Vec::with_capacity(BATCH);
+    // A batch of non-empty lines and their line numbers (buffers reused).
+    let mut lines: Vec<Vec<u8>> = (0..BATCH).map(|_| Vec::new()).collect();
+    let mut numbers = [0u64; BATCH];
     let mut line_no = 0u64;
     let now = now_ms();
-    loop {
-        line.clear();
-        if reader.read_until(b'\n', &mut line).map_err(io_err(input))? == 0 {
-            break;
-        }
-        line_no += 1;
-        // Checked every 4096 lines: reading the clock per line would show up.
-        if line_no % 4096 == 0 {
-            // Lines before this one are applied: the offset of a commit here.
+    let mut eof = false;
+    let mut next_check = 4096u64;
+    while !eof {
+        // Every 4096 lines, at a batch boundary: reading the clock per line would show.
+        if line_no >= next_check {
+            next_check = line_no + 4096;
+            // Lines so far are applied: the offset of a commit here.
             if last_checkpoint.elapsed() >= interval {
                 flush_all(&mut out, output, &mut late, &late_path, &mut dlq, &dlq_path)?;
-                checkpointer.checkpoint(&mut task, line_no - 1)?;
+                checkpointer.checkpoint(&mut task, line_no)?;
                 last_checkpoint = Instant::now();
             } else if budget.is_some_and(|b| task.windows_in_memory() > b + b / 4) {
-                checkpointer.spill(&mut task, line_no - 1)?;
+                checkpointer.spill(&mut task, line_no)?;
             }
         }
-        while matches!(line.last(), Some(b'\n' | b'\r')) {
-            line.pop();
+        let mut n = 0;
+        while n < BATCH {
+            let line = &mut lines[n];
+            line.clear();
+            if reader.read_until(b'\n', line).map_err(io_err(input))? == 0 {
+                eof = true;
+                break;
+            }
+            line_no += 1;
+            while matches!(line.last(), Some(b'\n' | b'\r')) {
+                line.pop();
+            }
+            if !line.is_empty() {
+                numbers[n] = line_no;
+                n += 1;
+            }
         }
-        if line.is_empty() {
-            continue;
-        }
-        let route = task.process(
-            RecordIn {
-                payload: &line,
+        let recs: Vec<RecordIn<'_>> = lines[..n]
+            .iter()
+            .map(|l| RecordIn {
+                payload: l,
                 kafka_ts: None,
                 now_ms: now,
-            },
-            &mut panes,
-        );
+            })
+            .collect();
+        routes.clear();
+        task.process_batch(&recs, &mut panes, &mut routes);
         if let Some(e) = task.take_spill_error() {
             return Err(WorkerError::Refused(e));
         }
@@ -233,23 +251,25 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
                 .and_then(|_| out.write_all(b"\n"))
                 .map_err(io_err(output))?;
         }
-        // Built only for the rare records that go to a side file.
-        let original = || String::from_utf8_lossy(&line).into_owned();
-        let source = || format!("{}:{line_no}", input.display());
-        match route {
-            Route::Window | Route::Duplicate => {}
-            Route::TooLate {
-                window_end,
-                watermark,
-            } => {
-                let rec = json!({"reason": "too_late", "window_end": window_end, "watermark": watermark,
-                    "source": source(), "record": original()});
-                writeln!(late, "{rec}").map_err(io_err(&late_path))?;
-            }
-            Route::DeadLetter(reason) => {
-                let rec = json!({"error": reason.code(), "detail": reason.to_string(), "source": source(),
-                    "record": original()});
-                writeln!(dlq, "{rec}").map_err(io_err(&dlq_path))?;
+        for (i, route) in routes.drain(..).enumerate() {
+            // Built only for the rare records that go to a side file.
+            let original = || String::from_utf8_lossy(&lines[i]).into_owned();
+            let source = || format!("{}:{}", input.display(), numbers[i]);
+            match route {
+                Route::Window | Route::Duplicate => {}
+                Route::TooLate {
+                    window_end,
+                    watermark,
+                } => {
+                    let rec = json!({"reason": "too_late", "window_end": window_end, "watermark": watermark,
+                        "source": source(), "record": original()});
+                    writeln!(late, "{rec}").map_err(io_err(&late_path))?;
+                }
+                Route::DeadLetter(reason) => {
+                    let rec = json!({"error": reason.code(), "detail": reason.to_string(), "source": source(),
+                        "record": original()});
+                    writeln!(dlq, "{rec}").map_err(io_err(&dlq_path))?;
+                }
             }
         }
     }

@@ -30,6 +30,9 @@ pub struct RunOptions {
 /// How often the report (report.json, /metrics) is refreshed between checkpoints.
 const REPORT_EVERY: Duration = Duration::from_millis(500);
 
+/// Records per engine batch (see `PartitionTask::process_batch`).
+const BATCH: usize = 32;
+
 /// Records between two rounds of the loop's housekeeping (idleness, export completion, report, checkpoint timer). At 10^5 records/s that
 /// is under a millisecond; a quiet input runs it on every poll timeout.
 const HOUSEKEEPING_EVERY: u32 = 64;
@@ -80,6 +83,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         exporting: None,
         pauses_ms: Vec::new(),
         closed: false,
+        bounded: opts.until_end,
         window_budget: cfg.state.windows_in_memory(),
         since_memory_check: 0,
         spill_due: false,
@@ -109,18 +113,28 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
             info!("shutdown requested");
             break;
         }
-        let msg = consumer.poll(Duration::from_millis(100));
+        // Up to BATCH records: one waiting poll, then whatever is already fetched.
+        // Polled before the core is locked: a rebalance callback may run in poll.
+        let mut batch = Vec::with_capacity(BATCH);
+        let mut wait = Duration::from_millis(100);
+        while batch.len() < BATCH {
+            match consumer.poll(wait) {
+                Some(Ok(m)) => batch.push(m),
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "consumer error");
+                    break;
+                }
+                None => break,
+            }
+            wait = Duration::ZERO;
+        }
         if let Some(fatal) = consumer.context().take_fatal() {
             return Err(WorkerError::Refused(fatal));
         }
         let mut c = lock(&core)?;
-        let idle = msg.is_none();
-        if let Some(m) = msg {
-            match m {
-                Ok(m) => c.process(&m)?,
-                Err(e) => tracing::warn!(error = %e, "consumer error"),
-            }
-        }
+        let idle = batch.is_empty();
+        c.process_batch(&batch)?;
+        drop(batch);
         if c.spill_due {
             c.spill(&consumer)?;
         }
@@ -131,7 +145,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         // The rest every HOUSEKEEPING_EVERY records, or when the input is quiet:
         // each step reads a clock or takes a librdkafka lock.
         since_housekeeping += 1;
-        if !idle && since_housekeeping < HOUSEKEEPING_EVERY {
+        if !idle && since_housekeeping < HOUSEKEEPING_EVERY / BATCH as u32 {
             continue;
         }
         since_housekeeping = 0;

@@ -1,0 +1,255 @@
+//! `FpSet`: the dedup table — request-id fingerprints with their expiry, built for
+//! a random lookup-or-insert per event whose cache miss can be prefetched.
+//!
+//! Layout: buckets of four 16-byte entries, one 64-byte cache line each; a key's
+//! home bucket is `a & mask` and probing moves to the next bucket (wrapping). An
+//! entry is a 96-bit fingerprint and a 32-bit index into the table of distinct
+//! expiries (all ids of a window share one). An all-zero fingerprint marks a free
+//! slot. Expired entries are not removed: an insert reuses the first expired slot on
+//! its path (after checking the rest of the path for the key itself), and a rebuild
+//! — when occupied slots pass 3/4 — drops them and sizes the table for what is live.
+//!
+//! Invariants: a slot never becomes free except by a rebuild, so a key is absent
+//! once its probe reaches a free slot; occupied slots stay at most 3/4 of all.
+
+use std::collections::HashMap;
+
+/// A 96-bit fingerprint (see `dedup`); never all zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Fp {
+    pub a: u64,
+    pub b: u32,
+}
+
+impl Fp {
+    fn is_free(&self) -> bool {
+        self.a == 0 && self.b == 0
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Entry {
+    fp: Fp,
+    expiry: u32,
+}
+
+const FREE: Entry = Entry {
+    fp: Fp { a: 0, b: 0 },
+    expiry: 0,
+};
+
+#[derive(Clone, Copy)]
+#[repr(align(64))]
+struct Bucket([Entry; 4]);
+
+pub struct FpSet {
+    buckets: Vec<Bucket>,
+    occupied: usize,
+    expiries: Vec<i64>,
+    expiry_ids: HashMap<i64, u32>,
+    last: Option<(i64, u32)>,
+}
+
+impl Default for FpSet {
+    fn default() -> Self {
+        Self::with_buckets(16)
+    }
+}
+
+impl std::fmt::Debug for FpSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FpSet")
+            .field("occupied", &self.occupied)
+            .field("buckets", &self.buckets.len())
+            .finish()
+    }
+}
+
+impl FpSet {
+    fn with_buckets(n: usize) -> Self {
+        Self {
+            buckets: vec![Bucket([FREE; 4]); n.next_power_of_two().max(16)],
+            occupied: 0,
+            expiries: Vec::new(),
+            expiry_ids: HashMap::new(),
+            last: None,
+        }
+    }
+
+    /// Occupied slots: live entries and expired ones not yet dropped by a rebuild.
+    pub fn len(&self) -> usize {
+        self.occupied
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.occupied == 0
+    }
+
+    /// Starts loading `fp`'s home bucket into the cache (a hint; no effect on results).
+    #[inline]
+    pub fn prefetch(&self, fp: Fp) {
+        let i = fp.a as usize & (self.buckets.len() - 1);
+        let p = self.buckets[i..].as_ptr() as *const i8;
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: prefetching is a hint and `p` points into the table.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = p;
+    }
+
+    fn expiry_of(&self, e: &Entry) -> i64 {
+        self.expiries[e.expiry as usize]
+    }
+
+    fn expiry_id(&mut self, expiry: i64) -> u32 {
+        if let Some((e, id)) = self.last {
+            if e == expiry {
+                return id;
+            }
+        }
+        let next = self.expiries.len() as u32;
+        let id = *self.expiry_ids.entry(expiry).or_insert(next);
+        if id == next {
+            self.expiries.push(expiry);
+        }
+        self.last = Some((expiry, id));
+        id
+    }
+
+    /// The expiry of `fp`, if present (live or expired).
+    pub fn get(&self, fp: Fp) -> Option<i64> {
+        let mask = self.buckets.len() - 1;
+        let mut i = fp.a as usize & mask;
+        loop {
+            for e in &self.buckets[i].0 {
+                if e.fp == fp {
+                    return Some(self.expiry_of(e));
+                }
+                if e.fp.is_free() {
+                    return None;
+                }
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Looks `fp` up. If it is present with an expiry above `dead_through`, returns
+    /// that expiry and changes nothing. Otherwise records it with `expiry` — over
+    /// its own expired entry, or the first expired slot on its path, or a free
+    /// slot — and returns `None`. `dead_through = i64::MIN` is an unconditional
+    /// put: nothing is expired and an existing entry takes the new expiry.
+    pub fn check_insert(&mut self, fp: Fp, expiry: i64, dead_through: i64) -> Option<i64> {
+        debug_assert!(!fp.is_free());
+        let mask = self.buckets.len() - 1;
+        let mut i = fp.a as usize & mask;
+        let mut reuse: Option<(usize, usize)> = None;
+        let (bi, bj, fresh) = 'probe: loop {
+            for j in 0..4 {
+                let e = self.buckets[i].0[j];
+                if e.fp == fp {
+                    let current = self.expiry_of(&e);
+                    if current > dead_through && dead_through != i64::MIN {
+                        return Some(current);
+                    }
+                    break 'probe (i, j, false);
+                }
+                if e.fp.is_free() {
+                    break 'probe reuse.map_or((i, j, true), |(ri, rj)| (ri, rj, false));
+                }
+                if reuse.is_none() && self.expiry_of(&e) <= dead_through {
+                    reuse = Some((i, j));
+                }
+            }
+            i = (i + 1) & mask;
+        };
+        let id = self.expiry_id(expiry);
+        self.buckets[bi].0[bj] = Entry { fp, expiry: id };
+        if fresh {
+            self.occupied += 1;
+            if self.occupied * 4 > self.buckets.len() * 4 * 3 {
+                self.rebuild(dead_through);
+            }
+        }
+        None
+    }
+
+    /// Inserts, keeping the larger expiry if present (restores).
+    pub fn insert_max(&mut self, fp: Fp, expiry: i64) {
+        if self.get(fp).is_some_and(|current| current >= expiry) {
+            return;
+        }
+        self.check_insert(fp, expiry, i64::MIN);
+    }
+
+    /// Drops the entries expiring at or below `dead_through` if they hold at least
+    /// half of the occupied slots (otherwise inserts reuse them as they come).
+    pub fn compact(&mut self, dead_through: i64) {
+        let dead = self.iter().filter(|(_, e)| *e <= dead_through).count();
+        if dead > 0 && dead * 2 >= self.occupied {
+            self.rebuild(dead_through);
+        }
+    }
+
+    fn rebuild(&mut self, dead_through: i64) {
+        let live = self.iter().filter(|(_, e)| *e > dead_through).count();
+        let old = std::mem::replace(self, Self::with_buckets((live * 2).div_ceil(4)));
+        for e in old.buckets.iter().flat_map(|b| b.0.iter()) {
+            if !e.fp.is_free() && old.expiry_of(e) > dead_through {
+                self.check_insert(e.fp, old.expiry_of(e), i64::MIN);
+            }
+        }
+    }
+
+    /// Every occupied entry with its expiry, in table order.
+    pub fn iter(&self) -> impl Iterator<Item = (Fp, i64)> + '_ {
+        self.buckets
+            .iter()
+            .flat_map(|b| b.0.iter())
+            .filter(|e| !e.fp.is_free())
+            .map(|e| (e.fp, self.expiry_of(e)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fp(i: u64) -> Fp {
+        // Clustered keys on purpose: many share a home bucket.
+        Fp {
+            a: (i % 7) * 64 + 1,
+            b: i as u32,
+        }
+    }
+
+    #[test]
+    fn behaves_like_a_map_with_expiry() {
+        let mut s = FpSet::default();
+        let mut model = std::collections::BTreeMap::new();
+        for i in 0..20_000u64 {
+            let w = (i / 100) as i64;
+            let k = fp(i % 6_000);
+            let exp = w + 1 + (i % 13) as i64;
+            let want = model.get(&k).copied().filter(|e: &i64| *e > w);
+            assert_eq!(s.check_insert(k, exp, w), want, "key {i}");
+            if want.is_none() {
+                model.insert(k, exp);
+            }
+            if i % 997 == 0 {
+                s.compact(w);
+                model.retain(|_, e| *e > w);
+            }
+        }
+        let w = 200;
+        for (k, e) in &model {
+            assert_eq!(s.get(*k).filter(|g| *g > w), Some(*e).filter(|e| *e > w));
+        }
+        s.insert_max(fp(1), 5);
+        s.insert_max(fp(1), 5_000);
+        s.insert_max(fp(1), 50);
+        assert_eq!(s.get(fp(1)), Some(5_000));
+        assert_eq!(s.get(fp(1_000_000)), None);
+    }
+}
