@@ -17,7 +17,7 @@ export TALLY_TEST_PG_URL
 TALLY_TEST_PG_URL=$(cat "$pgdir/url")
 
 # A dev-broker smoke check: the binary starts a broker and publishes its address.
-target/debug/tally dev-broker --address-file "$pgdir/bootstrap" --partitions 2 >/dev/null 2>&1 &
+"${CARGO_TARGET_DIR:-target}/debug/tally" dev-broker --address-file "$pgdir/bootstrap" --partitions 2 >/dev/null 2>&1 &
 broker=$!
 for _ in $(seq 1 100); do [ -s "$pgdir/bootstrap" ] && break; sleep 0.1; done
 kill "$broker" 2>/dev/null || true
