@@ -11,6 +11,10 @@
 //!
 //! Invariants: a slot never becomes free except by a rebuild, so a key is absent
 //! once its probe reaches a free slot; occupied slots stay at most 3/4 of all.
+//!
+//! Memory: a large table is its own anonymous mapping (zeroed, so free, and
+//! resident only once touched), and a rebuild releases the old table's pages as it
+//! moves past them — so growing from N to 2N bytes peaks near 2N, not 3N.
 
 use std::collections::HashMap;
 
@@ -42,8 +46,96 @@ const FREE: Entry = Entry {
 #[repr(align(64))]
 struct Bucket([Entry; 4]);
 
+/// The bucket array: a `Vec` when small, an anonymous mapping when large.
+enum Table {
+    Small(Vec<Bucket>),
+    Mapped { ptr: *mut Bucket, len: usize },
+}
+
+// SAFETY: the mapping is owned exclusively by the table, like a Vec's buffer.
+unsafe impl Send for Table {}
+unsafe impl Sync for Table {}
+
+/// Tables at least this large are mapped (and released page by page on rebuild).
+const MAPPED_BYTES: usize = 2 << 20;
+
+impl Table {
+    fn new(len: usize) -> Table {
+        let bytes = len * std::mem::size_of::<Bucket>();
+        if bytes >= MAPPED_BYTES {
+            // SAFETY: a fresh private anonymous mapping; checked for failure below.
+            let ptr = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    bytes,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            if ptr != libc::MAP_FAILED {
+                // Zero pages are free buckets: all-zero is `FREE`.
+                return Table::Mapped {
+                    ptr: ptr.cast(),
+                    len,
+                };
+            }
+        }
+        Table::Small(vec![Bucket([FREE; 4]); len])
+    }
+
+    /// Gives the pages wholly inside buckets `from..to` back to the kernel; they
+    /// read as free buckets afterwards. Only used on a table about to be dropped.
+    fn release(&mut self, from: usize, to: usize) {
+        if let Table::Mapped { ptr, .. } = self {
+            let page = 4096;
+            let start = (*ptr as usize + from * 64).next_multiple_of(page);
+            let end = (*ptr as usize + to * 64) & !(page - 1);
+            if end > start {
+                // SAFETY: the range lies inside our mapping.
+                unsafe {
+                    libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
+                }
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for Table {
+    type Target = [Bucket];
+    fn deref(&self) -> &[Bucket] {
+        match self {
+            Table::Small(v) => v,
+            // SAFETY: `len` buckets, mapped readable and writable, owned by us.
+            Table::Mapped { ptr, len } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
+        }
+    }
+}
+
+impl std::ops::DerefMut for Table {
+    fn deref_mut(&mut self) -> &mut [Bucket] {
+        match self {
+            Table::Small(v) => v,
+            // SAFETY: as in `deref`, and `&mut self` makes the access exclusive.
+            Table::Mapped { ptr, len } => unsafe { std::slice::from_raw_parts_mut(*ptr, *len) },
+        }
+    }
+}
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        if let Table::Mapped { ptr, len } = self {
+            // SAFETY: unmapping exactly the mapping made in `new`.
+            unsafe {
+                libc::munmap(ptr.cast(), *len * std::mem::size_of::<Bucket>());
+            }
+        }
+    }
+}
+
 pub struct FpSet {
-    buckets: Vec<Bucket>,
+    buckets: Table,
     occupied: usize,
     expiries: Vec<i64>,
     expiry_ids: HashMap<i64, u32>,
@@ -68,7 +160,7 @@ impl std::fmt::Debug for FpSet {
 impl FpSet {
     fn with_buckets(n: usize) -> Self {
         Self {
-            buckets: vec![Bucket([FREE; 4]); n.next_power_of_two().max(16)],
+            buckets: Table::new(n.next_power_of_two().max(16)),
             occupied: 0,
             expiries: Vec::new(),
             expiry_ids: HashMap::new(),
@@ -120,10 +212,11 @@ impl FpSet {
 
     /// The expiry of `fp`, if present (live or expired).
     pub fn get(&self, fp: Fp) -> Option<i64> {
-        let mask = self.buckets.len() - 1;
+        let buckets: &[Bucket] = &self.buckets;
+        let mask = buckets.len() - 1;
         let mut i = fp.a as usize & mask;
         loop {
-            for e in &self.buckets[i].0 {
+            for e in &buckets[i].0 {
                 if e.fp == fp {
                     return Some(self.expiry_of(e));
                 }
@@ -142,12 +235,13 @@ impl FpSet {
     /// put: nothing is expired and an existing entry takes the new expiry.
     pub fn check_insert(&mut self, fp: Fp, expiry: i64, dead_through: i64) -> Option<i64> {
         debug_assert!(!fp.is_free());
-        let mask = self.buckets.len() - 1;
+        let buckets: &[Bucket] = &self.buckets;
+        let mask = buckets.len() - 1;
         let mut i = fp.a as usize & mask;
         let mut reuse: Option<(usize, usize)> = None;
         let (bi, bj, fresh) = 'probe: loop {
             for j in 0..4 {
-                let e = self.buckets[i].0[j];
+                let e = buckets[i].0[j];
                 if e.fp == fp {
                     let current = self.expiry_of(&e);
                     if current > dead_through && dead_through != i64::MIN {
@@ -194,11 +288,20 @@ impl FpSet {
 
     fn rebuild(&mut self, dead_through: i64) {
         let live = self.iter().filter(|(_, e)| *e > dead_through).count();
-        let old = std::mem::replace(self, Self::with_buckets((live * 2).div_ceil(4)));
-        for e in old.buckets.iter().flat_map(|b| b.0.iter()) {
-            if !e.fp.is_free() && old.expiry_of(e) > dead_through {
-                self.check_insert(e.fp, old.expiry_of(e), i64::MIN);
+        let mut old = std::mem::replace(self, Self::with_buckets((live * 2).div_ceil(4)));
+        const CHUNK: usize = 32_768; // buckets: 2 MiB
+        let mut from = 0;
+        while from < old.buckets.len() {
+            let to = (from + CHUNK).min(old.buckets.len());
+            for i in from..to {
+                for e in old.buckets[i].0 {
+                    if !e.fp.is_free() && old.expiry_of(&e) > dead_through {
+                        self.check_insert(e.fp, old.expiry_of(&e), i64::MIN);
+                    }
+                }
             }
+            old.buckets.release(from, to);
+            from = to;
         }
     }
 
@@ -222,6 +325,28 @@ mod tests {
             a: (i % 7) * 64 + 1,
             b: i as u32,
         }
+    }
+
+    #[test]
+    fn large_tables_are_mapped_and_survive_growth_and_compaction() {
+        let mut s = FpSet::default();
+        let key = |i: u64| Fp {
+            a: i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+            b: i as u32,
+        };
+        for i in 0..400_000u64 {
+            assert_eq!(s.check_insert(key(i), (i / 1000) as i64 + 10, 0), None);
+        }
+        assert!(matches!(s.buckets, Table::Mapped { .. }));
+        for i in (0..400_000u64).step_by(7) {
+            assert_eq!(s.get(key(i)), Some((i / 1000) as i64 + 10));
+            assert_eq!(s.check_insert(key(i), 999, 0), Some((i / 1000) as i64 + 10));
+        }
+        // Expire the older half and compact: a rebuild through `release`.
+        s.compact(209);
+        assert_eq!(s.len(), 200_000);
+        assert_eq!(s.get(key(0)), None);
+        assert_eq!(s.get(key(399_999)), Some(409));
     }
 
     #[test]
