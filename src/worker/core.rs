@@ -2,8 +2,8 @@
 //! the poll loop and the rebalance callback (both on the poll thread, one at a time).
 //!
 //! Checkpoint N:
-//! 1. barrier: the loop is between records (`before_barrier`); the previous export
-//!    is finished and its offsets committed first;
+//! 1. barrier: the loop is between record batches (`before_barrier`); the previous
+//!    export is finished and its offsets committed first;
 //! 2. flush the producer: every result, late and dead-letter record before the
 //!    barrier is acknowledged, or the checkpoint fails (`after_flush`);
 //! 3. write each partition's delta into the state store (one batch), then export
@@ -15,6 +15,11 @@
 //!
 //! A crash anywhere replays from the newest complete checkpoint; replayed outputs
 //! are byte-identical to the originals (same versions), so the sink ignores them.
+//!
+//! Between checkpoints, when the windows in memory pass the memory budget by a
+//! quarter, the worker *spills*: step 3's write without the export, then evicts
+//! windows down to the budget. Nothing is flushed or committed; a crash after a
+//! spill restores from the checkpoint files as usual (the store is a working copy).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
