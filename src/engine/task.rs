@@ -54,6 +54,15 @@ pub type WindowKey = (i64, Box<str>);
 type Tenants = HashMap<Box<str>, WindowAcc, foldhash::fast::RandomState>;
 type Windows = BTreeMap<i64, Tenants>;
 
+/// A record that passed step 1: the event, its event time, its cost, and the
+/// fingerprint of its request id.
+struct Checked<'a> {
+    ev: Event<'a>,
+    ts: i64,
+    cost: Pico,
+    fp: Fingerprint,
+}
+
 /// A restorable image of a task.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TaskSnapshot {
@@ -243,12 +252,8 @@ impl PartitionTask {
 
     /// Routes one record; panes it causes are appended to `out`.
     pub fn process(&mut self, rec: RecordIn<'_>, out: &mut Vec<ResultRecord>) -> Route {
-        let v = self.validate(rec);
-        let fp = v
-            .as_ref()
-            .ok()
-            .map(|(ev, _, _)| Fingerprint::of(&ev.request_id));
-        self.count(rec, &v, fp, out)
+        let checked = self.check(rec);
+        self.count(rec, &checked, out)
     }
 
     /// Routes a batch of records, in order, exactly as `process` on each would (the
@@ -265,35 +270,36 @@ impl PartitionTask {
         let checked: Vec<_> = recs
             .iter()
             .map(|r| {
-                let v = self.validate(*r);
-                let fp = v
-                    .as_ref()
-                    .ok()
-                    .map(|(ev, _, _)| Fingerprint::of(&ev.request_id));
-                if let Some(fp) = fp {
-                    self.dedup.prefetch(fp);
+                let c = self.check(*r);
+                if let Ok(c) = &c {
+                    self.dedup.prefetch(c.fp);
                 }
-                (v, fp)
+                c
             })
             .collect();
-        for (rec, (v, fp)) in recs.iter().zip(&checked) {
-            let route = self.count(*rec, v, *fp, out);
+        for (rec, c) in recs.iter().zip(&checked) {
+            let route = self.count(*rec, c, out);
             routes.push(route);
         }
     }
 
-    fn count<'a>(
+    /// Step 1 of the rules, and the request id's dedup fingerprint.
+    fn check<'a>(&self, rec: RecordIn<'a>) -> Result<Checked<'a>, DeadLetterReason> {
+        let (ev, ts, cost) = validate(&self.cfg, rec)?;
+        let fp = Fingerprint::of(&ev.request_id);
+        Ok(Checked { ev, ts, cost, fp })
+    }
+
+    fn count(
         &mut self,
-        rec: RecordIn<'a>,
-        v: &Result<(Event<'a>, i64, Pico), DeadLetterReason>,
-        fp: Option<Fingerprint>,
+        rec: RecordIn<'_>,
+        checked: &Result<Checked<'_>, DeadLetterReason>,
         out: &mut Vec<ResultRecord>,
     ) -> Route {
         self.counters.consumed += 1;
-        let route = match (v, fp) {
-            (Ok(v), Some(fp)) => self.route(rec, v, fp, out),
-            (Err(reason), _) => Route::DeadLetter(reason.clone()),
-            (Ok(_), None) => unreachable!("a valid record always has a fingerprint"),
+        let route = match checked {
+            Ok(c) => self.route(rec, c, out),
+            Err(reason) => Route::DeadLetter(reason.clone()),
         };
         match route {
             Route::Window => self.counters.folded += 1,
@@ -304,14 +310,9 @@ impl PartitionTask {
         route
     }
 
-    fn route(
-        &mut self,
-        rec: RecordIn<'_>,
-        (ev, ts, cost): &(Event<'_>, i64, Pico),
-        fp: Fingerprint,
-        out: &mut Vec<ResultRecord>,
-    ) -> Route {
-        let (ts, cost) = (*ts, *cost);
+    fn route(&mut self, rec: RecordIn<'_>, c: &Checked<'_>, out: &mut Vec<ResultRecord>) -> Route {
+        let Checked { ev, ts, cost, fp } = c;
+        let (ts, cost, fp) = (*ts, *cost, *fp);
         self.delay.record(rec.now_ms.saturating_sub(ts));
         self.disorder
             .record(self.watermark.max_ts().map_or(0, |m| m.saturating_sub(ts)));
@@ -384,13 +385,12 @@ impl PartitionTask {
         Route::Window
     }
 
-    fn validate<'a>(&self, rec: RecordIn<'a>) -> Result<(Event<'a>, i64, Pico), DeadLetterReason> {
-        validate(&self.cfg, rec)
-    }
-
     /// Brings the evicted windows of open ends at or below `through` back into
     /// memory (they are about to fire).
     fn unspill_open_through(&mut self, through: i64) {
+        if self.spilled.open.is_empty() {
+            return; // the common case, on every watermark move
+        }
         for end in self.spilled.open_ends_through(through) {
             let stored = self.spilled.take_open_end(self.partition, end);
             let tenants = self.open.entry(end).or_default();

@@ -236,22 +236,14 @@ impl Outputs {
 
     /// Sends one record, waiting while the local queue is full (the polling thread
     /// drains it).
-    fn send(&self, mut record: Record<'_>) -> Result<(), KafkaIoError> {
-        loop {
-            match self.producer.send(record) {
-                Ok(()) => return Ok(()),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
-                    record = r;
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err((e, r)) => {
-                    return Err(KafkaIoError::Client {
-                        context: format!("producing to {}", r.topic),
-                        source: e,
-                    })
-                }
-            }
-        }
+    // The closure's error is rdkafka's `(KafkaError, BaseRecord)`: its API, not ours.
+    #[allow(clippy::result_large_err)]
+    fn send(&self, record: Record<'_>) -> Result<(), KafkaIoError> {
+        send_retrying(
+            record,
+            |r| self.producer.send(r),
+            || std::thread::sleep(Duration::from_millis(5)),
+        )
     }
 
     /// Waits until every record sent so far is acknowledged; fails if any was not.
@@ -268,16 +260,30 @@ impl Outputs {
 }
 
 /// Sends one record, waiting (serving delivery reports) while the local queue is full.
+#[allow(clippy::result_large_err)] // rdkafka's `(KafkaError, BaseRecord)` error
 pub fn send<C: ProducerContext<DeliveryOpaque = usize>>(
     producer: &BaseProducer<C>,
-    mut record: Record<'_>,
+    record: Record<'_>,
+) -> Result<(), KafkaIoError> {
+    send_retrying(
+        record,
+        |r| producer.send(r),
+        || producer.poll(Duration::from_millis(20)),
+    )
+}
+
+/// `try_send` until the local queue accepts the record, calling `wait` while it is full.
+fn send_retrying<'a>(
+    mut record: Record<'a>,
+    try_send: impl Fn(Record<'a>) -> Result<(), (KafkaError, Record<'a>)>,
+    wait: impl Fn(),
 ) -> Result<(), KafkaIoError> {
     loop {
-        match producer.send(record) {
+        match try_send(record) {
             Ok(()) => return Ok(()),
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
                 record = r;
-                producer.poll(Duration::from_millis(20));
+                wait();
             }
             Err((e, r)) => {
                 return Err(KafkaIoError::Client {
