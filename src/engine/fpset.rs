@@ -1,20 +1,26 @@
 //! `FpSet`: the dedup table — request-id fingerprints with their expiry, built for
 //! a random lookup-or-insert per event whose cache miss can be prefetched.
 //!
-//! Layout: buckets of four 16-byte entries, one 64-byte cache line each; a key's
-//! home bucket is `a & mask` and probing moves to the next bucket (wrapping). An
-//! entry is a 96-bit fingerprint and a 32-bit index into the table of distinct
-//! expiries (all ids of a window share one). An all-zero fingerprint marks a free
-//! slot. Expired entries are not removed: an insert reuses the first expired slot on
-//! its path (after checking the rest of the path for the key itself), and a rebuild
-//! — when occupied slots pass 3/4 — drops them and sizes the table for what is live.
+//! Layout: buckets of four 16-byte entries, one 64-byte cache line each (checked
+//! at compile time); a key's home bucket is `a & mask` and probing moves to the
+//! next bucket (wrapping). An entry is a 96-bit fingerprint and a 32-bit index
+//! into the table of distinct expiries (all ids of a window share one). An
+//! all-zero fingerprint marks a free slot. Expired entries are not removed one by
+//! one: an insert reuses the first expired slot on its path (after checking the
+//! rest of the path for the key itself). When occupied slots pass 3/4 (or at a
+//! drain, when half are expired) a clean-up drops them: **in place** if what is
+//! live fits in half the table and fills at least 1/16 of it (free the dead, then
+//! move each live entry back to the first free slot of its path), otherwise into
+//! a new table sized at twice what is live.
 //!
-//! Invariants: a slot never becomes free except by a rebuild, so a key is absent
-//! once its probe reaches a free slot; occupied slots stay at most 3/4 of all.
+//! Invariants: no probe path crosses a free slot (slots become free only in a
+//! clean-up, which re-places every entry), so a key is absent once its probe
+//! reaches a free slot; occupied slots stay at most 3/4 of all.
 //!
 //! Memory: a large table is its own anonymous mapping (zeroed, so free, and
 //! resident only once touched), and a rebuild releases the old table's pages as it
-//! moves past them — so growing from N to 2N bytes peaks near 2N, not 3N.
+//! moves past them — so growing from N to 2N bytes peaks near 2N, not 3N; an
+//! in-place clean-up allocates nothing.
 
 use std::collections::HashMap;
 
@@ -31,20 +37,43 @@ impl Fp {
     }
 }
 
+/// 16 bytes: the fingerprint's fields are stored flat (an `Fp` field would be
+/// padded to 16 bytes by its `u64`, making entries 24 and buckets two lines).
 #[derive(Clone, Copy)]
+#[repr(C)]
 struct Entry {
-    fp: Fp,
+    a: u64,
+    b: u32,
     expiry: u32,
 }
 
+impl Entry {
+    #[inline]
+    fn fp(&self) -> Fp {
+        Fp {
+            a: self.a,
+            b: self.b,
+        }
+    }
+
+    #[inline]
+    fn is(&self, fp: Fp) -> bool {
+        self.a == fp.a && self.b == fp.b
+    }
+}
+
 const FREE: Entry = Entry {
-    fp: Fp { a: 0, b: 0 },
+    a: 0,
+    b: 0,
     expiry: 0,
 };
 
 #[derive(Clone, Copy)]
-#[repr(align(64))]
+#[repr(C, align(64))]
 struct Bucket([Entry; 4]);
+
+const _: () = assert!(std::mem::size_of::<Entry>() == 16);
+const _: () = assert!(std::mem::size_of::<Bucket>() == 64);
 
 /// The bucket array: a `Vec` when small, an anonymous mapping when large.
 enum Table {
@@ -217,10 +246,10 @@ impl FpSet {
         let mut i = fp.a as usize & mask;
         loop {
             for e in &buckets[i].0 {
-                if e.fp == fp {
+                if e.is(fp) {
                     return Some(self.expiry_of(e));
                 }
-                if e.fp.is_free() {
+                if e.fp().is_free() {
                     return None;
                 }
             }
@@ -242,14 +271,14 @@ impl FpSet {
         let (bi, bj, fresh) = 'probe: loop {
             for j in 0..4 {
                 let e = buckets[i].0[j];
-                if e.fp == fp {
+                if e.is(fp) {
                     let current = self.expiry_of(&e);
                     if current > dead_through && dead_through != i64::MIN {
                         return Some(current);
                     }
                     break 'probe (i, j, false);
                 }
-                if e.fp.is_free() {
+                if e.fp().is_free() {
                     break 'probe reuse.map_or((i, j, true), |(ri, rj)| (ri, rj, false));
                 }
                 if reuse.is_none() && self.expiry_of(&e) <= dead_through {
@@ -259,14 +288,48 @@ impl FpSet {
             i = (i + 1) & mask;
         };
         let id = self.expiry_id(expiry);
-        self.buckets[bi].0[bj] = Entry { fp, expiry: id };
+        self.buckets[bi].0[bj] = Entry {
+            a: fp.a,
+            b: fp.b,
+            expiry: id,
+        };
         if fresh {
             self.occupied += 1;
-            if self.occupied * 4 > self.buckets.len() * 4 * 3 {
-                self.rebuild(dead_through);
+            if self.occupied * 4 > self.slots() * 3 {
+                self.make_room(dead_through);
             }
         }
         None
+    }
+
+    fn slots(&self) -> usize {
+        self.buckets.len() * 4
+    }
+
+    fn slot(&self, s: usize) -> &Entry {
+        &self.buckets[s / 4].0[s % 4]
+    }
+
+    fn slot_mut(&mut self, s: usize) -> &mut Entry {
+        &mut self.buckets[s / 4].0[s % 4]
+    }
+
+    /// The first slot of `fp`'s probe path.
+    fn home(&self, a: u64) -> usize {
+        (a as usize & (self.buckets.len() - 1)) * 4
+    }
+
+    /// Drops the entries expiring at or below `dead_through`, leaving at most half
+    /// of the slots occupied: in place when the table's size suits what is live
+    /// (no allocation, two sequential passes), else into a table sized for it.
+    fn make_room(&mut self, dead_through: i64) {
+        let live = self.iter().filter(|(_, e)| *e > dead_through).count();
+        let slots = self.slots();
+        if live * 2 <= slots && (live * 16 >= slots || slots <= 64) {
+            self.compact_in_place(dead_through);
+        } else {
+            self.rebuild(dead_through, live);
+        }
     }
 
     /// Inserts, keeping the larger expiry if present (restores).
@@ -282,27 +345,93 @@ impl FpSet {
     pub fn compact(&mut self, dead_through: i64) {
         let dead = self.iter().filter(|(_, e)| *e <= dead_through).count();
         if dead > 0 && dead * 2 >= self.occupied {
-            self.rebuild(dead_through);
+            self.make_room(dead_through);
         }
     }
 
-    fn rebuild(&mut self, dead_through: i64) {
-        let live = self.iter().filter(|(_, e)| *e > dead_through).count();
+    /// Frees the dead entries, then moves every live entry to the first free slot
+    /// of its probe path, so every key is reachable again and no path crosses a
+    /// free slot. Processing starts just after a slot that was free before (no
+    /// path crosses it), in probe order: every slot between an entry's home and
+    /// its new place holds an entry already placed, which never moves again.
+    fn compact_in_place(&mut self, dead_through: i64) {
+        let n = self.slots();
+        let Some(start) = (0..n).find(|&s| self.slot(s).fp().is_free()) else {
+            return; // unreachable: at most 3/4 of the slots are occupied
+        };
+        let mut remap = ExpiryRemap::new(self.expiries.len());
+        let mut live = 0;
+        for s in 0..n {
+            let e = *self.slot(s);
+            if e.fp().is_free() {
+                continue;
+            }
+            let expiry = self.expiry_of(&e);
+            *self.slot_mut(s) = if expiry > dead_through {
+                live += 1;
+                Entry {
+                    expiry: remap.id(e.expiry, expiry),
+                    ..e
+                }
+            } else {
+                FREE
+            };
+        }
+        let mask = n - 1; // slots are a power of two
+        for k in 1..=n {
+            let p = (start + k) & mask;
+            let e = *self.slot(p);
+            if e.fp().is_free() {
+                continue;
+            }
+            let mut q = self.home(e.a);
+            while q != p {
+                if self.slot(q).fp().is_free() {
+                    *self.slot_mut(q) = e;
+                    *self.slot_mut(p) = FREE;
+                    break;
+                }
+                q = (q + 1) & mask;
+            }
+        }
+        self.occupied = live;
+        remap.install(self);
+    }
+
+    /// Moves the live entries into a new table with twice as many slots as there
+    /// are live entries (rounded up to a power of two), releasing the old one's
+    /// pages as it goes.
+    fn rebuild(&mut self, dead_through: i64, live: usize) {
         let mut old = std::mem::replace(self, Self::with_buckets((live * 2).div_ceil(4)));
+        let mut remap = ExpiryRemap::new(old.expiries.len());
         const CHUNK: usize = 32_768; // buckets: 2 MiB
         let mut from = 0;
         while from < old.buckets.len() {
             let to = (from + CHUNK).min(old.buckets.len());
             for i in from..to {
                 for e in old.buckets[i].0 {
-                    if !e.fp.is_free() && old.expiry_of(&e) > dead_through {
-                        self.check_insert(e.fp, old.expiry_of(&e), i64::MIN);
+                    if e.fp().is_free() {
+                        continue;
+                    }
+                    let expiry = old.expiry_of(&e);
+                    if expiry > dead_through {
+                        // Keys are distinct: the first free slot is its place.
+                        let mut q = self.home(e.a);
+                        while !self.slot(q).fp().is_free() {
+                            q = (q + 1) & (self.slots() - 1);
+                        }
+                        *self.slot_mut(q) = Entry {
+                            expiry: remap.id(e.expiry, expiry),
+                            ..e
+                        };
+                        self.occupied += 1;
                     }
                 }
             }
             old.buckets.release(from, to);
             from = to;
         }
+        remap.install(self);
     }
 
     /// Every occupied entry with its expiry, in table order.
@@ -310,8 +439,43 @@ impl FpSet {
         self.buckets
             .iter()
             .flat_map(|b| b.0.iter())
-            .filter(|e| !e.fp.is_free())
-            .map(|e| (e.fp, self.expiry_of(e)))
+            .filter(|e| !e.fp().is_free())
+            .map(|e| (e.fp(), self.expiry_of(e)))
+    }
+}
+
+/// Old expiry ids to new ones, for the expiries still live after a clean-up.
+struct ExpiryRemap {
+    ids: Vec<u32>,
+    expiries: Vec<i64>,
+}
+
+impl ExpiryRemap {
+    fn new(old: usize) -> Self {
+        Self {
+            ids: vec![u32::MAX; old],
+            expiries: Vec::new(),
+        }
+    }
+
+    fn id(&mut self, old: u32, expiry: i64) -> u32 {
+        let id = &mut self.ids[old as usize];
+        if *id == u32::MAX {
+            *id = self.expiries.len() as u32;
+            self.expiries.push(expiry);
+        }
+        *id
+    }
+
+    fn install(self, set: &mut FpSet) {
+        set.expiry_ids = self
+            .expiries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (*e, i as u32))
+            .collect();
+        set.expiries = self.expiries;
+        set.last = None;
     }
 }
 
@@ -347,6 +511,101 @@ mod tests {
         assert_eq!(s.len(), 200_000);
         assert_eq!(s.get(key(0)), None);
         assert_eq!(s.get(key(399_999)), Some(409));
+    }
+
+    /// Steady state, growth and shrinking: a sliding horizon of keys (clustered,
+    /// so probe paths cross) makes the table clean itself in place many times
+    /// (through `compact`, as at each drain), then grow, then shrink; every answer
+    /// matches a model map.
+    #[test]
+    fn cleans_in_place_grows_and_shrinks_like_a_map() {
+        let mut s = FpSet::default();
+        let mut model = std::collections::HashMap::new();
+        let key = |i: u64| Fp {
+            // Homes only every eighth bucket: clusters whose paths cross.
+            a: i.wrapping_mul(0x9E37_79B9_7F4A_7C15) & !7,
+            b: i as u32 | 1 << 31,
+        };
+        // Clean-ups seen: (in place, into a new table).
+        let mut cleanups = (0, 0);
+        let mut note = |s: &FpSet, before: (usize, usize)| {
+            if s.occupied < before.1 {
+                if s.buckets.len() == before.0 {
+                    cleanups.0 += 1;
+                } else {
+                    cleanups.1 += 1;
+                }
+            }
+        };
+        let mut i = 0u64;
+        let mut largest = 0;
+        for (phase, horizon) in [(0, 500u64), (1, 4_000), (2, 40)] {
+            for _ in 0..30_000 {
+                i += 1;
+                let w = i as i64;
+                // Mostly new keys; every 5th repeats one seen `horizon / 2` ago.
+                let k = if i % 5 == 0 && i > horizon {
+                    key(i - horizon / 2)
+                } else {
+                    key(i)
+                };
+                let exp = w + horizon as i64;
+                let want = model.get(&k).copied().filter(|e: &i64| *e > w);
+                let before = (s.buckets.len(), s.occupied);
+                assert_eq!(s.check_insert(k, exp, w), want, "phase {phase} step {i}");
+                note(&s, before);
+                if want.is_none() {
+                    model.insert(k, exp);
+                }
+                if i % 1_000 == 0 {
+                    let before = (s.buckets.len(), s.occupied);
+                    s.compact(w);
+                    note(&s, before);
+                    model.retain(|_, e| *e > w);
+                    for (k, e) in &model {
+                        assert_eq!(s.get(*k), Some(*e), "phase {phase} step {i}");
+                    }
+                    assert!(s.occupied * 4 <= s.slots() * 3);
+                    largest = largest.max(s.slots());
+                }
+            }
+        }
+        let (in_place, resized) = cleanups;
+        assert!(in_place >= 1, "in place {in_place}");
+        assert!(resized >= 1, "resized {resized}");
+        assert!(largest >= 8192, "grew: {largest} slots");
+        assert!(s.slots() <= 512, "shrunk back: {} slots", s.slots());
+    }
+
+    /// In-place clean-up with long, crossing probe paths (keys homed on a few
+    /// buckets, expiries interleaved): every live key stays reachable, every dead
+    /// one is gone, and no path crosses a free slot.
+    #[test]
+    fn in_place_clean_up_keeps_every_live_key_reachable() {
+        let mut s = FpSet::with_buckets(64);
+        let key = |i: u64| Fp {
+            a: (i % 5) * 13 + 60, // homes 60..124 wrap around a 64-bucket table
+            b: i as u32 + 1,
+        };
+        for i in 0..190u64 {
+            assert_eq!(s.check_insert(key(i), (i % 7) as i64 + 1, i64::MIN), None);
+        }
+        for dead_through in [0, 2, 3, 5] {
+            s.compact_in_place(dead_through);
+            for i in 0..190u64 {
+                let want = Some((i % 7) as i64 + 1).filter(|e| *e > dead_through);
+                assert_eq!(s.get(key(i)), want, "key {i} after {dead_through}");
+            }
+            assert_eq!(s.len(), s.iter().count());
+            for (fp, _) in s.iter() {
+                let mut q = s.home(fp.a);
+                while !s.slot(q).is(fp) {
+                    assert!(!s.slot(q).fp().is_free(), "a free slot on {fp:?}'s path");
+                    q = (q + 1) % s.slots();
+                }
+            }
+        }
+        assert_eq!(s.len(), (0..190).filter(|i| i % 7 + 1 > 5).count());
     }
 
     #[test]
