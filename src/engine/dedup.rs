@@ -25,7 +25,6 @@
 //! O(ids). An id may sit in two chunks (re-inserted after expiring); the larger
 //! expiry wins on restore.
 
-use std::collections::BTreeMap;
 use std::hash::Hasher;
 
 use siphasher::sip128::{Hasher128, SipHasher13};
@@ -50,8 +49,10 @@ impl Fp {
 #[derive(Debug)]
 pub struct Dedup {
     seen: FpSet,
-    /// Ids inserted since the last drain, packed per expiry.
-    pending: BTreeMap<i64, Vec<u8>>,
+    /// Ids inserted since the last drain, packed per expiry (few expiries, in
+    /// no order; `last` is the one used last, nearly always the next one too).
+    pending: Vec<(i64, Vec<u8>)>,
+    last: usize,
     /// The watermark of the last lookup or sweep (entries at or below it are dead).
     watermark: i64,
 }
@@ -60,7 +61,8 @@ impl Default for Dedup {
     fn default() -> Self {
         Self {
             seen: FpSet::default(),
-            pending: BTreeMap::new(),
+            pending: Vec::new(),
+            last: 0,
             watermark: i64::MIN,
         }
     }
@@ -118,8 +120,25 @@ impl Dedup {
         {
             return true;
         }
-        pack(self.pending.entry(expires_at).or_default(), id);
+        pack(self.pending_chunk(expires_at), id);
         false
+    }
+
+    fn pending_chunk(&mut self, expiry: i64) -> &mut Vec<u8> {
+        if self
+            .pending
+            .get(self.last)
+            .is_none_or(|(e, _)| *e != expiry)
+        {
+            self.last = match self.pending.iter().position(|(e, _)| *e == expiry) {
+                Some(i) => i,
+                None => {
+                    self.pending.push((expiry, Vec::new()));
+                    self.pending.len() - 1
+                }
+            };
+        }
+        &mut self.pending[self.last].1
     }
 
     /// Notes that the watermark reached `watermark` (entries at or below it expire).
@@ -153,11 +172,11 @@ impl Dedup {
     pub fn drain_changes(&mut self) -> DedupDelta {
         self.sweep();
         let w = self.watermark;
+        let mut chunks = std::mem::take(&mut self.pending);
+        chunks.retain(|(exp, _)| *exp > w);
+        chunks.sort_unstable_by_key(|(exp, _)| *exp);
         DedupDelta {
-            chunks: std::mem::take(&mut self.pending)
-                .into_iter()
-                .filter(|(exp, _)| *exp > w)
-                .collect(),
+            chunks,
             dead_through: w,
         }
     }
