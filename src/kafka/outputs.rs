@@ -6,15 +6,14 @@
 //! since the previous flush failed — the caller must then not commit state or
 //! offsets (the records will be produced again after restart, identically).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{
-    BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer,
-};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::ClientContext;
 
 use super::{client_config, headers, KafkaIoError, PRODUCER_DEFAULTS};
@@ -103,11 +102,15 @@ impl ProducerContext for DeliveryTracker {
     }
 }
 
-/// The worker's producer: a `ThreadedProducer`, so delivery reports are served on
-/// its own thread as they arrive (ack latencies are measured when they happen, and
-/// the record loop never polls the producer).
+/// The worker's producer. Delivery reports are served on a polling thread of its
+/// own as they arrive (ack latencies are measured when they happen, and the record
+/// loop never polls the producer). Not rdkafka's `ThreadedProducer`: its `flush`
+/// polls in 100 ms steps while that thread takes the reports (a checkpoint pause
+/// of up to 100 ms for nothing), and dropping it waits for a 100 ms poll to end.
 pub struct Outputs {
-    producer: ThreadedProducer<DeliveryTracker>,
+    producer: Arc<BaseProducer<DeliveryTracker>>,
+    /// Stops and joins the polling thread when the outputs are dropped.
+    _poller: Poller,
     /// Whether on-time panes are timed (off for end-of-input panes).
     time_panes: std::cell::Cell<bool>,
     results: String,
@@ -122,10 +125,15 @@ pub fn source_coords(topic: &str, partition: i32, offset: i64) -> String {
 
 impl Outputs {
     pub fn new(kafka: &KafkaConfig, topics: &TopicsConfig) -> Result<Self, KafkaIoError> {
-        let producer = client_config(kafka, PRODUCER_DEFAULTS)
-            .create_with_context(DeliveryTracker::default())
-            .map_err(KafkaIoError::client("creating the producer"))?;
+        let producer: Arc<BaseProducer<DeliveryTracker>> = Arc::new(
+            client_config(kafka, PRODUCER_DEFAULTS)
+                .create_with_context(DeliveryTracker::default())
+                .map_err(KafkaIoError::client("creating the producer"))?,
+        );
         Ok(Self {
+            _poller: Poller::start(producer.clone()).map_err(|e| {
+                KafkaIoError::Fatal(format!("starting the producer's polling thread: {e}"))
+            })?,
             producer,
             time_panes: std::cell::Cell::new(true),
             results: topics.results.clone(),
@@ -247,15 +255,64 @@ impl Outputs {
     }
 
     /// Waits until every record sent so far is acknowledged; fails if any was not.
+    /// librdkafka's own flush: with delivery reports as events (rdkafka's mode) it
+    /// waits on a condition variable until the polling thread has handled the last
+    /// report, so it returns as soon as the records are acknowledged.
     pub fn flush(&self, timeout: Duration) -> Result<(), KafkaIoError> {
-        self.producer
-            .flush(timeout)
-            .map_err(KafkaIoError::client("flushing the producer"))?;
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: the client pointer is valid while `self.producer` lives; flush is
+        // thread-safe in librdkafka.
+        let err =
+            unsafe { rdkafka::bindings::rd_kafka_flush(self.producer.client().native_ptr(), ms) };
+        if err != rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            return Err(KafkaIoError::Client {
+                context: "flushing the producer".into(),
+                source: KafkaError::Flush(err.into()),
+            });
+        }
         self.producer.context().take_failures()
     }
 
     pub fn delivered(&self) -> u64 {
         self.producer.context().delivered.load(Ordering::Relaxed)
+    }
+}
+
+/// Serves the producer's delivery reports until dropped.
+struct Poller {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Poller {
+    /// Poll timeout: also how long dropping the producer waits for this thread.
+    const POLL: Duration = Duration::from_millis(10);
+
+    fn start(producer: Arc<BaseProducer<DeliveryTracker>>) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let handle = std::thread::Builder::new()
+            .name("producer-poll".into())
+            .spawn({
+                let stop = stop.clone();
+                move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        producer.poll(Self::POLL);
+                    }
+                }
+            })?;
+        Ok(Self {
+            stop,
+            handle: Some(handle),
+        })
+    }
+}
+
+impl Drop for Poller {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
     }
 }
 
