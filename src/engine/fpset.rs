@@ -323,12 +323,16 @@ impl FpSet {
     /// of the slots occupied: in place when the table's size suits what is live
     /// (no allocation, two sequential passes), else into a table sized for it.
     fn make_room(&mut self, dead_through: i64) {
-        let live = self.iter().filter(|(_, e)| *e > dead_through).count();
+        // A slot free before the dead are freed: no probe path crosses it.
+        let Some(start) = (0..self.slots()).find(|&s| self.slot(s).fp().is_free()) else {
+            return; // unreachable: at most 3/4 of the slots are occupied
+        };
+        let live = self.free_dead(dead_through);
         let slots = self.slots();
         if live * 2 <= slots && (live * 16 >= slots || slots <= 64) {
-            self.compact_in_place(dead_through);
+            self.replace_in_place(start);
         } else {
-            self.rebuild(dead_through, live);
+            self.rebuild(live);
         }
     }
 
@@ -349,19 +353,13 @@ impl FpSet {
         }
     }
 
-    /// Frees the dead entries, then moves every live entry to the first free slot
-    /// of its probe path, so every key is reachable again and no path crosses a
-    /// free slot. Processing starts just after a slot that was free before (no
-    /// path crosses it), in probe order: every slot between an entry's home and
-    /// its new place holds an entry already placed, which never moves again.
-    fn compact_in_place(&mut self, dead_through: i64) {
-        let n = self.slots();
-        let Some(start) = (0..n).find(|&s| self.slot(s).fp().is_free()) else {
-            return; // unreachable: at most 3/4 of the slots are occupied
-        };
+    /// Frees every entry expiring at or below `dead_through` and renumbers the
+    /// expiries of the rest; returns how many are left. Afterwards probe paths may
+    /// cross free slots: `replace_in_place` or `rebuild` must follow.
+    fn free_dead(&mut self, dead_through: i64) -> usize {
         let mut remap = ExpiryRemap::new(self.expiries.len());
         let mut live = 0;
-        for s in 0..n {
+        for s in 0..self.slots() {
             let e = *self.slot(s);
             if e.fp().is_free() {
                 continue;
@@ -377,6 +375,18 @@ impl FpSet {
                 FREE
             };
         }
+        self.occupied = live;
+        remap.install(self);
+        live
+    }
+
+    /// Moves every entry to the first free slot of its probe path, so every key
+    /// is reachable again and no path crosses a free slot. Processing starts just
+    /// after `start`, a slot that was free before `free_dead` (no path crosses it),
+    /// in probe order: every slot between an entry's home and its new place holds
+    /// an entry already placed, which never moves again.
+    fn replace_in_place(&mut self, start: usize) {
+        let n = self.slots();
         let mask = n - 1; // slots are a power of two
         for k in 1..=n {
             let p = (start + k) & mask;
@@ -394,16 +404,15 @@ impl FpSet {
                 q = (q + 1) & mask;
             }
         }
-        self.occupied = live;
-        remap.install(self);
     }
 
-    /// Moves the live entries into a new table with twice as many slots as there
-    /// are live entries (rounded up to a power of two), releasing the old one's
-    /// pages as it goes.
-    fn rebuild(&mut self, dead_through: i64, live: usize) {
+    /// Moves the entries (all live, after `free_dead`) into a new table with twice
+    /// as many slots as there are entries (rounded up to a power of two),
+    /// releasing the old one's pages as it goes.
+    fn rebuild(&mut self, live: usize) {
         let mut old = std::mem::replace(self, Self::with_buckets((live * 2).div_ceil(4)));
-        let mut remap = ExpiryRemap::new(old.expiries.len());
+        self.expiries = std::mem::take(&mut old.expiries);
+        self.expiry_ids = std::mem::take(&mut old.expiry_ids);
         const CHUNK: usize = 32_768; // buckets: 2 MiB
         let mut from = 0;
         while from < old.buckets.len() {
@@ -413,25 +422,18 @@ impl FpSet {
                     if e.fp().is_free() {
                         continue;
                     }
-                    let expiry = old.expiry_of(&e);
-                    if expiry > dead_through {
-                        // Keys are distinct: the first free slot is its place.
-                        let mut q = self.home(e.a);
-                        while !self.slot(q).fp().is_free() {
-                            q = (q + 1) & (self.slots() - 1);
-                        }
-                        *self.slot_mut(q) = Entry {
-                            expiry: remap.id(e.expiry, expiry),
-                            ..e
-                        };
-                        self.occupied += 1;
+                    // Keys are distinct: the first free slot is its place.
+                    let mut q = self.home(e.a);
+                    while !self.slot(q).fp().is_free() {
+                        q = (q + 1) & (self.slots() - 1);
                     }
+                    *self.slot_mut(q) = e;
+                    self.occupied += 1;
                 }
             }
             old.buckets.release(from, to);
             from = to;
         }
-        remap.install(self);
     }
 
     /// Every occupied entry with its expiry, in table order.
@@ -591,7 +593,9 @@ mod tests {
             assert_eq!(s.check_insert(key(i), (i % 7) as i64 + 1, i64::MIN), None);
         }
         for dead_through in [0, 2, 3, 5] {
-            s.compact_in_place(dead_through);
+            let start = (0..s.slots()).find(|&q| s.slot(q).fp().is_free()).unwrap();
+            s.free_dead(dead_through);
+            s.replace_in_place(start);
             for i in 0..190u64 {
                 let want = Some((i % 7) as i64 + 1).filter(|e| *e > dead_through);
                 assert_eq!(s.get(key(i)), want, "key {i} after {dead_through}");

@@ -567,6 +567,7 @@ pub struct StateDelta {
 
 /// Step 1 of the rules: everything that makes a record a dead letter. Returns the
 /// event, its event time (per the configured time source) and its cost.
+#[inline(always)]
 pub fn validate<'a>(
     cfg: &EngineConfig,
     rec: RecordIn<'a>,
