@@ -2,9 +2,9 @@
 //!
 //! Invariants: the price applied to an event is the one in effect at the event's
 //! time (never the wall clock), so a replay bills identically; entries per model
-//! are sorted by `effective_from` and unique.
-
-use std::collections::BTreeMap;
+//! are sorted by `effective_from` and unique; models are sorted by name and unique.
+//! A price table holds a handful of models, so a lookup is a scan comparing
+//! lengths first (cheaper per event than a tree or a hash of the name).
 
 use super::money::{NanoPer1k, Overflow, Pico};
 
@@ -18,7 +18,7 @@ pub struct PriceEntry {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PriceTable {
-    models: BTreeMap<String, Vec<PriceEntry>>,
+    models: Vec<(Box<str>, Vec<PriceEntry>)>,
 }
 
 /// Why an event could not be priced.
@@ -39,20 +39,27 @@ impl From<Overflow> for PriceError {
 impl PriceTable {
     /// Adds a price entry; entries may come in any order.
     pub fn insert(&mut self, model: &str, entry: PriceEntry) {
-        let entries = self.models.entry(model.to_string()).or_default();
+        let i = match self.models.binary_search_by(|(m, _)| (**m).cmp(model)) {
+            Ok(i) => i,
+            Err(i) => {
+                self.models.insert(i, (model.into(), Vec::new()));
+                i
+            }
+        };
+        let entries = &mut self.models[i].1;
         entries.retain(|e| e.effective_from_ms != entry.effective_from_ms);
         entries.push(entry);
         entries.sort_by_key(|e| e.effective_from_ms);
     }
 
     pub fn models(&self) -> impl Iterator<Item = &str> {
-        self.models.keys().map(String::as_str)
+        self.models.iter().map(|(m, _)| &**m)
     }
 
     pub fn entries(&self) -> impl Iterator<Item = (&str, &PriceEntry)> {
         self.models
             .iter()
-            .flat_map(|(m, es)| es.iter().map(move |e| (m.as_str(), e)))
+            .flat_map(|(m, es)| es.iter().map(move |e| (&**m, e)))
     }
 
     /// The cost of one request, priced at `at_ms`.
@@ -63,7 +70,11 @@ impl PriceTable {
         completion: u64,
         at_ms: i64,
     ) -> Result<Pico, PriceError> {
-        let entries = self.models.get(model).ok_or(PriceError::UnknownModel)?;
+        let (_, entries) = self
+            .models
+            .iter()
+            .find(|(m, _)| m.len() == model.len() && **m == *model)
+            .ok_or(PriceError::UnknownModel)?;
         let idx = entries.partition_point(|e| e.effective_from_ms <= at_ms);
         let entry = idx
             .checked_sub(1)
