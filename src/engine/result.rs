@@ -50,12 +50,29 @@ pub struct ResultRecord {
 impl ResultRecord {
     /// The Kafka key: `"{tenant_id}/{window_end_ms}"`.
     pub fn key(&self) -> String {
-        format!("{}/{}", self.tenant_id, self.window_end)
+        let mut k = String::new();
+        self.write_key(&mut k);
+        k
+    }
+
+    /// Replaces `buf`'s content with the key.
+    pub fn write_key(&self, buf: &mut String) {
+        use std::fmt::Write;
+        buf.clear();
+        let _ = write!(buf, "{}/{}", self.tenant_id, self.window_end);
     }
 
     pub fn to_json(&self) -> Vec<u8> {
-        // Serializing a struct of plain fields to a Vec cannot fail.
-        serde_json::to_vec(self).unwrap_or_default()
+        let mut v = Vec::with_capacity(320);
+        self.write_json(&mut v);
+        v
+    }
+
+    /// Replaces `buf`'s content with the JSON payload.
+    pub fn write_json(&self, buf: &mut Vec<u8>) {
+        buf.clear();
+        // Serializing a struct of plain fields into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut *buf, self);
     }
 }
 

@@ -113,6 +113,8 @@ pub struct Outputs {
     _poller: Poller,
     /// Whether on-time panes are timed (off for end-of-input panes).
     time_panes: std::cell::Cell<bool>,
+    /// The key and payload of the result being sent (librdkafka copies them), reused.
+    scratch: std::cell::RefCell<(String, Vec<u8>)>,
     results: String,
     late: String,
     dead_letter: String,
@@ -136,6 +138,7 @@ impl Outputs {
             })?,
             producer,
             time_panes: std::cell::Cell::new(true),
+            scratch: Default::default(),
             results: topics.results.clone(),
             late: topics.late.clone(),
             dead_letter: topics.dead_letter.clone(),
@@ -145,8 +148,10 @@ impl Outputs {
     /// Sends a result; on-time panes are timed from here (the watermark passed
     /// their window end while processing the record just before) to their ack.
     pub fn result(&self, r: &ResultRecord) -> Result<(), KafkaIoError> {
-        let key = r.key();
-        let payload = r.to_json();
+        let mut scratch = self.scratch.borrow_mut();
+        let (key, payload) = &mut *scratch;
+        r.write_key(key);
+        r.write_json(payload);
         let opaque = match r.pane {
             PaneKind::OnTime if self.time_panes.get() => self.producer.context().sent_now(),
             _ => UNTIMED,
@@ -154,7 +159,7 @@ impl Outputs {
         self.send(
             BaseRecord::with_opaque_to(&self.results, opaque)
                 .key(key.as_bytes())
-                .payload(&payload),
+                .payload(payload),
         )
     }
 

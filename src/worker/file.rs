@@ -173,6 +173,21 @@ fn flush_all(
     dlq.flush().map_err(io_err(dlq_path))
 }
 
+/// One result payload per line, exactly as on the results topic.
+fn write_panes(
+    out: &mut BufWriter<File>,
+    output: &Path,
+    panes: &mut Vec<crate::engine::ResultRecord>,
+) -> Result<(), WorkerError> {
+    for pane in panes.drain(..) {
+        serde_json::to_writer(&mut *out, &pane)
+            .map_err(std::io::Error::from)
+            .and_then(|_| out.write_all(b"\n"))
+            .map_err(io_err(output))?;
+    }
+    Ok(())
+}
+
 pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, WorkerError> {
     let engine = cfg.engine()?;
     let mut task = PartitionTask::new(0, engine);
@@ -246,11 +261,7 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
         if let Some(e) = task.take_spill_error() {
             return Err(WorkerError::Refused(e));
         }
-        for pane in panes.drain(..) {
-            out.write_all(&pane.to_json())
-                .and_then(|_| out.write_all(b"\n"))
-                .map_err(io_err(output))?;
-        }
+        write_panes(&mut out, output, &mut panes)?;
         for (i, route) in routes.drain(..).enumerate() {
             // Built only for the rare records that go to a side file.
             let original = || String::from_utf8_lossy(&lines[i]).into_owned();
@@ -286,11 +297,7 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
     if let Some(e) = task.take_spill_error() {
         return Err(WorkerError::Refused(e));
     }
-    for pane in panes.drain(..) {
-        out.write_all(&pane.to_json())
-            .and_then(|_| out.write_all(b"\n"))
-            .map_err(io_err(output))?;
-    }
+    write_panes(&mut out, output, &mut panes)?;
     out.flush().map_err(io_err(output))?;
     late.flush().map_err(io_err(&late_path))?;
     dlq.flush().map_err(io_err(&dlq_path))?;
