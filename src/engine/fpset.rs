@@ -60,6 +60,11 @@ impl Entry {
     fn is(&self, fp: Fp) -> bool {
         self.a == fp.a && self.b == fp.b
     }
+
+    #[inline]
+    fn is_free(&self) -> bool {
+        self.a == 0 && self.b == 0
+    }
 }
 
 const FREE: Entry = Entry {
@@ -249,7 +254,7 @@ impl FpSet {
                 if e.is(fp) {
                     return Some(self.expiry_of(e));
                 }
-                if e.fp().is_free() {
+                if e.is_free() {
                     return None;
                 }
             }
@@ -278,7 +283,7 @@ impl FpSet {
                     }
                     break 'probe (i, j, false);
                 }
-                if e.fp().is_free() {
+                if e.is_free() {
                     break 'probe reuse.map_or((i, j, true), |(ri, rj)| (ri, rj, false));
                 }
                 if reuse.is_none() && self.expiry_of(&e) <= dead_through {
@@ -324,7 +329,7 @@ impl FpSet {
     /// (no allocation, two sequential passes), else into a table sized for it.
     fn make_room(&mut self, dead_through: i64) {
         // A slot free before the dead are freed: no probe path crosses it.
-        let Some(start) = (0..self.slots()).find(|&s| self.slot(s).fp().is_free()) else {
+        let Some(start) = (0..self.slots()).find(|&s| self.slot(s).is_free()) else {
             return; // unreachable: at most 3/4 of the slots are occupied
         };
         let live = self.free_dead(dead_through);
@@ -361,7 +366,7 @@ impl FpSet {
         let mut live = 0;
         for s in 0..self.slots() {
             let e = *self.slot(s);
-            if e.fp().is_free() {
+            if e.is_free() {
                 continue;
             }
             let expiry = self.expiry_of(&e);
@@ -391,12 +396,12 @@ impl FpSet {
         for k in 1..=n {
             let p = (start + k) & mask;
             let e = *self.slot(p);
-            if e.fp().is_free() {
+            if e.is_free() {
                 continue;
             }
             let mut q = self.home(e.a);
             while q != p {
-                if self.slot(q).fp().is_free() {
+                if self.slot(q).is_free() {
                     *self.slot_mut(q) = e;
                     *self.slot_mut(p) = FREE;
                     break;
@@ -419,12 +424,12 @@ impl FpSet {
             let to = (from + CHUNK).min(old.buckets.len());
             for i in from..to {
                 for e in old.buckets[i].0 {
-                    if e.fp().is_free() {
+                    if e.is_free() {
                         continue;
                     }
                     // Keys are distinct: the first free slot is its place.
                     let mut q = self.home(e.a);
-                    while !self.slot(q).fp().is_free() {
+                    while !self.slot(q).is_free() {
                         q = (q + 1) & (self.slots() - 1);
                     }
                     *self.slot_mut(q) = e;
@@ -441,7 +446,7 @@ impl FpSet {
         self.buckets
             .iter()
             .flat_map(|b| b.0.iter())
-            .filter(|e| !e.fp().is_free())
+            .filter(|e| !e.is_free())
             .map(|e| (e.fp(), self.expiry_of(e)))
     }
 }
@@ -593,7 +598,7 @@ mod tests {
             assert_eq!(s.check_insert(key(i), (i % 7) as i64 + 1, i64::MIN), None);
         }
         for dead_through in [0, 2, 3, 5] {
-            let start = (0..s.slots()).find(|&q| s.slot(q).fp().is_free()).unwrap();
+            let start = (0..s.slots()).find(|&q| s.slot(q).is_free()).unwrap();
             s.free_dead(dead_through);
             s.replace_in_place(start);
             for i in 0..190u64 {
@@ -604,7 +609,7 @@ mod tests {
             for (fp, _) in s.iter() {
                 let mut q = s.home(fp.a);
                 while !s.slot(q).is(fp) {
-                    assert!(!s.slot(q).fp().is_free(), "a free slot on {fp:?}'s path");
+                    assert!(!s.slot(q).is_free(), "a free slot on {fp:?}'s path");
                     q = (q + 1) % s.slots();
                 }
             }

@@ -63,7 +63,7 @@ impl ResultRecord {
     }
 
     pub fn to_json(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(320);
+        let mut v = Vec::new();
         self.write_json(&mut v);
         v
     }

@@ -3,8 +3,8 @@
 //! Invariants: the price applied to an event is the one in effect at the event's
 //! time (never the wall clock), so a replay bills identically; entries per model
 //! are sorted by `effective_from` and unique; models are sorted by name and unique.
-//! A price table holds a handful of models, so a lookup is a scan comparing
-//! lengths first (cheaper per event than a tree or a hash of the name).
+//! A price table holds a handful of models, so a lookup is a scan (string
+//! equality compares lengths first; cheaper per event than a tree or a hash).
 
 use super::money::{NanoPer1k, Overflow, Pico};
 
@@ -73,7 +73,7 @@ impl PriceTable {
         let (_, entries) = self
             .models
             .iter()
-            .find(|(m, _)| m.len() == model.len() && **m == *model)
+            .find(|(m, _)| **m == *model)
             .ok_or(PriceError::UnknownModel)?;
         let idx = entries.partition_point(|e| e.effective_from_ms <= at_ms);
         let entry = idx
