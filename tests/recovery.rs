@@ -431,3 +431,289 @@ fn missing_checkpoints_or_a_changed_config_are_refused_with_a_way_out() {
     );
     job.check_db(&db, &expected);
 }
+
+/// A worker on one partition, a topic the dev broker truncates (it keeps the newest
+/// 5 MiB of each partition, like `retention.bytes`).
+struct Retention {
+    dir: TempDir,
+    broker: DevBroker,
+    cfg: PathBuf,
+    produced: i64,
+}
+
+impl Retention {
+    fn new() -> Self {
+        let dir = TempDir::new("retention");
+        let broker = DevBroker::start(&[
+            ("requests", 1),
+            ("tenant-cost", 1),
+            ("requests.late", 1),
+            ("requests.dlq", 1),
+        ]);
+        let cfg = write_config(dir.path(), &broker, "ret", "");
+        // A long session timeout: the pause below must not cost the assignment, so
+        // the worker meets the gap while running, not at a restore.
+        let text = std::fs::read_to_string(&cfg)
+            .unwrap()
+            .replace("\"6000\"", "\"30000\"");
+        std::fs::write(&cfg, text).unwrap();
+        Retention {
+            dir,
+            broker,
+            cfg,
+            produced: 0,
+        }
+    }
+
+    fn cfg(&self) -> &str {
+        self.cfg.to_str().unwrap()
+    }
+
+    fn state(&self) -> PathBuf {
+        self.dir.path().join("state-ret")
+    }
+
+    /// `n` valid, distinct, in-order events, uncompressed (so they fill the log).
+    fn produce(&mut self, n: i64) {
+        use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+        let p: BaseProducer =
+            tally::kafka::client_config(&self.broker.kafka(), tally::kafka::PRODUCER_DEFAULTS)
+                .set("compression.type", "none")
+                .create()
+                .unwrap();
+        for i in self.produced..self.produced + n {
+            let payload = event(
+                &format!("req-{i:09}"),
+                "tenant-a",
+                "small",
+                1_767_225_600_000 + i * 100,
+            );
+            loop {
+                match p.send(
+                    BaseRecord::to("requests")
+                        .partition(0)
+                        .key("tenant-a")
+                        .payload(&payload),
+                ) {
+                    Ok(()) => break,
+                    Err((_, _)) => {
+                        p.poll(Duration::from_millis(10));
+                    }
+                }
+            }
+        }
+        p.flush(Duration::from_secs(60)).unwrap();
+        self.produced += n;
+    }
+
+    /// The broker's `(log start, log end)` of the input partition.
+    fn log_range(&self) -> (i64, i64) {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        let c: BaseConsumer = tally::kafka::client_config(&self.broker.kafka(), &[])
+            .create()
+            .unwrap();
+        c.fetch_watermarks("requests", 0, Duration::from_secs(10))
+            .unwrap()
+    }
+
+    /// The newest complete checkpoint's entry for partition 0.
+    fn checkpointed(&self) -> Option<tally::checkpoint::PartitionEntry> {
+        let store = tally::checkpoint::store::CheckpointStore::open_existing(
+            &self.dir.path().join("checkpoints"),
+            "ret",
+        )
+        .ok()?;
+        store
+            .list()
+            .ok()?
+            .into_iter()
+            .filter_map(|l| l.manifest.and_then(Result::ok))
+            .filter_map(|m| m.entry(0).cloned())
+            .max_by_key(|e| e.next_offset)
+    }
+
+    /// A worker in the background; the previous run's report is removed first, so
+    /// a report seen later is this worker's.
+    fn spawn(&self, log: &str, extra: &[&str]) -> Child {
+        let _ = std::fs::remove_file(self.state().join(tally::worker::report::REPORT_FILE));
+        let log = std::fs::File::create(self.dir.path().join(log)).unwrap();
+        Command::new(tally_bin())
+            .args(["run", "--config", self.cfg()])
+            .args(extra)
+            .env("TALLY_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap()
+    }
+
+    fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(name)).unwrap()
+    }
+
+    /// Lets `worker` read the log to its end and checkpoint there, then freezes it
+    /// while `n` more records push the oldest out of the log; returns the new log
+    /// start, after waking the worker.
+    fn pause_past_retention(&mut self, worker: &Child, n: i64) -> i64 {
+        let end = self.produced;
+        wait_until(
+            "the worker to own the partition and reach the log end",
+            || {
+                tally::worker::report::read(&self.state())
+                    .is_ok_and(|r| r.partitions.first().is_some_and(|p| p.next_offset == end))
+            },
+        );
+        wait_until("a checkpoint at the log end", || {
+            self.checkpointed().is_some_and(|e| e.next_offset.0 == end)
+        });
+        unsafe { libc::kill(worker.id() as i32, libc::SIGSTOP) };
+        self.produce(n);
+        let (low, high) = self.log_range();
+        assert_eq!(high, self.produced);
+        assert!(low > end, "retention deleted nothing: log starts at {low}");
+        unsafe { libc::kill(worker.id() as i32, libc::SIGCONT) };
+        low
+    }
+}
+
+fn wait_until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn wait_exit(child: &mut Child, what: &str) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "{what} did not exit");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Issue 19, defect 0: a worker that falls behind retention must never skip the
+/// deleted records silently. It refuses, naming the partition and the offsets;
+/// `--allow-truncated-log` accepts the gap, which the report, the checkpoint and
+/// the offset audit account for exactly — while running and at a restore.
+#[test]
+fn records_deleted_before_tally_read_them_are_refused_or_accepted_as_a_counted_gap() {
+    let mut job = Retention::new();
+    job.produce(1_000);
+
+    // Running: the worker wakes up behind the log start and refuses.
+    let mut worker = job.spawn("w1.log", &[]);
+    let low = job.pause_past_retention(&worker, 120_000);
+    let status = wait_exit(&mut worker, "the lagging worker");
+    let log = job.log("w1.log");
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains("partition requests/0: offsets ")
+            && log.contains(&format!("..{low} ("))
+            && log.contains("fell behind the log start while running")
+            && log.contains("--allow-truncated-log"),
+        "{log}"
+    );
+    // Nothing was skipped: the newest checkpoint still resumes before the gap.
+    assert_eq!(job.checkpointed().unwrap().next_offset.0, 1_000);
+
+    // A plain restart refuses again, at the restore.
+    let again = tally(
+        &["run", "--config", job.cfg(), "--until-end"],
+        &[],
+        Duration::from_secs(120),
+    );
+    let log = String::from_utf8_lossy(&again.stderr);
+    assert!(!again.status.success(), "{log}");
+    assert!(
+        log.contains(&format!(
+            "partition requests/0: offsets 1000..{low} ({} records) were deleted",
+            low - 1_000
+        )) && log.contains(&format!(
+            "the checkpoint resumes at offset 1000 but the log now starts at {low}"
+        )),
+        "{log}"
+    );
+
+    // Accepted at the restore: exact counts, in the report and in the checkpoint.
+    tally_ok(
+        &[
+            "run",
+            "--config",
+            job.cfg(),
+            "--until-end",
+            "--allow-truncated-log",
+        ],
+        &[],
+        Duration::from_secs(300),
+    );
+    let gap1 = (low - 1_000) as u64;
+    let report = tally::worker::report::read(&job.state()).unwrap();
+    let p = &report.partitions[0];
+    assert_eq!(p.next_offset, 121_000);
+    assert_eq!(p.offsets.gap_offsets, gap1);
+    assert_eq!(p.offsets.empty_offsets, 0);
+    assert_eq!(p.counters.consumed, 121_000 - gap1);
+    assert_eq!(p.counters.folded, p.counters.consumed);
+    assert!(report.balanced());
+    let entry = job.checkpointed().unwrap();
+    assert_eq!(entry.next_offset.0, 121_000);
+    assert_eq!(entry.offsets.gap_offsets, gap1);
+    assert_eq!(
+        entry
+            .offsets
+            .gaps
+            .iter()
+            .map(|g| (g.from, g.to))
+            .collect::<Vec<_>>(),
+        vec![(1_000, low)]
+    );
+    // Billed: exactly the records the broker still had, plus the first 1,000.
+    let mut latest = std::collections::BTreeMap::new();
+    for r in results(&job.broker, "tenant-cost") {
+        let e = latest
+            .entry((r.tenant_id.clone(), r.window_end))
+            .or_insert(r.clone());
+        if r.version > e.version {
+            *e = r;
+        }
+    }
+    let billed: u64 = latest.values().map(|r| r.requests).sum();
+    assert_eq!(billed, 121_000 - gap1);
+
+    // Accepted while running: the worker jumps the gap, says so, and goes on.
+    let mut worker = job.spawn("w2.log", &["--allow-truncated-log"]);
+    let low2 = job.pause_past_retention(&worker, 120_000);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !tally::worker::report::read(&job.state())
+        .is_ok_and(|r| r.partitions[0].next_offset == 241_000)
+    {
+        let log = job.log("w2.log");
+        assert!(
+            Instant::now() < deadline,
+            "the worker did not read to the log end:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    unsafe { libc::kill(worker.id() as i32, libc::SIGTERM) };
+    assert!(wait_exit(&mut worker, "the worker").success());
+    let log = job.log("w2.log");
+    assert!(
+        log.contains("ACCEPTED GAP")
+            && log.contains(&format!("to={low2}"))
+            && log.contains("fell behind the log start while running"),
+        "{log}"
+    );
+    let report = tally::worker::report::read(&job.state()).unwrap();
+    let p = &report.partitions[0];
+    let gaps = &p.offsets.gaps;
+    assert_eq!(gaps.len(), 2, "{gaps:?}");
+    assert!(gaps[1].from >= 121_000 && gaps[1].to == low2, "{gaps:?}");
+    assert_eq!(p.offsets.gap_offsets, gap1 + gaps[1].len());
+    assert_eq!(p.counters.consumed + p.offsets.gap_offsets, 241_000);
+    assert!(report.balanced());
+    assert_eq!(job.checkpointed().unwrap().offsets, p.offsets);
+}

@@ -11,9 +11,20 @@ use std::thread::JoinHandle;
 
 use super::file::SnapshotWriter;
 use super::store::write_manifest;
-use super::{io_err, CheckpointError, CheckpointId, Manifest, PartitionEntry, MANIFEST_FORMAT};
+use super::{
+    io_err, CheckpointError, CheckpointId, Manifest, OffsetLedger, PartitionEntry, MANIFEST_FORMAT,
+};
 use crate::engine::Counters;
-use crate::state::StateStore;
+use crate::state::{NextOffset, StateStore};
+
+/// One partition as the barrier cut it.
+pub struct ExportPartition {
+    pub partition: i32,
+    pub next_offset: NextOffset,
+    pub watermark: Option<i64>,
+    pub counters: Counters,
+    pub offsets: OffsetLedger,
+}
 
 /// What the barrier hands to the exporter.
 pub struct ExportJob {
@@ -24,8 +35,7 @@ pub struct ExportJob {
     pub topic: String,
     pub fingerprint: String,
     pub created_at_ms: i64,
-    /// `(partition, next_offset, watermark, counters)`.
-    pub partitions: Vec<(i32, i64, Option<i64>, Counters)>,
+    pub partitions: Vec<ExportPartition>,
     pub store: Arc<StateStore>,
 }
 
@@ -38,20 +48,22 @@ pub fn spawn(job: ExportJob) -> std::io::Result<JoinHandle<Result<Manifest, Chec
 fn run(job: ExportJob) -> Result<Manifest, CheckpointError> {
     std::fs::create_dir_all(&job.dir).map_err(io_err(&job.dir))?;
     let mut entries = Vec::with_capacity(job.partitions.len());
-    for (i, (p, next_offset, watermark, counters)) in job.partitions.iter().enumerate() {
+    for (i, cut) in job.partitions.into_iter().enumerate() {
+        let p = cut.partition;
         let file = format!("p-{p:06}.state");
         let path = job.dir.join(&file);
-        let mut w = SnapshotWriter::create(&path, *p)?;
-        job.store.export_partition(*p, |k, v| w.entry(k, v))?;
+        let mut w = SnapshotWriter::create(&path, p)?;
+        job.store.export_partition(p, |k, v| w.entry(k, v))?;
         let (bytes, sha256) = w.finish(&path)?;
         entries.push(PartitionEntry {
-            partition: *p,
-            next_offset: *next_offset,
-            watermark: *watermark,
-            counters: *counters,
+            partition: p,
+            next_offset: cut.next_offset,
+            watermark: cut.watermark,
+            counters: cut.counters,
             file,
             bytes,
             sha256,
+            offsets: cut.offsets,
         });
         if i == 0 {
             crate::failpoint::hit("mid_state_write");

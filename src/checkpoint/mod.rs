@@ -30,12 +30,15 @@
 
 pub mod export;
 pub mod file;
+pub mod ledger;
 pub mod store;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::engine::{Counters, EngineConfig};
+use crate::state::NextOffset;
+pub use ledger::OffsetLedger;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
@@ -64,7 +67,9 @@ pub fn io_err(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Checkpoi
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct CheckpointId(pub u64);
 
-pub const MANIFEST_FORMAT: u32 = 1;
+/// Format 2 added `PartitionEntry::offsets` (the offset ledger); format 1 is
+/// still read (see `ledger`).
+pub const MANIFEST_FORMAT: u32 = 2;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -82,13 +87,15 @@ pub struct Manifest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionEntry {
     pub partition: i32,
-    pub next_offset: i64,
+    pub next_offset: NextOffset,
     pub watermark: Option<i64>,
     pub counters: Counters,
     pub file: String,
     pub bytes: u64,
     /// sha256 (hex) of the file.
     pub sha256: String,
+    /// Where the offsets before `next_offset` went (see `ledger`).
+    pub offsets: OffsetLedger,
 }
 
 impl Manifest {

@@ -9,9 +9,11 @@ use sha2::{Digest, Sha256};
 use tracing::{error, info, warn};
 
 use super::file::{hash_file, parse_snapshot, read_hashed};
-use super::{io_err, CheckpointError, CheckpointId, Manifest, MANIFEST_FORMAT};
-use crate::engine::TaskSnapshot;
-use crate::state::{decode_partition, StateStore};
+use super::{
+    io_err, CheckpointError, CheckpointId, Manifest, OffsetLedger, PartitionEntry, MANIFEST_FORMAT,
+};
+use crate::engine::{Counters, TaskSnapshot};
+use crate::state::{decode_partition, NextOffset, StateStore};
 
 pub const MANIFEST: &str = "MANIFEST";
 
@@ -27,7 +29,9 @@ pub struct Listed {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Restored {
     pub checkpoint: PathBuf,
-    pub next_offset: i64,
+    pub next_offset: NextOffset,
+    /// The offset ledger at `next_offset`.
+    pub offsets: OffsetLedger,
     /// Newer candidates skipped because their files were damaged.
     pub skipped: usize,
     /// The restored state, ready for `PartitionTask::restore`.
@@ -183,10 +187,11 @@ impl CheckpointStore {
                     if skipped > 0 {
                         error!(partition = p, checkpoint = %dir.display(), skipped, "RESTORED FROM AN OLDER CHECKPOINT: newer ones are damaged");
                     }
-                    info!(partition = p, checkpoint = %dir.display(), next_offset = entry.next_offset, "restored");
+                    info!(partition = p, checkpoint = %dir.display(), next_offset = entry.next_offset.0, "restored");
                     return Ok(Some(Restored {
                         checkpoint: dir.clone(),
                         next_offset: entry.next_offset,
+                        offsets: entry.offsets.clone(),
                         skipped,
                         snapshot,
                     }));
@@ -321,16 +326,79 @@ pub fn read_manifest(path: &Path) -> Result<Manifest, CheckpointError> {
     if Sha256::digest(body).as_slice() != sum {
         return Err(corrupt("manifest checksum mismatch".into()));
     }
-    let (m, _): (Manifest, usize) =
-        bincode::serde::decode_from_slice(body, bincode::config::standard())
-            .map_err(|e| corrupt(e.to_string()))?;
-    if m.format != MANIFEST_FORMAT {
-        return Err(corrupt(format!(
-            "manifest format {} is not {MANIFEST_FORMAT}",
-            m.format
-        )));
+    let decode_err = |e: bincode::error::DecodeError| corrupt(e.to_string());
+    // The format is the first field of every version.
+    let (format, _): (u32, usize) =
+        bincode::serde::decode_from_slice(body, bincode::config::standard()).map_err(decode_err)?;
+    match format {
+        MANIFEST_FORMAT => {
+            let (m, _): (Manifest, usize) =
+                bincode::serde::decode_from_slice(body, bincode::config::standard())
+                    .map_err(decode_err)?;
+            Ok(m)
+        }
+        1 => {
+            let (m, _): (ManifestV1, usize) =
+                bincode::serde::decode_from_slice(body, bincode::config::standard())
+                    .map_err(decode_err)?;
+            Ok(m.upgrade())
+        }
+        other => Err(corrupt(format!(
+            "manifest format {other} is not one this tally reads (1, {MANIFEST_FORMAT})"
+        ))),
     }
-    Ok(m)
+}
+
+/// Manifest format 1: no offset ledger.
+#[derive(serde::Deserialize)]
+struct ManifestV1 {
+    _format: u32,
+    id: CheckpointId,
+    worker: String,
+    created_at_ms: i64,
+    group: String,
+    topic: String,
+    fingerprint: String,
+    partitions: Vec<PartitionEntryV1>,
+}
+
+#[derive(serde::Deserialize)]
+struct PartitionEntryV1 {
+    partition: i32,
+    next_offset: NextOffset,
+    watermark: Option<i64>,
+    counters: Counters,
+    file: String,
+    bytes: u64,
+    sha256: String,
+}
+
+impl ManifestV1 {
+    fn upgrade(self) -> Manifest {
+        Manifest {
+            format: MANIFEST_FORMAT,
+            id: self.id,
+            worker: self.worker,
+            created_at_ms: self.created_at_ms,
+            group: self.group,
+            topic: self.topic,
+            fingerprint: self.fingerprint,
+            partitions: self
+                .partitions
+                .into_iter()
+                .map(|e| PartitionEntry {
+                    offsets: OffsetLedger::without_gaps(e.counters.consumed, e.next_offset),
+                    partition: e.partition,
+                    next_offset: e.next_offset,
+                    watermark: e.watermark,
+                    counters: e.counters,
+                    file: e.file,
+                    bytes: e.bytes,
+                    sha256: e.sha256,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// Writes `MANIFEST` into `dir`: temp name, fsync, rename, fsync of the directory.
@@ -353,4 +421,91 @@ pub fn write_manifest(dir: &Path, m: &Manifest) -> Result<(), CheckpointError> {
         .and_then(|d| d.sync_all())
         .map_err(io_err(dir))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A format-1 partition entry as written: partition, next offset, watermark,
+    /// counters, file, bytes, sha256.
+    type EntryV1 = (i32, NextOffset, Option<i64>, Counters, String, u64, String);
+
+    /// Format 1 as it was written (no ledger).
+    #[derive(serde::Serialize)]
+    struct WrittenV1 {
+        format: u32,
+        id: CheckpointId,
+        worker: String,
+        created_at_ms: i64,
+        group: String,
+        topic: String,
+        fingerprint: String,
+        partitions: Vec<EntryV1>,
+    }
+
+    fn write_raw(dir: &Path, body: &[u8]) -> PathBuf {
+        let path = dir.join(MANIFEST);
+        let mut bytes = body.to_vec();
+        bytes.extend_from_slice(&Sha256::digest(body));
+        fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_format_1_manifest_reads_as_no_gap_and_format_2_round_trips() {
+        let dir = std::env::temp_dir().join(format!("tally-manifest-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let counters = Counters {
+            consumed: 90,
+            folded: 90,
+            ..Counters::default()
+        };
+        let v1 = WrittenV1 {
+            format: 1,
+            id: CheckpointId(7),
+            worker: "w".into(),
+            created_at_ms: 1,
+            group: "g".into(),
+            topic: "t".into(),
+            fingerprint: "f".into(),
+            partitions: vec![(
+                3,
+                NextOffset(100),
+                Some(5),
+                counters,
+                "p-000003.state".into(),
+                10,
+                "ab".into(),
+            )],
+        };
+        let body = bincode::serde::encode_to_vec(&v1, bincode::config::standard()).unwrap();
+        let m = read_manifest(&write_raw(&dir, &body)).unwrap();
+        assert_eq!(m.format, MANIFEST_FORMAT);
+        let e = m.entry(3).unwrap();
+        assert_eq!(
+            (e.next_offset, e.bytes, e.watermark),
+            (NextOffset(100), 10, Some(5))
+        );
+        assert_eq!(e.offsets, OffsetLedger::without_gaps(90, NextOffset(100)));
+
+        let mut v2 = m.clone();
+        v2.partitions[0]
+            .offsets
+            .accept_gap(super::super::ledger::Gap {
+                from: 0,
+                to: 10,
+                at_ms: 2,
+            });
+        write_manifest(&dir, &v2).unwrap();
+        assert_eq!(read_manifest(&dir.join(MANIFEST)).unwrap(), v2);
+
+        let mut v9 = body.clone();
+        v9[0] = 9;
+        let e = read_manifest(&write_raw(&dir, &v9))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("manifest format 9"), "{e}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -11,9 +11,9 @@ use std::time::Instant;
 
 use clap::Args;
 
-use crate::checkpoint::export::{self, ExportJob};
+use crate::checkpoint::export::{self, ExportJob, ExportPartition};
 use crate::checkpoint::store::CheckpointStore;
-use crate::checkpoint::CheckpointId;
+use crate::checkpoint::{CheckpointId, OffsetLedger};
 use crate::engine::{EngineConfig, PartitionTask, RecordIn, TimeSource};
 use crate::model::{NanoPer1k, PriceEntry, PriceTable};
 use crate::state::{NextOffset, PartitionCommit, StateStore};
@@ -98,47 +98,54 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             feed(t, p * per..(p + 1) * per, 0);
         }
         let mut id = 0u64;
-        let mut checkpoint =
-            |tasks: &mut Vec<PartitionTask>, offset: i64| -> anyhow::Result<(f64, f64, u64)> {
-                let started = Instant::now();
-                let parts = tasks
-                    .iter_mut()
-                    .map(|t| PartitionCommit {
-                        partition: t.partition(),
-                        next_offset: NextOffset(offset),
-                        delta: t.drain_changes(),
-                    })
-                    .collect();
-                store.commit(parts)?;
-                id += 1;
-                let listed = tasks
-                    .iter()
-                    .map(|t| (t.partition(), offset, Some(t.watermark()), t.counters()))
-                    .collect();
-                let job = ExportJob {
-                    id: CheckpointId(id),
-                    dir: checkpoints.dir_for(CheckpointId(id)),
-                    worker: "bench".into(),
-                    group: "bench".into(),
-                    topic: "requests".into(),
-                    fingerprint: "bench".into(),
-                    created_at_ms: 0,
-                    partitions: listed,
-                    store: store.clone(),
-                };
-                let handle = export::spawn(job)?;
-                let pause = started.elapsed().as_secs_f64() * 1e3;
-                let manifest = handle
-                    .join()
-                    .map_err(|_| anyhow::anyhow!("export panicked"))??;
-                let total = started.elapsed().as_secs_f64() * 1e3;
-                checkpoints.retain(CheckpointId(id))?;
-                Ok((
-                    pause,
-                    total,
-                    manifest.partitions.iter().map(|e| e.bytes).sum(),
-                ))
+        let mut checkpoint = |tasks: &mut Vec<PartitionTask>,
+                              offset: i64|
+         -> anyhow::Result<(f64, f64, u64)> {
+            let started = Instant::now();
+            let parts = tasks
+                .iter_mut()
+                .map(|t| PartitionCommit {
+                    partition: t.partition(),
+                    next_offset: NextOffset(offset),
+                    delta: t.drain_changes(),
+                })
+                .collect();
+            store.commit(parts)?;
+            id += 1;
+            let listed = tasks
+                .iter()
+                .map(|t| ExportPartition {
+                    partition: t.partition(),
+                    next_offset: NextOffset(offset),
+                    watermark: Some(t.watermark()),
+                    counters: t.counters(),
+                    offsets: OffsetLedger::without_gaps(t.counters().consumed, NextOffset(offset)),
+                })
+                .collect();
+            let job = ExportJob {
+                id: CheckpointId(id),
+                dir: checkpoints.dir_for(CheckpointId(id)),
+                worker: "bench".into(),
+                group: "bench".into(),
+                topic: "requests".into(),
+                fingerprint: "bench".into(),
+                created_at_ms: 0,
+                partitions: listed,
+                store: store.clone(),
             };
+            let handle = export::spawn(job)?;
+            let pause = started.elapsed().as_secs_f64() * 1e3;
+            let manifest = handle
+                .join()
+                .map_err(|_| anyhow::anyhow!("export panicked"))??;
+            let total = started.elapsed().as_secs_f64() * 1e3;
+            checkpoints.retain(CheckpointId(id))?;
+            Ok((
+                pause,
+                total,
+                manifest.partitions.iter().map(|e| e.bytes).sum(),
+            ))
+        };
         let (first_pause, _, _) = checkpoint(&mut tasks, 1)?;
         let mut pauses = Vec::new();
         let mut durations = Vec::new();

@@ -54,7 +54,10 @@ pub fn run(a: CheckpointsArgs) -> anyhow::Result<()> {
                         let offsets: Vec<String> = m
                             .partitions
                             .iter()
-                            .map(|e| format!("{}:{}", e.partition, e.next_offset))
+                            .map(|e| match e.offsets.gap_offsets {
+                                0 => format!("{}:{}", e.partition, e.next_offset.0),
+                                gap => format!("{}:{}(gap {gap})", e.partition, e.next_offset.0),
+                            })
                             .collect();
                         let age = (now_ms() - m.created_at_ms).max(0) / 1000;
                         println!(

@@ -30,7 +30,12 @@ pub struct RunArgs {
     /// re-emitted with unchanged content are ignored by the sink.
     #[arg(long, value_enum, value_name = "WHERE")]
     pub reset_state: Option<ResetState>,
-    /// Accept partitions whose log no longer starts at offset 0 (records deleted).
+    /// Accept records deleted by the broker (retention, DeleteRecords) before tally
+    /// read them: at a restore, at a fresh start on a log that no longer begins at
+    /// 0, or while running behind the log start. Without it tally refuses, naming
+    /// the partition and the offsets. Accepted gaps are never billed; they are
+    /// logged (ACCEPTED GAP), counted in tally_offsets_gap_total and recorded in
+    /// the checkpoint.
     #[arg(long)]
     pub allow_truncated_log: bool,
 }

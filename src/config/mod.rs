@@ -392,6 +392,18 @@ impl Config {
                 "must differ from topics.results and topics.late",
             ));
         }
+        for key in crate::kafka::OWNED_CONSUMER_PROPERTIES {
+            if let Some(v) = self.kafka.properties.get(*key) {
+                return Err(invalid(
+                    format!("kafka.\"{key}\""),
+                    format!(
+                        "is set to {v:?}, but tally sets it itself: offsets are committed only with \
+                         checkpoints, and a position outside the log is refused or, with \
+                         `--allow-truncated-log`, accounted for — never reset silently. Remove the key."
+                    ),
+                ));
+            }
+        }
         // Prices are checked when present; commands that price require them
         // (`engine()`); the sink and the broker do not.
         if !self.prices.is_empty() {
@@ -544,6 +556,21 @@ mod tests {
         // Prices are optional for the sink and the broker, required to price.
         let bare = load("", &[]).unwrap();
         assert!(bare.engine().unwrap_err().to_string().contains("prices"));
+    }
+
+    #[test]
+    fn the_properties_tally_owns_are_refused() {
+        for key in crate::kafka::OWNED_CONSUMER_PROPERTIES {
+            let e = load(&format!("[kafka]\n\"{key}\" = \"earliest\"\n{PRICES}"), &[])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(key) && e.contains("--allow-truncated-log"),
+                "{e}"
+            );
+        }
+        let env = load(PRICES, &[("TALLY_KAFKA__AUTO_OFFSET_RESET", "earliest")]);
+        assert!(env.unwrap_err().to_string().contains("auto.offset.reset"));
     }
 
     #[test]

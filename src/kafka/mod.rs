@@ -58,12 +58,15 @@ pub const PRODUCER_DEFAULTS: &[(&str, &str)] = &[
     ("queue.buffering.max.messages", "500000"),
 ];
 
-/// Consumer defaults: offsets are committed by tally only after a state commit;
-/// a group without committed offsets starts from the earliest offset.
+/// Consumer defaults: offsets are committed by tally only after a state commit.
+/// Every start offset is decided by tally at assignment (checkpoint, or log start),
+/// so `auto.offset.reset` only ever acts when a position falls out of the log —
+/// records deleted before tally read them. `error` makes that a consumer error
+/// tally refuses or accounts for (`checkpoint::ledger`), never a silent jump.
 pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     ("enable.auto.commit", "false"),
     ("enable.auto.offset.store", "false"),
-    ("auto.offset.reset", "earliest"),
+    ("auto.offset.reset", "error"),
     ("session.timeout.ms", "6000"),
     ("heartbeat.interval.ms", "1000"),
     ("enable.partition.eof", "false"),
@@ -78,6 +81,15 @@ pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     // A worker that does not poll for this long is stuck; it also bounds how long a
     // rebalance waits for a member that died mid-join.
     ("max.poll.interval.ms", "60000"),
+];
+
+/// librdkafka properties tally sets itself because its guarantees rest on them
+/// (offsets committed only with checkpoints, no silent offset reset); the config
+/// refuses them under `[kafka]`.
+pub const OWNED_CONSUMER_PROPERTIES: &[&str] = &[
+    "enable.auto.commit",
+    "enable.auto.offset.store",
+    "auto.offset.reset",
 ];
 
 /// Consumer defaults that only the classic group protocol accepts; under

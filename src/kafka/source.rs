@@ -7,6 +7,7 @@
 //! lets the worker checkpoint revoked partitions through `on_revoke`. Refusals and
 //! failures are recorded as a fatal error that the worker loop reports and exits on.
 
+use std::ffi::CString;
 use std::sync::{Arc, Mutex};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
@@ -16,13 +17,17 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::ClientContext;
 use tracing::{error, info, warn};
 
+use crate::state::NextOffset;
+
 /// Options for partitions without any checkpoint.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct StartPolicy {
     /// Ignore checkpoints and committed offsets of assigned partitions and rebuild
     /// them from the log start.
     pub reset_state_earliest: bool,
-    /// Accept a log start above 0 (records deleted by retention).
+    /// Accept offsets deleted by retention before tally read them (a log start
+    /// above a partition's next offset): skip them, log, count and checkpoint the
+    /// gap (see `checkpoint::ledger`). Without it such a gap is refused.
     pub allow_truncated_log: bool,
 }
 
@@ -33,7 +38,7 @@ pub trait RebalanceHandler: Send {
         &mut self,
         consumer: &Source,
         partitions: &[i32],
-    ) -> Result<Vec<(i32, i64)>, String>;
+    ) -> Result<Vec<(i32, NextOffset)>, String>;
     /// Checkpoints and releases `partitions`.
     fn on_revoke(&mut self, consumer: &Source, partitions: &[i32]) -> Result<(), String>;
 }
@@ -93,9 +98,10 @@ impl ConsumerContext for SourceContext {
                 match handler.on_assign(consumer, &partitions) {
                     Ok(starts) => {
                         for (p, start) in &starts {
-                            let _ = tpl.set_partition_offset(&topic, *p, Offset::Offset(*start));
+                            let _ = tpl.set_partition_offset(&topic, *p, Offset::Offset(start.0));
                         }
-                        info!(partitions = ?starts, "assigned");
+                        let at: Vec<(i32, i64)> = starts.iter().map(|(p, o)| (*p, o.0)).collect();
+                        info!(partitions = ?at, "assigned");
                         if cooperative {
                             consumer.incremental_assign(tpl)
                         } else {
@@ -128,4 +134,24 @@ impl ConsumerContext for SourceContext {
             self.fail(format!("applying the assignment: {e}"));
         }
     }
+}
+
+/// The log start of `topic`/`partition` as librdkafka last saw it in a fetch
+/// response (no network round trip); `None` before the first fetch.
+pub fn cached_log_start(consumer: &Source, topic: &str, partition: i32) -> Option<i64> {
+    let topic = CString::new(topic).ok()?;
+    let (mut low, mut high) = (-1i64, -1i64);
+    // SAFETY: a live client handle, a NUL-terminated topic name, and two valid
+    // out-pointers; the call only reads librdkafka's cached partition state.
+    let err = unsafe {
+        rdkafka::bindings::rd_kafka_get_watermark_offsets(
+            consumer.client().native_ptr(),
+            topic.as_ptr(),
+            partition,
+            &mut low,
+            &mut high,
+        )
+    };
+    (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && low >= 0)
+        .then_some(low)
 }

@@ -9,11 +9,16 @@
 //! - `tally_panes_total{partition}`, `tally_open_windows{partition}`, `tally_dedup_ids{partition}`
 //! - `tally_spilled_windows{partition}` — windows evicted to RocksDB (memory budget)
 //! - `tally_idle_advances_total{partition}`
+//! - `tally_offsets_gap_total{partition}` — offsets deleted before tally read them,
+//!   accepted with `--allow-truncated-log` (never billed)
+//! - `tally_offsets_empty_total{partition}` — offsets without a record (transaction
+//!   markers, aborted or compacted records)
 //! - `tally_event_delay_ms{partition,quantile}` — wall clock at ingest minus event time
 //! - `tally_event_disorder_ms{partition,quantile}` — partition max event time minus event time
 //! - `tally_pane_ack_latency_us{quantile}` — on-time pane: the watermark passing the
 //!   window end → the pane acknowledged by Kafka (this worker process, µs)
-//! - `tally_audit_balanced` — 1 when consumed = folded + too_late + dead_letter + duplicate everywhere
+//! - `tally_audit_balanced` — 1 when consumed = folded + too_late + dead_letter + duplicate
+//!   and consumed + empty + gap offsets = next offset, everywhere
 
 pub mod histogram;
 
@@ -23,7 +28,9 @@ use serde::{Deserialize, Serialize};
 
 pub use histogram::Histogram;
 
+use crate::checkpoint::OffsetLedger;
 use crate::engine::Counters;
+use crate::state::NextOffset;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PartitionReport {
@@ -35,6 +42,9 @@ pub struct PartitionReport {
     pub idle_ms: u64,
     pub idle_advances: u64,
     pub counters: Counters,
+    /// Where the offsets before `next_offset` went (`checkpoint::ledger`).
+    #[serde(default)]
+    pub offsets: OffsetLedger,
     pub open_windows: usize,
     /// Of `open_windows`, those evicted to RocksDB under the memory budget.
     #[serde(default)]
@@ -90,7 +100,11 @@ impl WorkerReport {
     }
 
     pub fn balanced(&self) -> bool {
-        self.partitions.iter().all(|p| p.counters.balanced())
+        self.partitions.iter().all(|p| {
+            p.counters.balanced()
+                && p.offsets
+                    .balanced(p.counters.consumed, NextOffset(p.next_offset))
+        })
     }
 
     pub fn render_prometheus(&self) -> String {
@@ -181,6 +195,16 @@ impl WorkerReport {
                 "tally_idle_advances_total",
                 "Watermark advances forced by idleness.",
                 |p| p.idle_advances,
+            ),
+            (
+                "tally_offsets_gap_total",
+                "Offsets deleted before tally read them, accepted with --allow-truncated-log (not billed).",
+                |p| p.offsets.gap_offsets,
+            ),
+            (
+                "tally_offsets_empty_total",
+                "Offsets without a record: transaction markers, aborted or compacted records.",
+                |p| p.offsets.empty_offsets,
             ),
         ] {
             let kind = if name.ends_with("_total") {
@@ -325,7 +349,7 @@ mod tests {
             partition: p,
             watermark: w,
             max_ts: w,
-            next_offset: 0,
+            next_offset: 3,
             idle_ms,
             idle_advances: 0,
             counters: Counters {
@@ -333,6 +357,7 @@ mod tests {
                 folded: 3,
                 ..Default::default()
             },
+            offsets: OffsetLedger::default(),
             open_windows: 1,
             spilled_windows: 0,
             dedup_ids: 3,

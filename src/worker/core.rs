@@ -26,24 +26,26 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::consumer::{CommitMode, Consumer, RebalanceProtocol};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::clock;
 use super::report::Publisher;
 use super::WorkerError;
-use crate::checkpoint::export::{self, ExportJob};
+use crate::checkpoint::export::{self, ExportJob, ExportPartition};
+use crate::checkpoint::ledger::{self, Gap};
 use crate::checkpoint::store::CheckpointStore;
 use crate::checkpoint::store::Restored;
+use crate::checkpoint::OffsetLedger;
 use crate::checkpoint::{CheckpointError, CheckpointId, Manifest};
 use crate::engine::{
     Counters, EngineConfig, PartitionTask, RecordIn, ResultRecord, Route, TaskSnapshot,
 };
 use crate::failpoint;
 use crate::kafka::outputs::{source_coords, Outputs};
-use crate::kafka::source::{RebalanceHandler, Source, StartPolicy};
+use crate::kafka::source::{cached_log_start, RebalanceHandler, Source, StartPolicy};
 use crate::kafka::{now_ms, KafkaIoError};
 use crate::metrics::{PartitionReport, WorkerReport};
 use crate::state::{NextOffset, PartitionCommit, StateStore};
@@ -55,6 +57,43 @@ pub struct Slot {
     pub end: i64,
     /// `clock::mono_ms()` of this partition's last record.
     pub last_record: i64,
+    /// Where the offsets before `next` went (checkpointed with the state).
+    pub offsets: OffsetLedger,
+}
+
+/// A gap of deleted offsets: refused, or with `--allow-truncated-log` accepted
+/// into `ledger` (logged). `how` says how it was found.
+fn accept_gap(
+    policy: StartPolicy,
+    topic: &str,
+    p: i32,
+    gap: Gap,
+    ledger: &mut OffsetLedger,
+    how: &str,
+) -> Result<(), WorkerError> {
+    if gap.is_empty() {
+        return Ok(());
+    }
+    if !policy.allow_truncated_log {
+        return Err(WorkerError::Refused(format!(
+            "partition {topic}/{p}: {gap} were deleted by the broker (retention.ms, retention.bytes or \
+             DeleteRecords) before tally read them: {how}. None of them is billed, and the last checkpoint \
+             is intact, so a plain restart refuses again. Either bring the records back (restore the topic \
+             from a backup, then restart), or accept the gap: restart with `--allow-truncated-log` — it \
+             is logged, counted in tally_offsets_gap_total and recorded in the checkpoint. Then find out why \
+             tally fell behind and raise the topic's retention."
+        )));
+    }
+    error!(
+        partition = p,
+        from = gap.from,
+        to = gap.to,
+        records = gap.len(),
+        how,
+        "ACCEPTED GAP (--allow-truncated-log): records deleted before tally read them are not billed"
+    );
+    ledger.accept_gap(gap);
+    Ok(())
 }
 
 /// A checkpoint whose files are being written: its id, barrier time and thread.
@@ -106,7 +145,11 @@ impl Core {
     /// `PartitionTask::process_batch`). Per partition, records keep their order;
     /// results, late events and dead letters go to different topics, so their
     /// relative order across topics is not part of the contract.
-    pub fn process_batch(&mut self, msgs: &[BorrowedMessage<'_>]) -> Result<(), WorkerError> {
+    pub fn process_batch(
+        &mut self,
+        consumer: &Source,
+        msgs: &[BorrowedMessage<'_>],
+    ) -> Result<(), WorkerError> {
         let mut start = 0;
         while start < msgs.len() {
             let p = msgs[start].partition();
@@ -114,14 +157,19 @@ impl Core {
                 .iter()
                 .take_while(|m| m.partition() == p)
                 .count();
-            self.process_run(p, &msgs[start..start + run])?;
+            self.process_run(consumer, p, &msgs[start..start + run])?;
             start += run;
         }
         Ok(())
     }
 
     /// Consecutive records of partition `p`.
-    fn process_run(&mut self, p: i32, msgs: &[BorrowedMessage<'_>]) -> Result<(), WorkerError> {
+    fn process_run(
+        &mut self,
+        consumer: &Source,
+        p: i32,
+        msgs: &[BorrowedMessage<'_>],
+    ) -> Result<(), WorkerError> {
         let Some(slot) = self.slots.get_mut(&p) else {
             warn!(
                 partition = p,
@@ -139,6 +187,21 @@ impl Core {
         let Some(last) = msgs.last() else {
             return Ok(());
         };
+        // Offsets the records skip (see `checkpoint::ledger`): empty ones in the
+        // retained log, or — below the log start — deleted ones.
+        let mut expected = slot.next.0;
+        for m in &msgs {
+            if m.offset() > expected {
+                let low = cached_log_start(consumer, &self.topic, p);
+                let skip = ledger::classify(expected, m.offset(), low, now_ms());
+                if let Some(gap) = skip.deleted {
+                    let how = "the records after them arrived without them";
+                    accept_gap(self.policy, &self.topic, p, gap, &mut slot.offsets, how)?;
+                }
+                slot.offsets.empty(skip.empty);
+            }
+            expected = m.offset() + 1;
+        }
         let now = clock::wall_ms();
         let recs: Vec<RecordIn<'_>> = msgs
             .iter()
@@ -257,8 +320,13 @@ impl Core {
                 next_offset: s.next,
                 delta: s.task.drain_changes(),
             });
-            let wm = s.task.max_ts().map(|_| s.task.watermark());
-            listed.push((*p, s.next.0, wm, s.task.counters()));
+            listed.push(ExportPartition {
+                partition: *p,
+                next_offset: s.next,
+                watermark: s.task.max_ts().map(|_| s.task.watermark()),
+                counters: s.task.counters(),
+                offsets: s.offsets.clone(),
+            });
         }
         self.store.commit(parts)?;
         self.evict_to_budget();
@@ -298,7 +366,7 @@ impl Core {
         failpoint::hit("after_manifest");
         let mut tpl = TopicPartitionList::new();
         for e in &manifest.partitions {
-            tpl.add_partition_offset(&self.topic, e.partition, Offset::Offset(e.next_offset))
+            tpl.add_partition_offset(&self.topic, e.partition, Offset::Offset(e.next_offset.0))
                 .map_err(KafkaIoError::client("building the offset list"))?;
         }
         for mut elem in tpl.elements_for_topic(&self.topic) {
@@ -319,10 +387,11 @@ impl Core {
             pause_ms = self.pauses_ms.last().copied().unwrap_or(0),
             duration_ms = started.elapsed().as_millis() as u64,
             bytes = manifest.partitions.iter().map(|e| e.bytes).sum::<u64>(),
-            offsets = ?manifest.partitions.iter().map(|e| (e.partition, e.next_offset)).collect::<Vec<_>>(),
+            offsets = ?manifest.partitions.iter().map(|e| (e.partition, e.next_offset.0)).collect::<Vec<_>>(),
+            gap_offsets = manifest.partitions.iter().map(|e| e.offsets.gap_offsets).sum::<u64>(),
             consumed = total.consumed, folded = total.folded, too_late = total.too_late,
             dead_letter = total.dead_letter, duplicate = total.duplicate, panes = total.panes,
-            audit_balanced = total.balanced(),
+            audit_balanced = self.balanced(),
             "checkpoint complete"
         );
         Ok(())
@@ -354,7 +423,7 @@ impl Core {
         consumer: &Source,
         p: i32,
         restored: Result<Option<Restored>, CheckpointError>,
-    ) -> Result<i64, WorkerError> {
+    ) -> Result<NextOffset, WorkerError> {
         let timeout = Duration::from_secs(10);
         let (low, high) =
             consumer
@@ -369,10 +438,11 @@ impl Core {
             other => WorkerError::Checkpoint(other),
         })?;
         let mut snapshot = TaskSnapshot::default();
-        let start = match restored {
+        let fresh = restored.is_none();
+        let (start, mut offsets) = match restored {
             Some(r) => {
                 snapshot = r.snapshot;
-                r.next_offset
+                (r.next_offset.0, r.offsets)
             }
             None => {
                 self.store.drop_partition(p)?;
@@ -399,14 +469,7 @@ impl Core {
                         "rebuilding from the log start as requested (--reset-state earliest)"
                     );
                 }
-                if low > 0 && !self.policy.allow_truncated_log {
-                    return Err(WorkerError::Refused(format!(
-                        "partition {topic}/{p} has no checkpoint and its log starts at offset {low}, not 0: the \
-                         broker already deleted records, so a replay would bill a partial history. Restore the \
-                         checkpoint directory, or accept the gap with `--allow-truncated-log`."
-                    )));
-                }
-                low
+                (0, OffsetLedger::default())
             }
         };
         if start > high {
@@ -415,11 +478,22 @@ impl Core {
                  topic was recreated or the broker lost data. Refusing to guess."
             )));
         }
-        if start < low && !self.policy.allow_truncated_log {
-            return Err(WorkerError::Refused(format!(
-                "partition {topic}/{p}: the checkpoint resumes at offset {start} but the log now starts at {low}: \
-                 records in between were deleted before tally read them. Accept the gap with `--allow-truncated-log`."
-            )));
+        if start < low {
+            let how = if fresh {
+                format!(
+                    "the partition has no checkpoint in {} and its log starts at offset {low}, not 0, so a \
+                     replay would bill a partial history (if it had checkpoints, restore that directory)",
+                    self.checkpoints.root().display()
+                )
+            } else {
+                format!("the checkpoint resumes at offset {start} but the log now starts at {low}")
+            };
+            let gap = Gap {
+                from: start,
+                to: low,
+                at_ms: now_ms(),
+            };
+            accept_gap(self.policy, topic, p, gap, &mut offsets, &how)?;
         }
         let mut task = PartitionTask::restore(p, self.engine.clone(), snapshot);
         // The store holds exactly this state now (imported or empty).
@@ -431,9 +505,10 @@ impl Core {
                 next: NextOffset(start.max(low)),
                 end: high,
                 last_record: clock::mono_ms(),
+                offsets,
             },
         );
-        Ok(start.max(low))
+        Ok(NextOffset(start.max(low)))
     }
 
     /// Memory pressure between checkpoints: writes the changed windows to the
@@ -498,11 +573,90 @@ impl Core {
         for (p, s) in &self.slots {
             let c = s.task.counters();
             if !c.balanced() {
-                tracing::error!(partition = p, ?c, "CONSERVATION AUDIT FAILED: consumed != folded + too_late + dead_letter + duplicate");
+                error!(partition = p, ?c, "CONSERVATION AUDIT FAILED: consumed != folded + too_late + dead_letter + duplicate");
+            }
+            if !s.offsets.balanced(c.consumed, s.next) {
+                error!(partition = p, consumed = c.consumed, next_offset = s.next.0, offsets = ?s.offsets, "OFFSET AUDIT FAILED: consumed + empty_offsets + gap_offsets != next_offset");
             }
             total.add(&c);
         }
         total
+    }
+
+    /// Both audits hold on every partition: each record consumed has one route,
+    /// and each offset advanced over is a record, an empty offset or an accepted gap.
+    pub fn balanced(&self) -> bool {
+        self.slots.values().all(|s| {
+            let c = s.task.counters();
+            c.balanced() && s.offsets.balanced(c.consumed, s.next)
+        })
+    }
+
+    /// Librdkafka reported a fetch position out of range (`auto.offset.reset` is
+    /// `error`, so it stops that partition instead of jumping). Each owned
+    /// partition's next offset is checked against the broker's log: below the log
+    /// start is a gap — refused, or accepted and fetched on from the log start;
+    /// past the log end is refused. The report does not say which partition, so
+    /// all are checked; a partition whose next offset is below the log start has a
+    /// gap whether or not librdkafka still held some of it in its fetch queue: the
+    /// broker no longer has those records, so no checkpoint could replay them.
+    pub fn out_of_range(&mut self, consumer: &Source) -> Result<(), WorkerError> {
+        let timeout = Duration::from_secs(10);
+        let mut moved = false;
+        for (p, slot) in self.slots.iter_mut() {
+            let (low, high) = consumer
+                .fetch_watermarks(&self.topic, *p, timeout)
+                .map_err(KafkaIoError::client(format!(
+                    "reading the log range of {}/{p}",
+                    self.topic
+                )))?;
+            let next = slot.next.0;
+            if next > high {
+                return Err(WorkerError::Refused(format!(
+                    "partition {}/{p}: tally reads on at offset {next} but the log ends at {high}: the topic \
+                     was recreated or the broker lost data. Refusing to guess; if the topic was recreated on \
+                     purpose, start a new consumer group (or `--reset-state earliest`).",
+                    self.topic
+                )));
+            }
+            if next < low {
+                let gap = Gap {
+                    from: next,
+                    to: low,
+                    at_ms: now_ms(),
+                };
+                let how = "this worker fell behind the log start while running";
+                accept_gap(self.policy, &self.topic, *p, gap, &mut slot.offsets, how)?;
+                slot.next = NextOffset(low);
+                moved = true;
+            }
+        }
+        if !moved {
+            warn!("librdkafka reported an offset out of range, but every partition's next offset is inside its log; fetching on from each");
+        }
+        // Restarts the stopped fetch (and drops anything fetched before the gap).
+        // A seek is refused on a partition librdkafka stopped, so the owned
+        // partitions are assigned again, each at its next offset.
+        let mut tpl = TopicPartitionList::new();
+        for (p, slot) in &self.slots {
+            tpl.add_partition_offset(&self.topic, *p, Offset::Offset(slot.next.0))
+                .map_err(KafkaIoError::client("building the assignment"))?;
+        }
+        let reassigned = if matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        ) {
+            consumer
+                .incremental_unassign(&tpl)
+                .and_then(|_| consumer.incremental_assign(&tpl))
+        } else {
+            consumer.assign(&tpl)
+        };
+        reassigned.map_err(KafkaIoError::client(
+            "fetching on after an offset out of range",
+        ))?;
+        info!(partitions = ?self.slots.iter().map(|(p, s)| (*p, s.next.0)).collect::<Vec<_>>(), "fetching on");
+        Ok(())
     }
 
     pub fn report(&self) -> WorkerReport {
@@ -520,6 +674,7 @@ impl Core {
                     watermark: s.task.max_ts().map(|_| s.task.watermark()),
                     max_ts: s.task.max_ts(),
                     next_offset: s.next.0,
+                    offsets: s.offsets.clone(),
                     idle_ms: (clock::mono_ms() - s.last_record).max(0) as u64,
                     idle_advances: s.task.counters().idle_advances,
                     counters: s.task.counters(),
@@ -540,7 +695,7 @@ impl RebalanceHandler for Core {
         &mut self,
         consumer: &Source,
         partitions: &[i32],
-    ) -> Result<Vec<(i32, i64)>, String> {
+    ) -> Result<Vec<(i32, NextOffset)>, String> {
         // The store must not be written while an export reads it.
         self.finish_export(consumer).map_err(|e| e.to_string())?;
         self.assigned_once = true;

@@ -27,8 +27,9 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::WorkerError;
-use crate::checkpoint::export::{self, ExportJob};
+use crate::checkpoint::export::{self, ExportJob, ExportPartition};
 use crate::checkpoint::store::CheckpointStore;
+use crate::checkpoint::OffsetLedger;
 use crate::checkpoint::{CheckpointError, CheckpointId, Manifest};
 use crate::config::Config;
 use crate::engine::{Counters, PartitionTask, RecordIn, Route};
@@ -140,7 +141,16 @@ impl Checkpointer {
             topic,
             fingerprint,
             created_at_ms: now_ms(),
-            partitions: vec![(0, lines as i64, wm, task.counters())],
+            partitions: vec![ExportPartition {
+                partition: 0,
+                next_offset: NextOffset(lines as i64),
+                watermark: wm,
+                counters: task.counters(),
+                offsets: OffsetLedger::without_gaps(
+                    task.counters().consumed,
+                    NextOffset(lines as i64),
+                ),
+            }],
             store: self.store.clone(),
         })
         .map_err(|source| WorkerError::Io {

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::Consumer;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use tracing::{info, warn};
 
 use super::core::Core;
@@ -117,9 +118,16 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         // Polled before the core is locked: a rebalance callback may run in poll.
         let mut batch = Vec::with_capacity(BATCH);
         let mut wait = Duration::from_millis(100);
+        let mut out_of_range = false;
         while batch.len() < BATCH {
             match consumer.poll(wait) {
                 Some(Ok(m)) => batch.push(m),
+                // A fetch position outside the log (`auto.offset.reset=error`):
+                // handled after the records polled before it.
+                Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset))) => {
+                    out_of_range = true;
+                    break;
+                }
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "consumer error");
                     break;
@@ -133,8 +141,11 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         }
         let mut c = lock(&core)?;
         let idle = batch.is_empty();
-        c.process_batch(&batch)?;
+        c.process_batch(&consumer, &batch)?;
         drop(batch);
+        if out_of_range {
+            c.out_of_range(&consumer)?;
+        }
         if c.spill_due {
             c.spill(&consumer)?;
         }
