@@ -12,8 +12,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/bootstrap.sh
-cargo build --release --bin tally
+cargo build --release --bins
 bin=target/release/tally
+dev=target/release/tally-dev
 work=${BENCH_DIR:-/tmp/tally-bench}
 events=${BENCH_EVENTS:-5000000}
 mkdir -p "$work"
@@ -51,7 +52,7 @@ if section engine; then
   echo "### Engine from a file, one core (taskset -c 0; checkpoints every 10 s, as the worker)"
   echo
   rm -rf "$work/state" "$work/checkpoints"
-  TALLY_LOG=warn taskset -c 0 "$bin" bench-engine --config "$work/bench.toml" --input-file "$work/events-$events.jsonl"
+  TALLY_LOG=warn taskset -c 0 "$dev" bench-engine --config "$work/bench.toml" --input-file "$work/events-$events.jsonl"
   echo
 fi
 
@@ -70,7 +71,7 @@ if section kafka; then
   "$bin" gen --config "$kdir/kafka.toml" --count "$kevents" --tenants 1000 --skew 0 --partitions 32 >/dev/null 2>&1
   echo "### Kafka end to end (dev broker, same machine; checkpoints every 10 s)"
   echo
-  TALLY_LOG=warn "$bin" bench-kafka --config "$kdir/kafka.toml" --rounds 3 --dir "$kdir/runs"
+  TALLY_LOG=warn "$dev" bench-kafka --config "$kdir/kafka.toml" --rounds 3 --dir "$kdir/runs"
   kill $broker 2>/dev/null || true
   echo
 fi
@@ -110,5 +111,5 @@ fi
 if section checkpoint; then
   echo "### Checkpoints (state part of the barrier; 4 partitions)"
   echo
-  TALLY_LOG=warn "$bin" bench-checkpoint --dir "$work/checkpoint-bench"
+  TALLY_LOG=warn "$dev" bench-checkpoint --dir "$work/checkpoint-bench"
 fi

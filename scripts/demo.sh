@@ -2,12 +2,22 @@
 # The main job on embedded defaults: builds tally, starts a throw-away PostgreSQL,
 # and runs `tally demo` (in-process Kafka mock cluster, RocksDB in a temp dir,
 # the sink and the invoice view).
+#
+# It builds the same (dev) profile as scripts/test.sh, so the test command
+# afterwards reuses the compiled C/C++ libraries instead of building them again.
+# The demo's few thousand records need no optimised build; deployments use
+# `cargo build --release` (see docs/operations/running.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/bootstrap.sh
-cargo build --release --bin tally
+bin="${CARGO_TARGET_DIR:-target}/debug/tally"
+if [ ! -x "$bin" ]; then
+  echo "demo: first build: compiling RocksDB (C++) and librdkafka (C) from source," >&2
+  echo "demo: about 10 minutes on 2 cores; later builds take seconds." >&2
+fi
+cargo build --bins
 pgdir=$(mktemp -d /tmp/tally-demo-pg.XXXXXX)
 trap 'scripts/pg.sh stop "$pgdir"' EXIT
 scripts/pg.sh start "$pgdir"
-TALLY_LOG=${TALLY_LOG:-warn} target/release/tally demo --database-url "$(cat "$pgdir/url")" "$@"
+TALLY_LOG=${TALLY_LOG:-warn} "$bin" demo --database-url "$(cat "$pgdir/url")" "$@"

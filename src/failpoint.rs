@@ -4,6 +4,8 @@
 //! unwinding, no flush, no destructor) the `n`-th time (default 1st) execution
 //! reaches `hit("<name>")`. Unset, `hit` costs one relaxed atomic load.
 
+#![allow(unsafe_code)] // FFI: raise(SIGKILL) at a crash point.
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 

@@ -1,12 +1,13 @@
 //! tally: a durable, event-time stream processor for usage billing.
 //!
-//! Data flows one way: source → partition task → outputs (DESIGN.md).
+//! Data flows one way: source → partition task → outputs (docs/DESIGN.md, docs/architecture.md).
 //! `model`, `time` and `engine` are pure; `state`, `kafka`, `sink` and `worker`
 //! are the I/O edges.
 
 pub mod checkpoint;
 pub mod cli;
 pub mod config;
+pub mod devtools;
 pub mod engine;
 pub mod failpoint;
 pub mod gen;

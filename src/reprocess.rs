@@ -1,4 +1,4 @@
-//! Reprocessing the late-events topic into adjustments (DESIGN §8). Pure: one late
+//! Reprocessing the late-events topic into adjustments (docs/DESIGN.md §8). Pure: one late
 //! record in, one adjustment or one dead-letter reason out.
 //!
 //! Invariants:

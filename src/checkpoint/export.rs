@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use super::file::SnapshotWriter;
 use super::store::write_manifest;
@@ -26,23 +27,59 @@ pub struct ExportPartition {
     pub offsets: OffsetLedger,
 }
 
+/// Who writes checkpoints, and under which rules: the manifest's identity.
+#[derive(Debug, Clone)]
+pub struct JobIdentity {
+    /// This process's name in checkpoint directory names.
+    pub worker: String,
+    pub group: String,
+    pub topic: String,
+    /// `checkpoint::fingerprint` of the running configuration.
+    pub fingerprint: String,
+}
+
 /// What the barrier hands to the exporter.
 pub struct ExportJob {
     pub id: CheckpointId,
     pub dir: PathBuf,
-    pub worker: String,
-    pub group: String,
-    pub topic: String,
-    pub fingerprint: String,
+    pub job: JobIdentity,
     pub created_at_ms: i64,
     pub partitions: Vec<ExportPartition>,
     pub store: Arc<StateStore>,
 }
 
-pub fn spawn(job: ExportJob) -> std::io::Result<JoinHandle<Result<Manifest, CheckpointError>>> {
-    std::thread::Builder::new()
-        .name(format!("checkpoint-{}", job.id.0))
-        .spawn(move || run(job))
+/// A checkpoint whose files are being written on the exporter thread.
+pub struct PendingExport {
+    pub id: CheckpointId,
+    /// When its barrier began (the pause and the duration are measured from here).
+    pub started: Instant,
+    handle: JoinHandle<Result<Manifest, CheckpointError>>,
+}
+
+impl PendingExport {
+    pub fn is_finished(&self) -> bool {
+        self.handle.is_finished()
+    }
+
+    /// Waits for the export; its manifest is then durable.
+    pub fn wait(self) -> Result<Manifest, CheckpointError> {
+        self.handle.join().map_err(|_| {
+            CheckpointError::Refused(format!("checkpoint {} thread panicked", self.id.0))
+        })?
+    }
+}
+
+/// Starts writing `job` on its own thread; `started` is its barrier's start.
+pub fn spawn(job: ExportJob, started: Instant) -> std::io::Result<PendingExport> {
+    let id = job.id;
+    let handle = std::thread::Builder::new()
+        .name(format!("checkpoint-{}", id.0))
+        .spawn(move || run(job))?;
+    Ok(PendingExport {
+        id,
+        started,
+        handle,
+    })
 }
 
 fn run(job: ExportJob) -> Result<Manifest, CheckpointError> {
@@ -72,11 +109,11 @@ fn run(job: ExportJob) -> Result<Manifest, CheckpointError> {
     let manifest = Manifest {
         format: MANIFEST_FORMAT,
         id: job.id,
-        worker: job.worker,
+        worker: job.job.worker,
         created_at_ms: job.created_at_ms,
-        group: job.group,
-        topic: job.topic,
-        fingerprint: job.fingerprint,
+        group: job.job.group,
+        topic: job.job.topic,
+        fingerprint: job.job.fingerprint,
         partitions: entries,
     };
     write_manifest(&job.dir, &manifest)?;

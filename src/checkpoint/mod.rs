@@ -1,5 +1,5 @@
 //! Checkpoints: durable, checksummed, per-partition snapshots tied to Kafka offsets
-//! (DESIGN §7).
+//! (docs/DESIGN.md §7).
 //!
 //! ## Layout of the checkpoint store (`checkpoint.dir`)
 //!

@@ -1,10 +1,7 @@
-//! Command-line interface (DESIGN §11). One file per command; each builds its
+//! Command-line interface (docs/DESIGN.md §11). One file per command; each builds its
 //! inputs from the config and calls into the library.
 
-mod bench;
-mod bench_kafka;
 mod broker;
-mod chaos;
 mod checkpoints;
 pub mod demo;
 mod gen;
@@ -61,16 +58,8 @@ pub enum Command {
     DevBroker(broker::BrokerArgs),
     /// The whole story on embedded defaults: broker, worker, late events, sink.
     Demo(demo::DemoArgs),
-    /// Benchmark: checkpoint pause, duration, size and restore time by open windows.
-    BenchCheckpoint(bench::BenchArgs),
-    /// Bill the late-events topic as idempotent adjustments (DESIGN §8).
+    /// Bill the late-events topic as idempotent adjustments.
     ReprocessLate(reprocess::ReprocessArgs),
-    /// Scale-out acceptance run: N workers, random SIGKILLs, exact totals, one report.
-    Chaos(chaos::ChaosArgs),
-    /// Benchmark: the engine over a file vs a parse-only baseline, same run.
-    BenchEngine(bench::BenchEngineArgs),
-    /// Benchmark: tally draining a preloaded topic vs a raw consume+parse baseline.
-    BenchKafka(bench_kafka::BenchKafkaArgs),
     /// Inspect the checkpoint store.
     Checkpoints(checkpoints::CheckpointsArgs),
     /// Observed event delays and watermarks of the worker using this state.dir,
@@ -128,11 +117,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::DevBroker(a) => broker::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Checkpoints(a) => checkpoints::run(a),
-        Command::Chaos(a) => chaos::run(a),
         Command::ReprocessLate(a) => reprocess::run(a),
-        Command::BenchCheckpoint(a) => bench::run(a),
-        Command::BenchEngine(a) => bench::run_engine(a),
-        Command::BenchKafka(a) => bench_kafka::run(a),
         Command::Delays(c) => {
             let cfg = c.load()?;
             let report = crate::worker::report::read(&cfg.state.dir).map_err(anyhow::Error::msg)?;

@@ -1,4 +1,4 @@
-//! The configuration file (DESIGN §11): one typed tree, unknown keys rejected.
+//! The configuration file (docs/DESIGN.md §11): one typed tree, unknown keys rejected.
 //!
 //! Loading order: the TOML file (or the built-in defaults), then environment
 //! overrides `TALLY_<SECTION>__<KEY>` (nested with more `__`), then `validate()`.
@@ -255,7 +255,7 @@ pub struct StateConfig {
     pub dir: PathBuf,
     /// Memory for window state per worker; windows beyond it are evicted to
     /// RocksDB after a checkpoint (read back when touched). `"off"`: unlimited.
-    /// Dedup ids are not covered (about 50 bytes each; see the README).
+    /// Dedup ids are not covered (16-byte table entries, 21-64 bytes per id with the table load; see docs/operations/memory.md).
     pub memory_budget: Budget,
 }
 
@@ -556,6 +556,23 @@ mod tests {
         // Prices are optional for the sink and the broker, required to price.
         let bare = load("", &[]).unwrap();
         assert!(bare.engine().unwrap_err().to_string().contains("prices"));
+    }
+
+    /// The example file documents the defaults: every value it sets (but the
+    /// prices, which have none) must be the default, and it must load.
+    #[test]
+    fn the_example_config_loads_and_its_values_are_the_defaults() {
+        let mut example = load(include_str!("../../tally.example.toml"), &[]).unwrap();
+        example.engine().unwrap();
+        assert_eq!(
+            example.prices.keys().collect::<Vec<_>>(),
+            ["large", "small"]
+        );
+        example.prices.clear();
+        assert_eq!(
+            serde_json::to_value(&example).unwrap(),
+            serde_json::to_value(Config::default()).unwrap()
+        );
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! Invariants: an id is a duplicate while the partition watermark is below its
 //! expiry (`window_end - 1 + allowed_lateness + extra horizon`), so a copy arriving
-//! after its window was purged is still recognised (DESIGN §5). Expiry is judged
+//! after its window was purged is still recognised (docs/DESIGN.md §5). Expiry is judged
 //! against the watermark only, never the wall clock, so replays decide identically.
 //!
 //! Expired entries are dropped lazily: a lookup treats an entry whose expiry is at

@@ -22,6 +22,8 @@
 //! moves past them — so growing from N to 2N bytes peaks near 2N, not 3N; an
 //! in-place clean-up allocates nothing.
 
+#![allow(unsafe_code)] // the dedup table: its own anonymous mapping, prefetches, raw slot access.
+
 use std::collections::HashMap;
 
 /// A 96-bit fingerprint (see `dedup`); never all zero.

@@ -1,7 +1,7 @@
 //! The partition task: dedup, windows, panes, purge — pure logic, no I/O.
 //!
 //! One `PartitionTask` owns every window, watermark and dedup entry of one input
-//! partition (DESIGN §2). Feed it record payloads in partition order; it returns
+//! partition (docs/DESIGN.md §2). Feed it record payloads in partition order; it returns
 //! each record's `Route` and appends the panes that record caused. Everything it
 //! decides is a function of the payloads, their order and the configuration —
 //! except the `max_future` guard and processing-time modes, which read the `now_ms`
@@ -15,14 +15,16 @@ mod task;
 
 pub use dedup::{Dedup, DedupDelta};
 pub use result::{AdjustmentRecord, PaneKind, ResultKind, ResultRecord, SinkRecord};
-pub use task::{validate, PartitionTask, StateDelta, TaskSnapshot, WindowAcc, WindowKey};
+pub use task::{
+    validate, PartitionTask, StateDelta, TaskSnapshot, WindowAcc, WindowKey, WindowPhase,
+};
 
 use serde::{Deserialize, Serialize};
 
 use crate::model::{DeadLetterReason, PriceTable};
 use crate::time::WindowSpec;
 
-/// Where an event's timestamp comes from (DESIGN §4).
+/// Where an event's timestamp comes from (docs/DESIGN.md §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TimeSource {
@@ -53,7 +55,7 @@ pub struct EngineConfig {
     pub prices: PriceTable,
 }
 
-/// The outcome for one input record: exactly one per record (DESIGN §1.4).
+/// The outcome for one input record: exactly one per record (docs/DESIGN.md §1.4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
     /// Folded into a window.

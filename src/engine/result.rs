@@ -1,4 +1,4 @@
-//! The result record (DESIGN §3): one per emitted pane, JSON on the results topic.
+//! The result record (docs/DESIGN.md §3): one per emitted pane, JSON on the results topic.
 //!
 //! Invariants: the payload is a pure function of the window's content — no wall
 //! clock, no host names. Field order is fixed by this struct, so equal content
@@ -76,7 +76,7 @@ impl ResultRecord {
     }
 }
 
-/// A billed too-late event (DESIGN §8), keyed by `request_id`: the sink inserts it
+/// A billed too-late event (docs/DESIGN.md §8), keyed by `request_id`: the sink inserts it
 /// once and ignores every later copy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AdjustmentRecord {

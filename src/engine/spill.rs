@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::WindowAcc;
+use super::{WindowAcc, WindowPhase};
 
 /// Memory one window takes while in memory (hash-map slot with its tenant key and
 /// accumulator, the tenant string, map overhead, and its share of a checkpoint's
@@ -78,14 +78,13 @@ impl Spilled {
     pub fn take_one(
         &mut self,
         partition: i32,
-        fired: bool,
+        phase: WindowPhase,
         end: i64,
         tenant: &str,
     ) -> Option<WindowAcc> {
-        let counts = if fired {
-            &mut self.fired
-        } else {
-            &mut self.open
+        let counts = match phase {
+            WindowPhase::Fired => &mut self.fired,
+            WindowPhase::Open => &mut self.open,
         };
         let n = counts.get_mut(&end)?;
         let store = self.store.as_ref()?;
@@ -133,15 +132,13 @@ impl Spilled {
         self.fired = self.fired.split_off(&through.saturating_add(1));
     }
 
-    pub fn add(&mut self, fired: bool, end: i64, n: u64) {
+    pub fn add(&mut self, phase: WindowPhase, end: i64, n: u64) {
         if n > 0 {
-            *(if fired {
-                &mut self.fired
-            } else {
-                &mut self.open
-            })
-            .entry(end)
-            .or_default() += n;
+            let counts = match phase {
+                WindowPhase::Fired => &mut self.fired,
+                WindowPhase::Open => &mut self.open,
+            };
+            *counts.entry(end).or_default() += n;
         }
     }
 }

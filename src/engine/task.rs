@@ -1,4 +1,4 @@
-//! `PartitionTask`: the per-partition state machine of DESIGN §2.
+//! `PartitionTask`: the per-partition state machine of docs/DESIGN.md §2.
 //!
 //! Rules, in the order they are applied to each record:
 //! 1. size, parse, time-source and timestamp guards, pricing → dead letter on failure
@@ -48,6 +48,15 @@ pub struct WindowAcc {
 
 /// `(window_end, tenant_id)`: the identity of a window within a partition.
 pub type WindowKey = (i64, Box<str>);
+
+/// Whether a window's on-time pane has fired. The variant order is part of the
+/// state store's format: bincode writes `Fired` as 0 and `Open` as 1, the bytes of
+/// the `open: bool` this replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WindowPhase {
+    Fired,
+    Open,
+}
 
 /// Tenant → accumulator of one window end (foldhash: tenant ids are hashed once
 /// per event; a keyed fast hash, seeded per process).
@@ -214,20 +223,19 @@ impl PartitionTask {
         }
         let mut excess = self.windows_in_memory().saturating_sub(keep);
         let mut evicted = 0;
-        let ends: Vec<(bool, i64)> = self
+        let ends: Vec<(WindowPhase, i64)> = self
             .fired
             .keys()
-            .map(|e| (true, *e))
-            .chain(self.open.keys().rev().map(|e| (false, *e)))
+            .map(|e| (WindowPhase::Fired, *e))
+            .chain(self.open.keys().rev().map(|e| (WindowPhase::Open, *e)))
             .collect();
-        for (fired, end) in ends {
+        for (phase, end) in ends {
             if excess == 0 {
                 break;
             }
-            let map = if fired {
-                &mut self.fired
-            } else {
-                &mut self.open
+            let map = match phase {
+                WindowPhase::Fired => &mut self.fired,
+                WindowPhase::Open => &mut self.open,
             };
             let Some(tenants) = map.get_mut(&end) else {
                 continue;
@@ -243,7 +251,7 @@ impl PartitionTask {
             if tenants.is_empty() {
                 map.remove(&end);
             }
-            self.spilled.add(fired, end, gone as u64);
+            self.spilled.add(phase, end, gone as u64);
             excess -= gone;
             evicted += gone;
         }
@@ -335,11 +343,14 @@ impl PartitionTask {
                 watermark: w,
             };
         }
-        let fired = w >= window.end - 1;
-        let map = if fired {
-            &mut self.fired
+        let phase = if w >= window.end - 1 {
+            WindowPhase::Fired
         } else {
-            &mut self.open
+            WindowPhase::Open
+        };
+        let map = match phase {
+            WindowPhase::Fired => &mut self.fired,
+            WindowPhase::Open => &mut self.open,
         };
         let tenants = map.entry(window.end).or_default();
         let acc = match tenants.get_mut(ev.tenant_id.as_ref()) {
@@ -347,7 +358,7 @@ impl PartitionTask {
             None => {
                 let stored =
                     self.spilled
-                        .take_one(self.partition, fired, window.end, &ev.tenant_id);
+                        .take_one(self.partition, phase, window.end, &ev.tenant_id);
                 tenants
                     .entry(ev.tenant_id.as_ref().into())
                     .or_insert(stored.unwrap_or_default())
@@ -367,7 +378,7 @@ impl PartitionTask {
             return Route::DeadLetter(DeadLetterReason::Overflow);
         };
         *acc = new_acc;
-        if fired {
+        if phase == WindowPhase::Fired {
             let pane = Self::pane(
                 self.partition,
                 cfg,
@@ -511,11 +522,14 @@ impl PartitionTask {
     /// must write to catch up with this task.
     pub fn drain_changes(&mut self) -> StateDelta {
         let mut changed = Vec::new();
-        for (open, map) in [(true, &mut self.open), (false, &mut self.fired)] {
+        for (phase, map) in [
+            (WindowPhase::Open, &mut self.open),
+            (WindowPhase::Fired, &mut self.fired),
+        ] {
             for (end, tenants) in map.iter_mut() {
                 for (tenant, acc) in tenants.iter_mut().filter(|(_, a)| a.dirty) {
                     acc.dirty = false;
-                    changed.push(((*end, tenant.clone()), *acc, open));
+                    changed.push(((*end, tenant.clone()), *acc, phase));
                 }
             }
         }
@@ -556,8 +570,7 @@ impl PartitionTask {
 /// What changed in a task since the state store last caught up.
 #[derive(Debug)]
 pub struct StateDelta {
-    /// `(key, accumulator, is_open)`.
-    pub changed: Vec<(WindowKey, WindowAcc, bool)>,
+    pub changed: Vec<(WindowKey, WindowAcc, WindowPhase)>,
     /// Every window ending at or below this is purged (one range delete).
     pub purged_through: Option<i64>,
     pub dedup: DedupDelta,

@@ -1,6 +1,6 @@
 //! `tally dev-broker`: librdkafka's mock cluster hosted as a long-lived process.
 //!
-//! Why not a real broker: see DESIGN §10. The mock speaks the Kafka protocol
+//! Why not a real broker: see docs/DESIGN.md §10. The mock speaks the Kafka protocol
 //! (produce with idempotence, fetch, headers, consumer groups, offset commit,
 //! ListOffsets earliest/latest) but not CreateTopics, so topics are created here,
 //! through the mock API, before the bootstrap address is published. It keeps only
@@ -15,6 +15,8 @@
 //! membership — a static member that leaves keeps its partitions for the group
 //! session timeout and gets them back when it rejoins under the same
 //! `group.instance.id`.
+
+#![allow(unsafe_code)] // FFI: librdkafka's mock-cluster C API.
 
 use std::ffi::{CStr, CString};
 use std::path::Path;

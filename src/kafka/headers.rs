@@ -1,4 +1,4 @@
-//! Header names on the late-events and dead-letter topics (DESIGN §3). Stable:
+//! Header names on the late-events and dead-letter topics (docs/DESIGN.md §3). Stable:
 //! reprocessing and operators' tooling read them.
 
 /// `too_late`.

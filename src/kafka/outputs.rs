@@ -6,6 +6,8 @@
 //! since the previous flush failed — the caller must then not commit state or
 //! offsets (the records will be produced again after restart, identically).
 
+#![allow(unsafe_code)] // FFI: librdkafka's rd_kafka_flush.
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;

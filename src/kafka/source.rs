@@ -7,6 +7,8 @@
 //! lets the worker checkpoint revoked partitions through `on_revoke`. Refusals and
 //! failures are recorded as a fatal error that the worker loop reports and exits on.
 
+#![allow(unsafe_code)] // FFI: librdkafka's cached watermarks.
+
 use std::ffi::CString;
 use std::sync::{Arc, Mutex};
 

@@ -1,7 +1,7 @@
 //! Observability of time and of the audit: what a worker reports, and how it is
 //! rendered (Prometheus text, the `tally delays` table). Pure; the worker does the I/O.
 //!
-//! Metric names (stable; documented in the README):
+//! Metric names (stable; documented in docs/reference/metrics.md):
 //! - `tally_partition_watermark_ms{partition}` — partition watermark (event time, ms)
 //! - `tally_partition_watermark_lag_ms{partition}` — wall clock minus watermark
 //! - `tally_job_watermark_ms`, `tally_job_watermark_partition` — min over active partitions

@@ -1,4 +1,4 @@
-//! The input event (a completed API request) and its validation (DESIGN §3).
+//! The input event (a completed API request) and its validation (docs/DESIGN.md §3).
 //!
 //! Invariants:
 //! - `parse` never panics and never allocates for well-formed records whose strings

@@ -1,4 +1,4 @@
-//! `tally sink`: results topic → PostgreSQL, idempotently (DESIGN §6).
+//! `tally sink`: results topic → PostgreSQL, idempotently (docs/DESIGN.md §6).
 //!
 //! - `migrate`: embedded schema migrations, run automatically at start.
 //! - `apply`: the upsert rule and the applied-offsets table, in one transaction.

@@ -7,7 +7,7 @@
 //! | key                              | value (bincode, standard config)         |
 //! |----------------------------------|------------------------------------------|
 //! | `M` `p`                          | `PartitionMeta` (next offset, watermark, audit counters) |
-//! | `W` `p` `end` `tenant_id bytes`  | `StoredWindow` (accumulator, open/fired)  |
+//! | `W` `p` `end` `tenant_id bytes`  | `StoredWindow` (accumulator, `WindowPhase`) |
 //! | `D` `p` `expiry` `seq`            | the ids expiring then, packed (`dedup::pack`) |
 //!
 //! ## Rules
@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::dedup::{unpack, Fingerprint};
 use crate::engine::spill::SpillStore;
-use crate::engine::{Counters, StateDelta, TaskSnapshot, WindowAcc};
+use crate::engine::{Counters, StateDelta, TaskSnapshot, WindowAcc, WindowPhase};
 use crate::time::Watermark;
 
 #[derive(Debug, thiserror::Error)]
@@ -73,7 +73,7 @@ pub struct PartitionMeta {
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 struct StoredWindow {
     acc: WindowAcc,
-    open: bool,
+    phase: WindowPhase,
 }
 
 /// One partition's part of a commit.
@@ -193,10 +193,10 @@ impl StateStore {
                     key(b'W', p, &[&end_bytes(through.saturating_add(1))]),
                 );
             }
-            for ((end, tenant), acc, open) in delta.changed {
+            for ((end, tenant), acc, phase) in delta.changed {
                 batch.put(
                     key(b'W', p, &[&end_bytes(end), tenant.as_bytes()]),
-                    encode(&StoredWindow { acc, open }),
+                    encode(&StoredWindow { acc, phase }),
                 );
                 if batch.len() >= COMMIT_BATCH {
                     self.write(std::mem::take(&mut batch))?;
@@ -220,7 +220,7 @@ impl StateStore {
             };
             batch.put(key(b'M', p, &[]), encode(&meta));
         }
-        // Not synced, no WAL: durability comes from the checkpoint files (DESIGN §7).
+        // Not synced, no WAL: durability comes from the checkpoint files (docs/DESIGN.md §7).
         self.write(batch)
     }
 
@@ -374,10 +374,9 @@ pub fn decode_partition<'a>(
                     std::str::from_utf8(&rest[8..]).map_err(|e| corrupt(k, e.to_string()))?;
                 let w: StoredWindow = decode(k, v)?;
                 let entry = ((end_from(rest), tenant.into()), w.acc);
-                if w.open {
-                    snap.open.push(entry)
-                } else {
-                    snap.fired.push(entry)
+                match w.phase {
+                    WindowPhase::Open => snap.open.push(entry),
+                    WindowPhase::Fired => snap.fired.push(entry),
                 }
             }
             b'D' if rest.len() == 16 => {

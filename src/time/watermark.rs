@@ -2,7 +2,7 @@
 //!
 //! Invariants: `W = max_ts - bound`; it never decreases; before the first event
 //! it is `i64::MIN` (nothing is late). Only validated event times may be fed in —
-//! the timestamp guards run before `observe` (DESIGN §4).
+//! the timestamp guards run before `observe` (docs/DESIGN.md §4).
 
 use serde::{Deserialize, Serialize};
 

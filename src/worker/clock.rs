@@ -3,6 +3,8 @@
 //! against 23 ns for the precise ones (measured; see BENCHMARKS.md). Good for event
 //! delays and idleness (milliseconds and seconds), not for latency measurement.
 
+#![allow(unsafe_code)] // FFI: clock_gettime (coarse clocks).
+
 fn read(clock: libc::clockid_t) -> i64 {
     let mut t = libc::timespec {
         tv_sec: 0,

@@ -1,4 +1,4 @@
-//! The worker's partitions and the checkpoint protocol (DESIGN §7), shared between
+//! The worker's partitions and the checkpoint protocol (docs/DESIGN.md §7), shared between
 //! the poll loop and the rebalance callback (both on the poll thread, one at a time).
 //!
 //! Checkpoint N:
@@ -23,7 +23,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{CommitMode, Consumer, RebalanceProtocol};
@@ -34,12 +33,12 @@ use tracing::{debug, error, info, warn};
 use super::clock;
 use super::report::Publisher;
 use super::WorkerError;
-use crate::checkpoint::export::{self, ExportJob, ExportPartition};
+use crate::checkpoint::export::{self, ExportJob, ExportPartition, JobIdentity, PendingExport};
 use crate::checkpoint::ledger::{self, Gap};
 use crate::checkpoint::store::CheckpointStore;
 use crate::checkpoint::store::Restored;
 use crate::checkpoint::OffsetLedger;
-use crate::checkpoint::{CheckpointError, CheckpointId, Manifest};
+use crate::checkpoint::{CheckpointError, CheckpointId};
 use crate::engine::{
     Counters, EngineConfig, PartitionTask, RecordIn, ResultRecord, Route, TaskSnapshot,
 };
@@ -96,19 +95,10 @@ fn accept_gap(
     Ok(())
 }
 
-/// A checkpoint whose files are being written: its id, barrier time and thread.
-pub type PendingExport = (
-    CheckpointId,
-    Instant,
-    JoinHandle<Result<Manifest, CheckpointError>>,
-);
-
 pub struct Core {
     pub engine: Arc<EngineConfig>,
-    pub fingerprint: String,
-    pub topic: String,
-    pub group: String,
-    pub worker: String,
+    /// Worker name, group, input topic and config fingerprint.
+    pub job: JobIdentity,
     pub store: Arc<StateStore>,
     pub checkpoints: CheckpointStore,
     pub outputs: Outputs,
@@ -192,11 +182,11 @@ impl Core {
         let mut expected = slot.next.0;
         for m in &msgs {
             if m.offset() > expected {
-                let low = cached_log_start(consumer, &self.topic, p);
+                let low = cached_log_start(consumer, &self.job.topic, p);
                 let skip = ledger::classify(expected, m.offset(), low, now_ms());
                 if let Some(gap) = skip.deleted {
                     let how = "the records after them arrived without them";
-                    accept_gap(self.policy, &self.topic, p, gap, &mut slot.offsets, how)?;
+                    accept_gap(self.policy, &self.job.topic, p, gap, &mut slot.offsets, how)?;
                 }
                 slot.offsets.empty(skip.empty);
             }
@@ -236,12 +226,12 @@ impl Core {
                     window_end,
                     watermark,
                 } => {
-                    let src = source_coords(&self.topic, p, m.offset());
+                    let src = source_coords(&self.job.topic, p, m.offset());
                     self.outputs
                         .late(m.key(), payload, window_end, watermark, &src)?;
                 }
                 Route::DeadLetter(reason) => {
-                    let src = source_coords(&self.topic, p, m.offset());
+                    let src = source_coords(&self.job.topic, p, m.offset());
                     dead_letters += 1;
                     // The first dead letters of a partition are logged one by one,
                     // then every 1000th: a flood of poison must not flood the log.
@@ -256,7 +246,7 @@ impl Core {
         Ok(())
     }
 
-    /// Idleness (DESIGN §4): after `idle_timeout` of silence, a partition's
+    /// Idleness (docs/DESIGN.md §4): after `idle_timeout` of silence, a partition's
     /// watermark follows the wall clock from where its data left it
     /// (`max_ts - bound + silence`). Forced only when that fires or purges
     /// something; the forced value is part of the checkpointed watermark.
@@ -335,19 +325,16 @@ impl Core {
         let job = ExportJob {
             id,
             dir: self.checkpoints.dir_for(id),
-            worker: self.worker.clone(),
-            group: self.group.clone(),
-            topic: self.topic.clone(),
-            fingerprint: self.fingerprint.clone(),
+            job: self.job.clone(),
             created_at_ms: now_ms(),
             partitions: listed,
             store: self.store.clone(),
         };
-        let handle = export::spawn(job).map_err(|source| WorkerError::Io {
+        let pending = export::spawn(job, started).map_err(|source| WorkerError::Io {
             path: "checkpoint thread".into(),
             source,
         })?;
-        self.exporting = Some((id, started, handle));
+        self.exporting = Some(pending);
         self.pauses_ms.push(started.elapsed().as_millis() as u64);
         if wait {
             self.finish_export(consumer)?;
@@ -357,19 +344,22 @@ impl Core {
 
     /// Completes a finished (or, blocking, the pending) export: offsets, retention.
     pub fn finish_export(&mut self, consumer: &Source) -> Result<(), WorkerError> {
-        let Some((id, started, handle)) = self.exporting.take() else {
+        let Some(pending) = self.exporting.take() else {
             return Ok(());
         };
-        let manifest = handle
-            .join()
-            .map_err(|_| WorkerError::Refused(format!("checkpoint {} thread panicked", id.0)))??;
+        let (id, started) = (pending.id, pending.started);
+        let manifest = pending.wait()?;
         failpoint::hit("after_manifest");
         let mut tpl = TopicPartitionList::new();
         for e in &manifest.partitions {
-            tpl.add_partition_offset(&self.topic, e.partition, Offset::Offset(e.next_offset.0))
-                .map_err(KafkaIoError::client("building the offset list"))?;
+            tpl.add_partition_offset(
+                &self.job.topic,
+                e.partition,
+                Offset::Offset(e.next_offset.0),
+            )
+            .map_err(KafkaIoError::client("building the offset list"))?;
         }
-        for mut elem in tpl.elements_for_topic(&self.topic) {
+        for mut elem in tpl.elements_for_topic(&self.job.topic) {
             elem.set_metadata(format!("tally-checkpoint={}", id.0));
         }
         // Offsets in the group mirror the checkpoint. A failed commit (e.g. during a
@@ -402,7 +392,7 @@ impl Core {
         if self
             .exporting
             .as_ref()
-            .is_some_and(|(_, _, h)| h.is_finished())
+            .is_some_and(PendingExport::is_finished)
         {
             self.finish_export(consumer)?;
         }
@@ -415,7 +405,7 @@ impl Core {
             return partitions.iter().map(|_| Ok(None)).collect();
         }
         self.checkpoints
-            .restore_many(partitions, &self.fingerprint, &self.store)
+            .restore_many(partitions, &self.job.fingerprint, &self.store)
     }
 
     fn restore(
@@ -425,14 +415,13 @@ impl Core {
         restored: Result<Option<Restored>, CheckpointError>,
     ) -> Result<NextOffset, WorkerError> {
         let timeout = Duration::from_secs(10);
-        let (low, high) =
-            consumer
-                .fetch_watermarks(&self.topic, p, timeout)
-                .map_err(KafkaIoError::client(format!(
-                    "reading the log range of {}/{p}",
-                    self.topic
-                )))?;
-        let topic = &self.topic;
+        let (low, high) = consumer
+            .fetch_watermarks(&self.job.topic, p, timeout)
+            .map_err(KafkaIoError::client(format!(
+                "reading the log range of {}/{p}",
+                self.job.topic
+            )))?;
+        let topic = &self.job.topic;
         let restored = restored.map_err(|e| match e {
             CheckpointError::Refused(m) => WorkerError::Refused(m),
             other => WorkerError::Checkpoint(other),
@@ -459,7 +448,7 @@ impl Core {
                              in {}. Starting from empty state would under-bill (the windows before offset {o} \
                              are lost). Restore the checkpoint directory, or rebuild this partition from the log \
                              start with `tally run --reset-state earliest`.",
-                            self.group,
+                            self.job.group,
                             self.checkpoints.root().display()
                         )));
                     }
@@ -605,10 +594,10 @@ impl Core {
         let mut moved = false;
         for (p, slot) in self.slots.iter_mut() {
             let (low, high) = consumer
-                .fetch_watermarks(&self.topic, *p, timeout)
+                .fetch_watermarks(&self.job.topic, *p, timeout)
                 .map_err(KafkaIoError::client(format!(
                     "reading the log range of {}/{p}",
-                    self.topic
+                    self.job.topic
                 )))?;
             let next = slot.next.0;
             if next > high {
@@ -616,7 +605,7 @@ impl Core {
                     "partition {}/{p}: tally reads on at offset {next} but the log ends at {high}: the topic \
                      was recreated or the broker lost data. Refusing to guess; if the topic was recreated on \
                      purpose, start a new consumer group (or `--reset-state earliest`).",
-                    self.topic
+                    self.job.topic
                 )));
             }
             if next < low {
@@ -626,7 +615,14 @@ impl Core {
                     at_ms: now_ms(),
                 };
                 let how = "this worker fell behind the log start while running";
-                accept_gap(self.policy, &self.topic, *p, gap, &mut slot.offsets, how)?;
+                accept_gap(
+                    self.policy,
+                    &self.job.topic,
+                    *p,
+                    gap,
+                    &mut slot.offsets,
+                    how,
+                )?;
                 slot.next = NextOffset(low);
                 moved = true;
             }
@@ -639,7 +635,7 @@ impl Core {
         // partitions are assigned again, each at its next offset.
         let mut tpl = TopicPartitionList::new();
         for (p, slot) in &self.slots {
-            tpl.add_partition_offset(&self.topic, *p, Offset::Offset(slot.next.0))
+            tpl.add_partition_offset(&self.job.topic, *p, Offset::Offset(slot.next.0))
                 .map_err(KafkaIoError::client("building the assignment"))?;
         }
         let reassigned = if matches!(
@@ -662,8 +658,8 @@ impl Core {
     pub fn report(&self) -> WorkerReport {
         WorkerReport {
             at_ms: now_ms(),
-            topic: self.topic.clone(),
-            group: self.group.clone(),
+            topic: self.job.topic.clone(),
+            group: self.job.group.clone(),
             bound_ms: self.engine.max_out_of_orderness_ms,
             idle_ms: self.idle_ms,
             partitions: self

@@ -21,16 +21,15 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::Path;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
 use super::WorkerError;
-use crate::checkpoint::export::{self, ExportJob, ExportPartition};
+use crate::checkpoint::export::{self, ExportJob, ExportPartition, JobIdentity, PendingExport};
 use crate::checkpoint::store::CheckpointStore;
+use crate::checkpoint::CheckpointId;
 use crate::checkpoint::OffsetLedger;
-use crate::checkpoint::{CheckpointError, CheckpointId, Manifest};
 use crate::config::Config;
 use crate::engine::{Counters, PartitionTask, RecordIn, Route};
 use crate::kafka::now_ms;
@@ -53,14 +52,14 @@ fn create(path: &Path) -> Result<BufWriter<File>, WorkerError> {
 struct Checkpointer {
     store: Arc<StateStore>,
     checkpoints: CheckpointStore,
-    job: (String, String, String, String),
+    job: JobIdentity,
     next_id: CheckpointId,
     /// Windows kept in memory after a commit (`state.memory_budget`).
     budget: Option<usize>,
     /// Checkpoints taken and windows evicted so far.
     taken: u64,
     evicted: u64,
-    pending: Option<(CheckpointId, JoinHandle<Result<Manifest, CheckpointError>>)>,
+    pending: Option<PendingExport>,
 }
 
 impl Checkpointer {
@@ -86,7 +85,12 @@ impl Checkpointer {
             store,
             next_id: checkpoints.next_id()?,
             checkpoints,
-            job: (worker, group, topic, fingerprint),
+            job: JobIdentity {
+                worker,
+                group,
+                topic,
+                fingerprint,
+            },
             budget: cfg.state.windows_in_memory(),
             taken: 0,
             evicted: 0,
@@ -96,10 +100,9 @@ impl Checkpointer {
 
     /// Waits for the pending export and applies retention.
     fn finish(&mut self) -> Result<(), WorkerError> {
-        if let Some((id, handle)) = self.pending.take() {
-            handle.join().map_err(|_| {
-                WorkerError::Refused(format!("checkpoint {} thread panicked", id.0))
-            })??;
+        if let Some(pending) = self.pending.take() {
+            let id = pending.id;
+            pending.wait()?;
             self.checkpoints.retain(id)?;
         }
         Ok(())
@@ -131,33 +134,32 @@ impl Checkpointer {
         self.commit(task, lines)?;
         let id = self.next_id;
         self.next_id = CheckpointId(id.0 + 1);
-        let (worker, group, topic, fingerprint) = self.job.clone();
         let wm = task.max_ts().map(|_| task.watermark());
-        let handle = export::spawn(ExportJob {
-            id,
-            dir: self.checkpoints.dir_for(id),
-            worker,
-            group,
-            topic,
-            fingerprint,
-            created_at_ms: now_ms(),
-            partitions: vec![ExportPartition {
-                partition: 0,
-                next_offset: NextOffset(lines as i64),
-                watermark: wm,
-                counters: task.counters(),
-                offsets: OffsetLedger::without_gaps(
-                    task.counters().consumed,
-                    NextOffset(lines as i64),
-                ),
-            }],
-            store: self.store.clone(),
-        })
+        let pending = export::spawn(
+            ExportJob {
+                id,
+                dir: self.checkpoints.dir_for(id),
+                job: self.job.clone(),
+                created_at_ms: now_ms(),
+                partitions: vec![ExportPartition {
+                    partition: 0,
+                    next_offset: NextOffset(lines as i64),
+                    watermark: wm,
+                    counters: task.counters(),
+                    offsets: OffsetLedger::without_gaps(
+                        task.counters().consumed,
+                        NextOffset(lines as i64),
+                    ),
+                }],
+                store: self.store.clone(),
+            },
+            std::time::Instant::now(),
+        )
         .map_err(|source| WorkerError::Io {
             path: "checkpoint thread".into(),
             source,
         })?;
-        self.pending = Some((id, handle));
+        self.pending = Some(pending);
         if let Some(keep) = self.budget {
             self.evicted += task.evict(keep) as u64;
         }

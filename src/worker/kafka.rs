@@ -13,6 +13,7 @@ use tracing::{info, warn};
 use super::core::Core;
 use super::report::Publisher;
 use super::{shutdown, WorkerError};
+use crate::checkpoint::export::JobIdentity;
 use crate::checkpoint::store::CheckpointStore;
 use crate::config::Config;
 use crate::engine::Counters;
@@ -61,15 +62,17 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
     )?;
     let next_id = checkpoints.next_id()?;
     let core = Arc::new(Mutex::new(Core {
-        fingerprint: crate::checkpoint::fingerprint(
-            &cfg.topics.input,
-            &engine,
-            cfg.watermark.idle_timeout.0.map(|m| m.0),
-        ),
+        job: JobIdentity {
+            fingerprint: crate::checkpoint::fingerprint(
+                &cfg.topics.input,
+                &engine,
+                cfg.watermark.idle_timeout.0.map(|m| m.0),
+            ),
+            topic: cfg.topics.input.clone(),
+            group: cfg.kafka.group_id.clone(),
+            worker,
+        },
         engine,
-        topic: cfg.topics.input.clone(),
-        group: cfg.kafka.group_id.clone(),
-        worker,
         store,
         checkpoints,
         outputs: Outputs::new(&cfg.kafka, &cfg.topics)?,

@@ -3,6 +3,8 @@
 //! Invariant: the handler only stores to an atomic (async-signal-safe); the loops
 //! finish the record in hand, commit, and exit 0.
 
+#![allow(unsafe_code)] // FFI: signal handlers.
+
 use std::sync::atomic::{AtomicBool, Ordering};
 
 static REQUESTED: AtomicBool = AtomicBool::new(false);

@@ -1,13 +1,11 @@
-//! Reprocessing the late-events topic (DESIGN §8) end to end.
-
-mod common;
+//! Reprocessing the late-events topic (docs/DESIGN.md §8) end to end.
 
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use tally::kafka::read::read_topic;

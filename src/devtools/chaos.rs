@@ -1,11 +1,13 @@
-//! `tally chaos`: the scale-out acceptance run. A dev broker, N workers in one
+//! `tally-dev chaos`: the scale-out acceptance run. A dev broker, N workers in one
 //! consumer group over a 12-partition topic, the sink, and the generator at a steady
 //! rate with late, duplicate and malformed records; a random worker (sometimes two)
 //! is SIGKILLed every few seconds and restarted after a random delay. At the end the
 //! tail is drained and the PostgreSQL view is compared with the generator's exact
-//! expectation. Prints one report; exits non-zero unless every figure is exact.
+//! expectation. Prints one report (and writes it as JSON with `--json`); exits
+//! non-zero unless every figure is exact.
 //!
-//! All parts are separate `tally` processes (this binary), as in production.
+//! All parts are separate `tally` processes (the binary beside this one), as in
+//! production.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -15,6 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::Args;
 
+use super::support::{self, signal, tally_beside_me};
 use crate::config::Millis;
 use crate::gen::{Expected, Rng};
 use crate::kafka::headers;
@@ -63,16 +66,48 @@ pub struct ChaosArgs {
     /// Keep the working directory.
     #[arg(long)]
     pub keep: bool,
+    /// Also write the report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// The chaos report, as printed and as `--json` writes it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ChaosReport {
+    pub records_generated: u64,
+    pub workers: usize,
+    pub partitions: i32,
+    pub group_protocol: String,
+    pub kills: usize,
+    pub windows_compared: usize,
+    pub extra_windows: usize,
+    pub lost_windows: usize,
+    pub double_counted_windows: usize,
+    pub records_consumed: u64,
+    pub records_expected: u64,
+    pub too_late: u64,
+    pub too_late_injected: u64,
+    pub too_late_distinct_on_topic: u64,
+    pub dead_letters: u64,
+    pub dead_letters_injected: u64,
+    pub dead_letter_sources_on_topic: u64,
+    pub duplicates: u64,
+    pub duplicates_injected: u64,
+    pub recovery_p50_s: f64,
+    pub recovery_p99_s: f64,
+    pub recovery_max_s: f64,
+    pub recoveries_observed: usize,
+    pub recoveries_never_observed: usize,
+    pub peak_rss_mib: Vec<u64>,
+    /// Both audits (records, offsets) of the final run.
+    pub audit_balanced: bool,
+    pub exact: bool,
 }
 
 struct Worker {
     child: Option<Child>,
     state: PathBuf,
     peak_rss_kb: u64,
-}
-
-fn me() -> anyhow::Result<PathBuf> {
-    std::env::current_exe().context("locating the tally binary")
 }
 
 fn dur(s: &str) -> anyhow::Result<Duration> {
@@ -130,31 +165,21 @@ pub fn run(a: ChaosArgs) -> anyhow::Result<()> {
     );
     let dir = std::env::temp_dir().join(format!("tally-chaos-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let exe = me()?;
+    let exe = tally_beside_me()?;
     let mut rng = Rng::new(a.seed);
 
     // Broker.
-    let address = dir.join("bootstrap");
-    let mut broker = Command::new(&exe)
-        .args(["dev-broker", "--no-default-topics", "--address-file"])
-        .arg(&address)
-        .args([
-            "--topic",
-            &format!("requests:{}", a.partitions),
-            "--topic",
-            "tenant-cost:4",
-        ])
-        .args(["--topic", "requests.late:4", "--topic", "requests.dlq:4"])
-        .env("TALLY_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !address.exists() {
-        anyhow::ensure!(Instant::now() < deadline, "dev-broker did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let bootstrap = std::fs::read_to_string(&address)?.trim().to_string();
-    let db = create_database(&a.database_url, &format!("chaos_{}", std::process::id()))?;
+    let broker = support::DevBroker::start(
+        &exe,
+        &[
+            ("requests", a.partitions),
+            ("tenant-cost", 4),
+            ("requests.late", 4),
+            ("requests.dlq", 4),
+        ],
+    )?;
+    let bootstrap = broker.bootstrap.clone();
+    let db = support::create_database(&a.database_url, &format!("chaos_{}", std::process::id()))?;
     let cfg = dir.join("chaos.toml");
     std::fs::write(
         &cfg,
@@ -213,19 +238,7 @@ pub fn run(a: ChaosArgs) -> anyhow::Result<()> {
     let _ = std::fs::remove_file(dir.join("offline.jsonl"));
 
     // Each worker logs to <state>.log (appended across restarts; kept with --keep).
-    let spawn_worker = |state: &Path| -> anyhow::Result<Child> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(state.with_extension("log"))?;
-        Ok(Command::new(&exe)
-            .args(["run", "--config", &cfg_s])
-            .env("TALLY_STATE__DIR", state)
-            .env("TALLY_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()?)
-    };
+    let spawn_worker = |state: &Path| support::spawn_worker(&exe, &cfg, state, &[]);
     let mut workers: Vec<Worker> = (0..a.workers)
         .map(|i| {
             let state = dir.join(format!("state-{i}"));
@@ -353,7 +366,7 @@ pub fn run(a: ChaosArgs) -> anyhow::Result<()> {
         bootstrap_servers: bootstrap.clone(),
         ..Default::default()
     };
-    let ends = log_ends(&kafka, "requests", a.partitions)?;
+    let ends = support::log_ends(&kafka, "requests", a.partitions)?;
     let drain_deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let reports: Vec<WorkerReport> = workers.iter().filter_map(|w| report(&w.state)).collect();
@@ -373,8 +386,7 @@ pub fn run(a: ChaosArgs) -> anyhow::Result<()> {
     for w in workers.iter_mut() {
         if let Some(c) = &w.child {
             w.peak_rss_kb = w.peak_rss_kb.max(rss_kb(c.id()));
-            // SAFETY: plain signal to our own child.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            signal(c.id(), libc::SIGTERM);
         }
         if let Some(mut c) = w.child.take() {
             c.wait()?;
@@ -388,7 +400,7 @@ pub fn run(a: ChaosArgs) -> anyhow::Result<()> {
             .env("TALLY_STATE__DIR", &final_state),
         "the final drain",
     )?;
-    let _ = unsafe { libc::kill(sink.id() as i32, libc::SIGTERM) };
+    signal(sink.id(), libc::SIGTERM);
     sink.wait()?;
     run_ok(
         Command::new(&exe).args(["sink", "--config", &cfg_s, "--until-end"]),
@@ -396,7 +408,10 @@ pub fn run(a: ChaosArgs) -> anyhow::Result<()> {
     )?;
 
     // Compare.
-    let view = view_totals(&db)?;
+    let view: BTreeMap<(String, i64), u128> = support::invoice(&db)?
+        .into_iter()
+        .map(|l| Ok(((l.tenant_id, l.window_end), l.cost_pico.parse()?)))
+        .collect::<anyhow::Result<_>>()?;
     let mut lost = 0;
     let mut doubled = 0;
     for w in &expected.windows {
@@ -476,10 +491,10 @@ pub fn run(a: ChaosArgs) -> anyhow::Result<()> {
         recoveries.len()
     );
     println!("peak RSS per worker      {}", rss.join(", "));
-    println!("audit balanced           {}", c.balanced());
+    let audit_balanced = c.balanced() && final_report.balanced();
+    println!("audit balanced           {audit_balanced}");
 
-    let _ = broker.kill();
-    let _ = broker.wait();
+    drop(broker);
     if !a.keep {
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -492,7 +507,40 @@ pub fn run(a: ChaosArgs) -> anyhow::Result<()> {
         && c.duplicate == expected.duplicates
         && late == want_late
         && dlq_sources.len() as u64 == dead
-        && c.balanced();
+        && audit_balanced;
+    if let Some(path) = &a.json {
+        let report = ChaosReport {
+            records_generated: count,
+            workers: a.workers,
+            partitions: a.partitions,
+            group_protocol: a.group_protocol.clone(),
+            kills,
+            windows_compared: expected.windows.len(),
+            extra_windows: extra,
+            lost_windows: lost,
+            double_counted_windows: doubled,
+            records_consumed: c.consumed,
+            records_expected: expected.records,
+            too_late: c.too_late,
+            too_late_injected: expected.too_late.len() as u64,
+            too_late_distinct_on_topic: late.len() as u64,
+            dead_letters: c.dead_letter,
+            dead_letters_injected: dead,
+            dead_letter_sources_on_topic: dlq_sources.len() as u64,
+            duplicates: c.duplicate,
+            duplicates_injected: expected.duplicates,
+            recovery_p50_s: pct(&recoveries, 50),
+            recovery_p99_s: pct(&recoveries, 99),
+            recovery_max_s: recoveries.iter().copied().fold(0.0, f64::max),
+            recoveries_observed: recoveries.len(),
+            recoveries_never_observed: lost_recoveries,
+            peak_rss_mib: workers.iter().map(|w| w.peak_rss_kb / 1024).collect(),
+            audit_balanced,
+            exact,
+        };
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     anyhow::ensure!(exact, "chaos run NOT exact (see the report above)");
     anyhow::ensure!(
         kills >= a.min_kills,
@@ -501,63 +549,4 @@ pub fn run(a: ChaosArgs) -> anyhow::Result<()> {
     );
     println!("result                   EXACT");
     Ok(())
-}
-
-fn log_ends(
-    kafka: &crate::config::KafkaConfig,
-    topic: &str,
-    partitions: i32,
-) -> anyhow::Result<BTreeMap<i32, i64>> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    let consumer: BaseConsumer = crate::kafka::client_config(kafka, &[]).create()?;
-    (0..partitions)
-        .map(|p| {
-            Ok((
-                p,
-                consumer
-                    .fetch_watermarks(topic, p, Duration::from_secs(10))?
-                    .1,
-            ))
-        })
-        .collect()
-}
-
-fn create_database(admin: &str, name: &str) -> anyhow::Result<String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(async {
-        let client = crate::sink::connect(admin).await?;
-        client
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .await?;
-        Ok::<_, anyhow::Error>(())
-    })?;
-    let (base, _) = admin
-        .rsplit_once('/')
-        .context("database URL has no database part")?;
-    Ok(format!("{base}/{name}"))
-}
-
-fn view_totals(db: &str) -> anyhow::Result<BTreeMap<(String, i64), u128>> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(async {
-        let client = crate::sink::connect(db).await?;
-        let rows = client
-            .query(
-                "SELECT tenant_id, window_end, cost_pico::TEXT FROM tenant_cost_minute",
-                &[],
-            )
-            .await?;
-        rows.iter()
-            .map(|r| {
-                Ok((
-                    (r.get::<_, String>(0), r.get::<_, i64>(1)),
-                    r.get::<_, String>(2).parse()?,
-                ))
-            })
-            .collect::<anyhow::Result<_>>()
-    })
 }

@@ -6,96 +6,39 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use tally::config::KafkaConfig;
+use tally::devtools::support;
+
+pub use tally::devtools::support::{signal, DevBroker as Broker, InvoiceLine, TempDir};
 
 pub fn tally_bin() -> &'static str {
     env!("CARGO_BIN_EXE_tally")
 }
 
-/// A fresh directory under the system temp dir, removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str) -> Self {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let p = std::env::temp_dir().join(format!("tally-{tag}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
+pub fn tally_dev_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tally-dev")
 }
 
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A `tally dev-broker` child process.
-pub struct DevBroker {
-    child: Child,
-    pub bootstrap: String,
-    _dir: TempDir,
-}
+/// A `tally dev-broker` child process (see `tally::devtools::support::DevBroker`).
+pub struct DevBroker(Broker);
 
 impl DevBroker {
     pub fn start(topics: &[(&str, i32)]) -> Self {
-        let dir = TempDir::new("broker");
-        let file = dir.path().join("bootstrap");
-        let mut cmd = Command::new(tally_bin());
-        cmd.args(["dev-broker", "--no-default-topics", "--address-file"])
-            .arg(&file);
-        for (t, n) in topics {
-            cmd.arg("--topic").arg(format!("{t}:{n}"));
-        }
-        let mut child = cmd
-            .env("TALLY_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("cannot spawn tally dev-broker");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(s) = std::fs::read_to_string(&file) {
-                if !s.trim().is_empty() {
-                    return DevBroker {
-                        child,
-                        bootstrap: s.trim().to_string(),
-                        _dir: dir,
-                    };
-                }
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("tally dev-broker exited with {status} before publishing its address");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "tally dev-broker did not start within 30 s"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        DevBroker(Broker::start(Path::new(tally_bin()), topics).expect("tally dev-broker"))
     }
 
     pub fn kafka(&self) -> KafkaConfig {
-        KafkaConfig {
-            bootstrap_servers: self.bootstrap.clone(),
-            ..KafkaConfig::default()
-        }
+        self.0.kafka()
     }
 }
 
-impl Drop for DevBroker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl std::ops::Deref for DevBroker {
+    type Target = Broker;
+    fn deref(&self) -> &Broker {
+        &self.0
     }
 }
 
@@ -109,59 +52,16 @@ pub fn fresh_database(tag: &str) -> String {
         .unwrap()
         .subsec_nanos();
     let name = format!("t_{tag}_{}_{nanos}", std::process::id());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let client = tally::sink::connect(&admin)
-            .await
-            .expect("cannot connect to the test PostgreSQL");
-        client
-            .batch_execute(&format!("CREATE DATABASE {name}"))
-            .await
-            .expect("CREATE DATABASE");
-    });
-    match admin.rsplit_once('/') {
-        Some((base, _)) => format!("{base}/{name}"),
-        None => panic!("TALLY_TEST_PG_URL has no database part: {admin}"),
-    }
+    support::create_database(&admin, &name).expect("CREATE DATABASE in the test PostgreSQL")
 }
 
 /// Runs a query and returns rows as strings (every column cast to text by the caller).
 pub fn query(url: &str, sql: &str) -> Vec<Vec<Option<String>>> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let client = tally::sink::connect(url).await.expect("connect");
-        let rows = client
-            .query(sql, &[])
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
-        rows.iter()
-            .map(|r| {
-                (0..r.len())
-                    .map(|i| r.get::<_, Option<String>>(i))
-                    .collect()
-            })
-            .collect()
-    })
+    support::query(url, sql).unwrap_or_else(|e| panic!("{sql}: {e:#}"))
 }
 
 pub fn execute(url: &str, sql: &str) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let client = tally::sink::connect(url).await.expect("connect");
-        client
-            .batch_execute(sql)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    });
+    support::execute(url, sql).unwrap_or_else(|e| panic!("{sql}: {e:#}"))
 }
 
 pub const PRICES: &str = r#"
@@ -204,8 +104,13 @@ dir = "{dir}/state-{group}"
 /// Runs `tally <args>` to completion (bounded by `timeout`), returning its output.
 /// Output pipes are drained while it runs, so a chatty child never blocks.
 pub fn tally(args: &[&str], envs: &[(&str, &str)], timeout: Duration) -> Output {
+    run_to_end(tally_bin(), args, envs, timeout)
+}
+
+/// Runs `bin <args>` to completion (bounded by `timeout`), returning its output.
+pub fn run_to_end(bin: &str, args: &[&str], envs: &[(&str, &str)], timeout: Duration) -> Output {
     use std::io::Read;
-    let mut child = Command::new(tally_bin())
+    let mut child = Command::new(bin)
         .args(args)
         .envs(envs.iter().copied())
         .env("TALLY_LOG", "info")
@@ -285,26 +190,14 @@ pub fn results(broker: &DevBroker, topic: &str) -> Vec<tally::engine::ResultReco
         .collect()
 }
 
-/// The generator's expected invoice lines as `(tenant, window_end, cost_pico)` rows.
-pub fn expected_rows(e: &tally::gen::Expected) -> Vec<Vec<Option<String>>> {
-    e.windows
-        .iter()
-        .map(|w| {
-            vec![
-                Some(w.tenant_id.clone()),
-                Some(w.window_end.to_string()),
-                Some(w.cost_pico.clone()),
-            ]
-        })
-        .collect()
+/// The generator's expected invoice lines, in the view's order.
+pub fn expected_rows(e: &tally::gen::Expected) -> Vec<InvoiceLine> {
+    support::expected_invoice(e)
 }
 
-/// The invoice view as `(tenant, window_end, cost_pico)` rows, in the same order.
-pub fn view_rows(db: &str) -> Vec<Vec<Option<String>>> {
-    query(
-        db,
-        "SELECT tenant_id, window_end::TEXT, cost_pico::TEXT FROM tenant_cost_minute ORDER BY 1, 2",
-    )
+/// The invoice view, ordered by tenant and window end.
+pub fn view_rows(db: &str) -> Vec<InvoiceLine> {
+    support::invoice(db).expect("reading the invoice view")
 }
 
 /// A valid input record.

@@ -1,13 +1,11 @@
 //! Event-time semantics end to end: allowed lateness, replay determinism, dirty
 //! input accounting, idle partitions, re-billing under a higher generation.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use tally::engine::{Counters, PaneKind, ResultRecord};
 use tally::kafka::headers;
 use tally::kafka::read::read_topic;
@@ -310,7 +308,7 @@ fn a_silent_partition_never_holds_back_another_and_idleness_closes_its_windows()
         "{r2:?}"
     );
     assert!(r.iter().all(|p| p.pane == PaneKind::OnTime));
-    unsafe { libc::kill(off.id() as i32, libc::SIGTERM) };
+    signal(off.id(), libc::SIGTERM);
     assert!(off.wait().unwrap().success());
 
     // Idleness 1 s: quiet's window closes after its silence, as an on-time pane.
@@ -325,7 +323,7 @@ fn a_silent_partition_never_holds_back_another_and_idleness_closes_its_windows()
         (quiet[0].window_end, quiet[0].requests, quiet[0].pane),
         (T10 + MIN, 1, PaneKind::OnTime)
     );
-    unsafe { libc::kill(on.id() as i32, libc::SIGTERM) };
+    signal(on.id(), libc::SIGTERM);
     assert!(on.wait().unwrap().success());
     let report = tally::worker::report::read(&dir.path().join("state-on")).unwrap();
     let p0 = report.partitions.iter().find(|p| p.partition == 0).unwrap();

@@ -1,12 +1,10 @@
-//! Window state beyond `state.memory_budget` lives in RocksDB (DESIGN §2, README
-//! "Memory"): a run that spills nearly every window produces the same bytes as one
+//! Window state beyond `state.memory_budget` lives in RocksDB (docs/DESIGN.md §7.7,
+//! docs/operations/memory.md): a run that spills nearly every window produces the same bytes as one
 //! that keeps everything in memory.
-
-mod common;
 
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 /// Copies of every 40th event, 3 minutes older under a new id: late, but within
 /// the 10-minute allowed lateness, so they fold into fired — often evicted — windows.

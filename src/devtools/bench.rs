@@ -1,4 +1,4 @@
-//! `tally bench-checkpoint`: checkpoint pause, duration, size and restore time at
+//! `tally-dev bench-checkpoint`: checkpoint pause, duration, size and restore time at
 //! several numbers of open windows, measured on this machine in one run.
 //!
 //! Kafka is not involved: the barrier pause measured here is the state part (drain
@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use clap::Args;
 
-use crate::checkpoint::export::{self, ExportJob, ExportPartition};
+use crate::checkpoint::export::{self, ExportJob, ExportPartition, JobIdentity};
 use crate::checkpoint::store::CheckpointStore;
 use crate::checkpoint::{CheckpointId, OffsetLedger};
 use crate::engine::{EngineConfig, PartitionTask, RecordIn, TimeSource};
@@ -125,19 +125,19 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             let job = ExportJob {
                 id: CheckpointId(id),
                 dir: checkpoints.dir_for(CheckpointId(id)),
-                worker: "bench".into(),
-                group: "bench".into(),
-                topic: "requests".into(),
-                fingerprint: "bench".into(),
+                job: JobIdentity {
+                    worker: "bench".into(),
+                    group: "bench".into(),
+                    topic: "requests".into(),
+                    fingerprint: "bench".into(),
+                },
                 created_at_ms: 0,
                 partitions: listed,
                 store: store.clone(),
             };
-            let handle = export::spawn(job)?;
+            let pending = export::spawn(job, started)?;
             let pause = started.elapsed().as_secs_f64() * 1e3;
-            let manifest = handle
-                .join()
-                .map_err(|_| anyhow::anyhow!("export panicked"))??;
+            let manifest = pending.wait()?;
             let total = started.elapsed().as_secs_f64() * 1e3;
             checkpoints.retain(CheckpointId(id))?;
             Ok((
@@ -193,7 +193,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
 #[derive(Args, Debug)]
 pub struct BenchEngineArgs {
     #[command(flatten)]
-    pub config: super::ConfigArg,
+    pub config: crate::cli::ConfigArg,
     /// JSON lines to process (e.g. from `tally gen --output-file`).
     #[arg(long)]
     pub input_file: std::path::PathBuf,

@@ -1,12 +1,10 @@
-//! The producer side of the checkpoint barrier (DESIGN §6, step 2): `Outputs::flush`
+//! The producer side of the checkpoint barrier (docs/DESIGN.md §7.2, step 2): `Outputs::flush`
 //! returns only once every record sent before it is acknowledged, and fails when
 //! one could not be delivered — so the caller never commits past a lost result.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use tally::config::{KafkaConfig, TopicsConfig};
 use tally::engine::{PaneKind, ResultKind, ResultRecord};
 use tally::kafka::outputs::Outputs;

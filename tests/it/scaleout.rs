@@ -1,20 +1,22 @@
-//! Several workers in one consumer group (DESIGN §9): the chaos run in short, and a
+//! Several workers in one consumer group (docs/DESIGN.md §9): the chaos run in short, and a
 //! zombie that wakes up after its partitions moved.
 
-mod common;
-
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
+use tally::devtools::chaos::ChaosReport;
 use tally::gen::Expected;
 
 /// The acceptance chaos run, short: 3 workers over 12 partitions, at least 5 SIGKILLs.
 #[test]
 fn chaos_run_with_kills_is_exact() {
     let db = std::env::var("TALLY_TEST_PG_URL").expect("TALLY_TEST_PG_URL: run scripts/test.sh");
-    let out = tally_ok(
+    let dir = TempDir::new("chaos-report");
+    let json = dir.path().join("chaos.json");
+    let out = run_to_end(
+        tally_dev_bin(),
         &[
             "chaos",
             "--database-url",
@@ -29,18 +31,25 @@ fn chaos_run_with_kills_is_exact() {
             "12s",
             "--min-kills",
             "5",
+            "--json",
+            json.to_str().unwrap(),
         ],
         &[],
         Duration::from_secs(600),
     );
-    let report = String::from_utf8_lossy(&out.stdout);
-    println!("{report}");
-    assert!(report.contains("lost windows             0"), "{report}");
-    assert!(report.contains("double-counted windows   0"), "{report}");
-    assert!(
-        report.contains("result                   EXACT"),
-        "{report}"
+    println!("{}", String::from_utf8_lossy(&out.stdout));
+    let r: ChaosReport = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert!(out.status.success(), "{r:?}");
+    assert_eq!(
+        (r.lost_windows, r.double_counted_windows, r.extra_windows),
+        (0, 0, 0),
+        "{r:?}"
     );
+    assert_eq!(r.records_consumed, r.records_expected);
+    assert_eq!(r.too_late, r.too_late_injected);
+    assert_eq!(r.dead_letters, r.dead_letters_injected);
+    assert_eq!(r.duplicates, r.duplicates_injected);
+    assert!(r.kills >= 5 && r.audit_balanced && r.exact, "{r:?}");
 }
 
 fn spawn_worker(cfg: &Path, state: &Path) -> Child {
@@ -48,20 +57,8 @@ fn spawn_worker(cfg: &Path, state: &Path) -> Child {
 }
 
 fn spawn_worker_with(cfg: &Path, state: &Path, envs: &[(&str, &str)]) -> Child {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(state.with_extension("log"))
-        .unwrap();
-    Command::new(tally_bin())
-        .args(["run", "--config", cfg.to_str().unwrap()])
-        .env("TALLY_STATE__DIR", state)
-        .envs(envs.iter().copied())
-        .env("TALLY_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
+    tally::devtools::support::spawn_worker(Path::new(tally_bin()), cfg, state, envs)
+        .expect("spawning a worker")
 }
 
 fn owned(state: &Path) -> Vec<i32> {
@@ -136,7 +133,7 @@ fn a_zombie_worker_cannot_corrupt_anything() {
         states.iter().all(|s| !owned(s).is_empty())
     });
     let zombie_parts = owned(&states[0]);
-    unsafe { libc::kill(workers[0].id() as i32, libc::SIGSTOP) };
+    signal(workers[0].id(), libc::SIGSTOP);
     // The survivors take over the frozen worker's partitions.
     wait_for("the survivors to take over", &|| {
         let held: Vec<i32> = owned(&states[1])
@@ -145,11 +142,11 @@ fn a_zombie_worker_cannot_corrupt_anything() {
             .collect();
         zombie_parts.iter().all(|p| held.contains(p))
     });
-    unsafe { libc::kill(workers[0].id() as i32, libc::SIGCONT) };
+    signal(workers[0].id(), libc::SIGCONT);
     assert!(gen.wait().unwrap().success());
     std::thread::sleep(Duration::from_secs(5));
     for w in workers.iter_mut() {
-        unsafe { libc::kill(w.id() as i32, libc::SIGTERM) };
+        signal(w.id(), libc::SIGTERM);
         assert!(w.wait().unwrap().success(), "graceful stop failed");
     }
     // The zombie was fenced: its offset commits after waking were rejected, or it
@@ -244,7 +241,7 @@ fn static_members_regain_their_partitions_without_moving_the_others() {
     let third_log_len = std::fs::read_to_string(&third_log).unwrap().len();
 
     for w in workers.iter_mut().take(2) {
-        unsafe { libc::kill(w.id() as i32, libc::SIGTERM) };
+        signal(w.id(), libc::SIGTERM);
         assert!(w.wait().unwrap().success(), "graceful stop failed");
     }
     for s in &states[..2] {
@@ -278,7 +275,7 @@ fn static_members_regain_their_partitions_without_moving_the_others() {
         consumed == expected.records
     });
     for w in workers.iter_mut() {
-        unsafe { libc::kill(w.id() as i32, libc::SIGTERM) };
+        signal(w.id(), libc::SIGTERM);
         assert!(w.wait().unwrap().success(), "graceful stop failed");
     }
 }

@@ -1,4 +1,4 @@
-//! `tally bench-kafka`: tally draining a preloaded input topic vs a raw rdkafka
+//! `tally-dev bench-kafka`: tally draining a preloaded input topic vs a raw rdkafka
 //! consumer that only reads and parses the same topic, on the same broker, in one run.
 //!
 //! Both sides are child processes measured the same way (`wait4`): wall time, CPU
@@ -10,6 +10,8 @@
 //!
 //! It also reports the on-time pane latency of each tally round (the watermark
 //! passing a window end → the pane acknowledged by Kafka), from the worker's report.
+
+#![allow(unsafe_code)] // FFI: wait4 for a child's rusage.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -26,7 +28,7 @@ use crate::kafka::consumer_config;
 #[derive(Args, Debug)]
 pub struct BenchKafkaArgs {
     #[command(flatten)]
-    pub config: super::ConfigArg,
+    pub config: crate::cli::ConfigArg,
     /// Alternate baseline and tally runs this many times; report the best of each.
     #[arg(long, default_value_t = 2)]
     pub rounds: usize,
@@ -129,6 +131,7 @@ pub fn run(a: BenchKafkaArgs) -> anyhow::Result<()> {
         "the input topic is empty: preload it with `tally gen`"
     );
     let exe = std::env::current_exe()?;
+    let tally_bin = super::support::tally_beside_me()?;
     let (mut base, mut tally): (Option<Cost>, Option<Cost>) = (None, None);
     let mut latency = Vec::new();
     let best = |slot: &mut Option<Cost>, c: Cost| {
@@ -148,7 +151,7 @@ pub fn run(a: BenchKafkaArgs) -> anyhow::Result<()> {
         best(&mut base, c);
         let dir = a.dir.join(&tag);
         let c = measured(
-            Command::new(&exe)
+            Command::new(&tally_bin)
                 .args(["run", "--until-end", "--config"])
                 .arg(&config_path)
                 .env("TALLY_KAFKA__GROUP_ID", format!("bench-tally-{tag}"))

@@ -2,15 +2,13 @@
 //! point, random kills during a continuous run, damaged checkpoints, and the
 //! refusals that keep a worker from guessing.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use tally::gen::Expected;
 use tally::kafka::read::read_topic;
 
@@ -566,12 +564,12 @@ impl Retention {
         wait_until("a checkpoint at the log end", || {
             self.checkpointed().is_some_and(|e| e.next_offset.0 == end)
         });
-        unsafe { libc::kill(worker.id() as i32, libc::SIGSTOP) };
+        signal(worker.id(), libc::SIGSTOP);
         self.produce(n);
         let (low, high) = self.log_range();
         assert_eq!(high, self.produced);
         assert!(low > end, "retention deleted nothing: log starts at {low}");
-        unsafe { libc::kill(worker.id() as i32, libc::SIGCONT) };
+        signal(worker.id(), libc::SIGCONT);
         low
     }
 }
@@ -698,7 +696,7 @@ fn records_deleted_before_tally_read_them_are_refused_or_accepted_as_a_counted_g
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    unsafe { libc::kill(worker.id() as i32, libc::SIGTERM) };
+    signal(worker.id(), libc::SIGTERM);
     assert!(wait_exit(&mut worker, "the worker").success());
     let log = job.log("w2.log");
     assert!(

@@ -1,13 +1,11 @@
 //! End to end on the real services: dev-broker process → `tally run` → topics →
 //! `tally sink` → PostgreSQL.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use tally::engine::PaneKind;
 use tally::kafka::headers;
 use tally::kafka::read::read_topic;
@@ -268,7 +266,7 @@ fn bad_records_go_to_the_dead_letter_topic_and_the_worker_keeps_running() {
         worker.try_wait().unwrap().is_none(),
         "worker still running after bad input"
     );
-    unsafe { libc::kill(worker.id() as i32, libc::SIGTERM) };
+    signal(worker.id(), libc::SIGTERM);
     let out = worker.wait_with_output().unwrap();
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "graceful stop failed:\n{log}");

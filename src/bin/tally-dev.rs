@@ -1,0 +1,50 @@
+//! `tally-dev`: the development commands — the chaos run and the benchmarks —
+//! kept out of the production `tally` binary. They drive the `tally` binary built
+//! beside this one (`cargo build --bins`).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tally::devtools::{bench, bench_kafka, chaos};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tally-dev",
+    version,
+    about = "tally's development commands: the chaos run and the benchmarks (not for production)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Scale-out acceptance run: N workers, random SIGKILLs, exact totals, one report.
+    Chaos(chaos::ChaosArgs),
+    /// Benchmark: the engine over a file vs a parse-only baseline, same run.
+    BenchEngine(bench::BenchEngineArgs),
+    /// Benchmark: tally draining a preloaded topic vs a raw consume+parse baseline.
+    BenchKafka(bench_kafka::BenchKafkaArgs),
+    /// Benchmark: checkpoint pause, duration, size and restore time by open windows.
+    BenchCheckpoint(bench::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tally::cli::init_logging();
+    tally::worker::shutdown::install();
+    let result = match cli.command {
+        Command::Chaos(a) => chaos::run(a),
+        Command::BenchEngine(a) => bench::run_engine(a),
+        Command::BenchKafka(a) => bench_kafka::run(a),
+        Command::BenchCheckpoint(a) => bench::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tally-dev: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

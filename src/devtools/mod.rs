@@ -1,0 +1,9 @@
+//! Development support: the `tally-dev` commands (the chaos run, the benchmarks)
+//! and the service harness they share with the integration tests (`support`).
+//! No production command uses this module; it lives in the library so that
+//! `tally-dev`, `tests/it` and the benchmarks drive exactly the code users run.
+
+pub mod bench;
+pub mod bench_kafka;
+pub mod chaos;
+pub mod support;

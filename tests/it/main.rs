@@ -1,0 +1,12 @@
+//! The integration suite: one test binary (it links librdkafka and RocksDB once),
+//! one module per area. Every test runs on real services — `tally dev-broker`
+//! processes and the PostgreSQL cluster `scripts/test.sh` starts (see `common`).
+
+mod common;
+mod late;
+mod pipeline;
+mod producer;
+mod recovery;
+mod scaleout;
+mod semantics;
+mod state_budget;
