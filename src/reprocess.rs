@@ -15,7 +15,7 @@
 
 use std::collections::HashSet;
 
-use crate::engine::{validate, AdjustmentRecord, EngineConfig, RecordIn, ResultKind};
+use crate::engine::{validate, AdjustmentRecord, EngineConfig, RecordIn, ResultKind, Valid};
 use crate::model::DeadLetterReason;
 
 /// What happened to one late record.
@@ -35,14 +35,18 @@ pub struct Reprocessor {
 impl Reprocessor {
     /// `source` is the original event's coordinates (the late record's `tally.source`).
     pub fn process(&mut self, cfg: &EngineConfig, rec: RecordIn<'_>, source: &str) -> Outcome {
-        let (ev, ts, cost) = match validate(cfg, rec) {
+        let Valid {
+            ev,
+            window: w,
+            cost,
+            ..
+        } = match validate(cfg, rec) {
             Ok(v) => v,
             Err(reason) => return Outcome::DeadLetter(reason),
         };
         if !self.seen.insert(ev.request_id.to_string()) {
             return Outcome::Duplicate;
         }
-        let w = cfg.window.assign(ts);
         Outcome::Adjusted(AdjustmentRecord {
             kind: ResultKind::Adjustment,
             request_id: ev.request_id.into_owned(),

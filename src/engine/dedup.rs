@@ -103,6 +103,13 @@ impl Dedup {
 
     /// Records `id` (whose fingerprint is `fp`); returns `true` if it is a live
     /// duplicate at `watermark`.
+    /// Whether `fp` is a live entry (a duplicate at `watermark`); changes nothing
+    /// but the watermark. `check_and_insert` afterwards records it.
+    pub fn is_duplicate(&mut self, fp: Fingerprint, watermark: i64) -> bool {
+        self.watermark = self.watermark.max(watermark);
+        self.seen.get(fp).is_some_and(|e| e > self.watermark)
+    }
+
     pub fn check_and_insert(
         &mut self,
         fp: Fingerprint,

@@ -30,6 +30,7 @@ use crate::metrics::Histogram;
 use crate::model::event::MIN_MILLIS_TS;
 use crate::model::{event, DeadLetterReason, Event, Pico, PriceError};
 use crate::time::Watermark;
+use crate::time::Window;
 
 /// The accumulator of one `(tenant, window)`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,10 +67,17 @@ type Windows = BTreeMap<i64, Tenants>;
 /// A record that passed step 1: the event, its event time, its cost, and the
 /// fingerprint of its request id.
 struct Checked<'a> {
-    ev: Event<'a>,
-    ts: i64,
-    cost: Pico,
+    valid: Valid<'a>,
     fp: Fingerprint,
+}
+
+/// A record that passed `validate`: its event, event time, window and cost.
+#[derive(Debug)]
+pub struct Valid<'a> {
+    pub ev: Event<'a>,
+    pub ts: i64,
+    pub window: Window,
+    pub cost: Pico,
 }
 
 /// A restorable image of a task.
@@ -293,9 +301,9 @@ impl PartitionTask {
 
     /// Step 1 of the rules, and the request id's dedup fingerprint.
     fn check<'a>(&self, rec: RecordIn<'a>) -> Result<Checked<'a>, DeadLetterReason> {
-        let (ev, ts, cost) = validate(&self.cfg, rec)?;
-        let fp = Fingerprint::of(&ev.request_id);
-        Ok(Checked { ev, ts, cost, fp })
+        let valid = validate(&self.cfg, rec)?;
+        let fp = Fingerprint::of(&valid.ev.request_id);
+        Ok(Checked { valid, fp })
     }
 
     fn count(
@@ -319,25 +327,37 @@ impl PartitionTask {
     }
 
     fn route(&mut self, rec: RecordIn<'_>, c: &Checked<'_>, out: &mut Vec<ResultRecord>) -> Route {
-        let Checked { ev, ts, cost, fp } = c;
-        let (ts, cost, fp) = (*ts, *cost, *fp);
+        let Checked {
+            valid:
+                Valid {
+                    ev,
+                    ts,
+                    window,
+                    cost,
+                },
+            fp,
+        } = c;
+        let (ts, window, cost, fp) = (*ts, *window, *cost, *fp);
         self.delay.record(rec.now_ms.saturating_sub(ts));
         self.disorder
             .record(self.watermark.max_ts().map_or(0, |m| m.saturating_sub(ts)));
         let cfg = &self.cfg;
-        let window = cfg.window.assign(ts);
         let expiry = (window.end - 1)
             .saturating_add(cfg.allowed_lateness_ms)
             .saturating_add(cfg.dedup_extra_ms);
-        if self
-            .dedup
-            .check_and_insert(fp, &ev.request_id, expiry, self.watermark.current())
-        {
+        // The order of the checks (docs/DESIGN.md §2, "order of the checks"): a record routed to
+        // the dead-letter topic never enters the dedup set, so its corrected
+        // re-send is billed. Validation (every content reason, and an
+        // unrepresentable window) came first; here: duplicate, too late, then the
+        // fold, whose overflow is the last dead-letter reason — and only a record
+        // that is folded or too late is remembered.
+        let w = self.watermark.current();
+        if self.dedup.is_duplicate(fp, w) {
             return Route::Duplicate;
         }
-        let w = self.watermark.current();
         let lateness = cfg.allowed_lateness_ms;
         if w >= (window.end - 1).saturating_add(lateness) {
+            self.dedup.check_and_insert(fp, &ev.request_id, expiry, w);
             return Route::TooLate {
                 window_end: window.end,
                 watermark: w,
@@ -377,6 +397,7 @@ impl PartitionTask {
         let Some(new_acc) = folded else {
             return Route::DeadLetter(DeadLetterReason::Overflow);
         };
+        self.dedup.check_and_insert(fp, &ev.request_id, expiry, w);
         *acc = new_acc;
         if phase == WindowPhase::Fired {
             let pane = Self::pane(
@@ -581,10 +602,7 @@ pub struct StateDelta {
 /// Step 1 of the rules: everything that makes a record a dead letter. Returns the
 /// event, its event time (per the configured time source) and its cost.
 #[inline(always)]
-pub fn validate<'a>(
-    cfg: &EngineConfig,
-    rec: RecordIn<'a>,
-) -> Result<(Event<'a>, i64, Pico), DeadLetterReason> {
+pub fn validate<'a>(cfg: &EngineConfig, rec: RecordIn<'a>) -> Result<Valid<'a>, DeadLetterReason> {
     if rec.payload.len() > cfg.max_record_bytes {
         return Err(DeadLetterReason::Oversized {
             bytes: rec.payload.len(),
@@ -615,6 +633,10 @@ pub fn validate<'a>(
             });
         }
     }
+    let window = cfg
+        .window
+        .assign(ts)
+        .ok_or(DeadLetterReason::WindowOutOfRange(ts))?;
     // Prices are in effect by event time (the completed_ts of the request).
     let cost = cfg
         .prices
@@ -629,5 +651,10 @@ pub fn validate<'a>(
             PriceError::NotYetPriced => DeadLetterReason::NoPriceInEffect(ev.model.to_string()),
             PriceError::Overflow => DeadLetterReason::Overflow,
         })?;
-    Ok((ev, ts, cost))
+    Ok(Valid {
+        ev,
+        ts,
+        window,
+        cost,
+    })
 }

@@ -213,3 +213,59 @@ fn end_of_input_flushes_open_windows_in_order() {
     let tenants: Vec<_> = out.iter().map(|p| p.tenant_id.as_str()).collect();
     assert_eq!(tenants, ["acme", "zeta"]);
 }
+
+fn ev_tokens(id: &str, ts: i64, prompt: u64) -> String {
+    format!(
+        r#"{{"request_id":"{id}","tenant_id":"acme","model":"large","prompt_tokens":{prompt},"completion_tokens":0,"completed_ts":{ts}}}"#
+    )
+}
+
+/// Issue 19, defect 2: a record dead-lettered because its window's sum would
+/// overflow must not make its corrected re-send a duplicate.
+#[test]
+fn a_dead_lettered_record_never_makes_its_resend_a_duplicate() {
+    let mut task = PartitionTask::new(0, cfg(0));
+    let (routes, _) = run(
+        &mut task,
+        &[
+            ev_tokens("big", T10, u64::MAX - 10),
+            ev_tokens("r-1", T10 + S, 100),
+            ev_tokens("r-1", T10 + S, 5),
+            ev_tokens("r-1", T10 + S, 5),
+        ],
+    );
+    assert_eq!(routes[0], Route::Window);
+    assert_eq!(routes[1], Route::DeadLetter(DeadLetterReason::Overflow));
+    assert_eq!(routes[2], Route::Window, "the corrected re-send is billed");
+    assert_eq!(routes[3], Route::Duplicate, "and remembered once billed");
+    let c = task.counters();
+    assert_eq!((c.folded, c.dead_letter, c.duplicate), (2, 1, 1));
+    assert!(c.balanced());
+}
+
+/// Issue 19, defect 6: with `max_future = off`, an event time near `i64::MAX`
+/// is a dead letter with a reason, not a window whose end wraps negative.
+#[test]
+fn an_unrepresentable_window_is_a_dead_letter() {
+    let mut c = (*cfg(0)).clone();
+    c.max_future_ms = None;
+    let mut task = PartitionTask::new(0, Arc::new(c));
+    let (routes, panes) = run(
+        &mut task,
+        &[
+            ev("edge", "acme", i64::MAX - 1),
+            ev("ok", "acme", i64::MAX - 2 * MIN),
+            ev("ok2", "acme", i64::MAX - 2 * MIN + 1),
+        ],
+    );
+    assert_eq!(
+        routes[0],
+        Route::DeadLetter(DeadLetterReason::WindowOutOfRange(i64::MAX - 1))
+    );
+    assert_eq!(&routes[1..], &[Route::Window, Route::Window]);
+    assert!(panes.iter().all(|p| p.window_end > p.window_start));
+    assert_eq!(
+        DeadLetterReason::WindowOutOfRange(0).code(),
+        "window_out_of_range"
+    );
+}

@@ -50,6 +50,8 @@ pub enum DeadLetterReason {
     Overflow,
     /// The configured time source gave no timestamp (e.g. no Kafka timestamp).
     NoTimestamp,
+    /// The event time's window does not fit in `i64` milliseconds.
+    WindowOutOfRange(i64),
 }
 
 impl DeadLetterReason {
@@ -66,6 +68,7 @@ impl DeadLetterReason {
             Self::Oversized { .. } => "oversized_record",
             Self::Overflow => "overflow",
             Self::NoTimestamp => "no_timestamp",
+            Self::WindowOutOfRange(_) => "window_out_of_range",
         }
     }
 }
@@ -96,6 +99,10 @@ impl fmt::Display for DeadLetterReason {
             Self::Oversized { bytes, limit } => write!(f, "record is {bytes} bytes, limit {limit}"),
             Self::Overflow => write!(f, "cost or token sum overflows"),
             Self::NoTimestamp => write!(f, "the configured time source gave no timestamp"),
+            Self::WindowOutOfRange(ts) => write!(
+                f,
+                "timestamp {ts} is so close to the end of the 64-bit millisecond range that its window cannot be represented"
+            ),
         }
     }
 }
