@@ -36,6 +36,13 @@ pub enum ConfigError {
     Parse(String),
     #[error("config key `{key}`: {msg}")]
     Invalid { key: String, msg: String },
+    /// A value that came from the environment, not from the file.
+    #[error("environment variable {var} (config key `{key}`): {msg}")]
+    Env {
+        var: String,
+        key: String,
+        msg: String,
+    },
 }
 
 fn invalid(key: impl Into<String>, msg: impl Into<String>) -> ConfigError {
@@ -307,10 +314,10 @@ pub struct MetricsConfig {
 pub struct PriceConfig {
     pub input_per_1k: String,
     pub output_per_1k: String,
-    /// When this price starts to apply (UTC, e.g. "2026-01-01T00:00:00Z");
-    /// absent = always.
+    /// When this price starts to apply (UTC, e.g. "2026-01-01T00:00:00Z", or
+    /// integer ms since the epoch); absent = always.
     #[serde(default)]
-    pub effective_from: Option<String>,
+    pub effective_from: Option<UtcTime>,
     /// Earlier or later prices of the same model.
     #[serde(default)]
     pub schedule: Vec<ScheduledPrice>,
@@ -319,9 +326,36 @@ pub struct PriceConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScheduledPrice {
-    pub effective_from: String,
+    pub effective_from: UtcTime,
     pub input_per_1k: String,
     pub output_per_1k: String,
+}
+
+/// A UTC time as the config writes it: `"2026-01-01T00:00:00Z"`, or integer
+/// milliseconds since the epoch (a TOML integer, or a string of digits).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum UtcTime {
+    Ms(i64),
+    Text(String),
+}
+
+impl UtcTime {
+    pub fn to_ms(&self) -> Result<i64, String> {
+        match self {
+            UtcTime::Ms(ms) => Ok(*ms),
+            UtcTime::Text(s) => duration::parse_utc_ms(s),
+        }
+    }
+}
+
+impl std::fmt::Display for UtcTime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UtcTime::Ms(ms) => write!(f, "{ms}"),
+            UtcTime::Text(s) => write!(f, "{s:?}"),
+        }
+    }
 }
 
 impl Config {
@@ -342,9 +376,12 @@ impl Config {
         text: &str,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Config, ConfigError> {
-        let mut root: toml::Table = text
+        let file: toml::Table = text
             .parse()
             .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+        let mut root = file.clone();
+        // (variable, dotted key, value) of every override applied.
+        let mut applied: Vec<(String, String, String)> = Vec::new();
         for (name, value) in env {
             let Some(path) = name.strip_prefix("TALLY_") else {
                 continue;
@@ -353,11 +390,47 @@ impl Config {
             if parts.len() < 2 || parts.iter().any(String::is_empty) {
                 continue;
             }
-            apply_override(&mut root, &parts, value);
+            if let Some(key) = apply_override(&mut root, &parts, value.clone()) {
+                applied.push((name, key, value));
+            }
         }
-        let cfg: Config = Config::deserialize(toml::Value::Table(root))
-            .map_err(|e| ConfigError::Parse(e.to_string()))?;
-        cfg.validate()?;
+        let parse = |t: toml::Table| Config::deserialize(toml::Value::Table(t));
+        let cfg = match parse(root) {
+            Ok(cfg) => cfg,
+            Err(e) => {
+                // Name the variable when the file alone is fine: the first
+                // override that fails on its own is the culprit.
+                if parse(file.clone()).is_ok() {
+                    for (var, key, value) in &applied {
+                        let mut one = file.clone();
+                        let parts: Vec<String> = var["TALLY_".len()..]
+                            .split("__")
+                            .map(str::to_ascii_lowercase)
+                            .collect();
+                        apply_override(&mut one, &parts, value.clone());
+                        if let Err(e) = parse(one) {
+                            return Err(ConfigError::Env {
+                                var: var.clone(),
+                                key: key.clone(),
+                                msg: e.to_string(),
+                            });
+                        }
+                    }
+                }
+                return Err(ConfigError::Parse(e.to_string()));
+            }
+        };
+        cfg.validate().map_err(|e| match e {
+            ConfigError::Invalid { key, msg } => match applied.iter().find(|(_, k, _)| *k == key) {
+                Some((var, ..)) => ConfigError::Env {
+                    var: var.clone(),
+                    key,
+                    msg,
+                },
+                None => ConfigError::Invalid { key, msg },
+            },
+            other => other,
+        })?;
         Ok(cfg)
     }
 
@@ -392,6 +465,16 @@ impl Config {
                 "must differ from topics.results and topics.late",
             ));
         }
+        let g = &self.kafka.group_id;
+        if g == "." || g == ".." || g.contains('/') || g.contains('\0') {
+            return Err(invalid(
+                "kafka.group_id",
+                format!(
+                    "{g:?} also names the checkpoint directory <checkpoint.dir>/<group_id>, so it \
+                     must be one directory name (no '/', not '.' or '..')"
+                ),
+            ));
+        }
         for key in crate::kafka::OWNED_CONSUMER_PROPERTIES {
             if let Some(v) = self.kafka.properties.get(*key) {
                 return Err(invalid(
@@ -424,30 +507,45 @@ impl Config {
         for (model, p) in &self.prices {
             let key = |k: &str| format!("prices.{model}.{k}");
             let price = |k: &str, v: &str| NanoPer1k::parse_usd(v).map_err(|m| invalid(key(k), m));
-            let from = |k: &str, v: &Option<String>| match v {
+            let from = |k: &str, v: Option<&UtcTime>| match v {
                 None => Ok(i64::MIN),
-                Some(s) => duration::parse_utc_ms(s).map_err(|m| invalid(key(k), m)),
+                Some(t) => t.to_ms().map_err(|m| invalid(key(k), m)),
             };
-            table.insert(
-                model,
+            // Two prices of one model from the same instant: which applies would
+            // depend on the order of the file. Refused, naming both.
+            let mut seen: Vec<(i64, String)> = Vec::with_capacity(1 + p.schedule.len());
+            let mut add = |k: String, entry: PriceEntry| {
+                if let Some((_, other)) = seen.iter().find(|(t, _)| *t == entry.effective_from_ms) {
+                    return Err(invalid(
+                        key(&k),
+                        format!(
+                            "takes effect at the same instant as prices.{model}.{other}; each price \
+                             of a model needs its own effective_from (remove one, or move it)"
+                        ),
+                    ));
+                }
+                seen.push((entry.effective_from_ms, k));
+                table.insert(model, entry);
+                Ok(())
+            };
+            add(
+                "effective_from".into(),
                 PriceEntry {
-                    effective_from_ms: from("effective_from", &p.effective_from)?,
+                    effective_from_ms: from("effective_from", p.effective_from.as_ref())?,
                     input: price("input_per_1k", &p.input_per_1k)?,
                     output: price("output_per_1k", &p.output_per_1k)?,
                 },
-            );
-            for s in &p.schedule {
-                table.insert(
-                    model,
+            )?;
+            for (i, s) in p.schedule.iter().enumerate() {
+                let k = |f: &str| format!("schedule[{i}].{f}");
+                add(
+                    k("effective_from"),
                     PriceEntry {
-                        effective_from_ms: from(
-                            "schedule.effective_from",
-                            &Some(s.effective_from.clone()),
-                        )?,
-                        input: price("schedule.input_per_1k", &s.input_per_1k)?,
-                        output: price("schedule.output_per_1k", &s.output_per_1k)?,
+                        effective_from_ms: from(&k("effective_from"), Some(&s.effective_from))?,
+                        input: price(&k("input_per_1k"), &s.input_per_1k)?,
+                        output: price(&k("output_per_1k"), &s.output_per_1k)?,
                     },
-                );
+                )?;
             }
         }
         Ok(table)
@@ -469,18 +567,28 @@ impl Config {
     }
 }
 
-fn apply_override(table: &mut toml::Table, path: &[String], value: String) {
-    let (last, parents) = match path.split_last() {
-        Some(x) => x,
-        None => return,
+/// Sets `path` (lower-cased from the variable's name) to `value`; returns the
+/// dotted key it set. Names are matched to the file's keys without regard to
+/// case, so `TALLY_PRICES__GPT4O__INPUT_PER_1K` overrides `[prices.GPT4o]` rather
+/// than adding a second model.
+fn apply_override(table: &mut toml::Table, path: &[String], value: String) -> Option<String> {
+    let (last, parents) = path.split_last()?;
+    let in_file = |t: &toml::Table, k: &str| {
+        t.keys()
+            .find(|existing| existing.eq_ignore_ascii_case(k))
+            .cloned()
+            .unwrap_or_else(|| k.to_string())
     };
     let mut t = table;
+    let mut dotted = Vec::with_capacity(path.len());
     for p in parents {
+        let name = in_file(t, p);
+        dotted.push(name.clone());
         let entry = t
-            .entry(p.clone())
+            .entry(name)
             .or_insert_with(|| toml::Value::Table(toml::Table::new()));
         let toml::Value::Table(next) = entry else {
-            return;
+            return None;
         };
         t = next;
     }
@@ -491,7 +599,10 @@ fn apply_override(table: &mut toml::Table, path: &[String], value: String) {
     {
         key = key.replace('_', ".");
     }
+    let key = in_file(t, &key);
+    dotted.push(key.clone());
     t.insert(key, toml::Value::String(value));
+    Some(dotted.join("."))
 }
 
 #[cfg(test)]
@@ -573,6 +684,65 @@ mod tests {
             serde_json::to_value(&example).unwrap(),
             serde_json::to_value(Config::default()).unwrap()
         );
+    }
+
+    /// Issue 19, defect 7: two prices of one model from the same instant are
+    /// refused, naming both; integer ms are accepted as documented.
+    #[test]
+    fn duplicate_effective_dates_are_refused_and_integer_ms_accepted() {
+        let sched = |from: &str| {
+            format!(
+                "[[prices.small.schedule]]\neffective_from = {from}\ninput_per_1k = \"0.1\"\noutput_per_1k = \"0.2\"\n"
+            )
+        };
+        let two = format!(
+            "{PRICES}{}{}",
+            sched("\"2027-01-01T00:00:00Z\""),
+            sched("1798761600000")
+        );
+        let e = load(&two, &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("prices.small.schedule[1].effective_from")
+                && e.contains("prices.small.schedule[0].effective_from"),
+            "{e}"
+        );
+        let base = format!(
+            "{PRICES}effective_from = 1767261644000\n{}",
+            sched("\"1767261644000\"")
+        );
+        let e = load(&base, &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("schedule[0]") && e.contains("prices.small.effective_from"),
+            "{e}"
+        );
+        let ok = load(&format!("{PRICES}effective_from = 1767261644000\n"), &[]).unwrap();
+        let t = ok.price_table().unwrap();
+        assert!(t.cost("small", 1000, 0, 1_767_261_643_999).is_err());
+        assert!(t.cost("small", 1000, 0, 1_767_261_644_000).is_ok());
+    }
+
+    /// An override that fails names its environment variable; model names from
+    /// the environment match the file's regardless of case.
+    #[test]
+    fn environment_errors_name_the_variable() {
+        let e = load(PRICES, &[("TALLY_FOO__BAR", "1")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("environment variable TALLY_FOO__BAR") && e.contains("foo"),
+            "{e}"
+        );
+        let e = load(PRICES, &[("TALLY_WINDOW__SIZE", "0")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("environment variable TALLY_WINDOW__SIZE") && e.contains("window.size"),
+            "{e}"
+        );
+        let text = "[prices.GPT4o]\ninput_per_1k = \"0.1\"\noutput_per_1k = \"0.2\"\n";
+        let c = load(text, &[("TALLY_PRICES__GPT4O__INPUT_PER_1K", "0.3")]).unwrap();
+        assert_eq!(c.prices.len(), 1);
+        assert_eq!(c.prices["GPT4o"].input_per_1k, "0.3");
     }
 
     #[test]
