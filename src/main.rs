@@ -10,7 +10,7 @@ fn main() -> ExitCode {
     match tally::cli::dispatch(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("tally: error: {e:#}");
+            eprintln!("tally: error: {}", tally::cli::error_chain(&e));
             ExitCode::from(1)
         }
     }

@@ -43,7 +43,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("tally-dev: error: {e:#}");
+            eprintln!("tally-dev: error: {}", tally::cli::error_chain(&e));
             ExitCode::from(1)
         }
     }

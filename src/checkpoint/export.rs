@@ -87,7 +87,7 @@ fn run(job: ExportJob) -> Result<Manifest, CheckpointError> {
     let mut entries = Vec::with_capacity(job.partitions.len());
     for (i, cut) in job.partitions.into_iter().enumerate() {
         let p = cut.partition;
-        let file = format!("p-{p:06}.state");
+        let file = super::store::partition_file(p);
         let path = job.dir.join(&file);
         let mut w = SnapshotWriter::create(&path, p)?;
         job.store.export_partition(p, |k, v| w.entry(k, v))?;

@@ -85,9 +85,47 @@ impl SnapshotWriter {
     }
 }
 
-/// sha256 (hex) and size of a file.
-pub fn hash_file(path: &Path) -> Result<(u64, String), CheckpointError> {
-    let mut f = BufReader::with_capacity(1 << 20, File::open(path).map_err(io_err(path))?);
+/// Opens a file of the store for reading: it must be a regular file (a symlink to
+/// a device, a FIFO or a directory is damage, not something to read without end)
+/// of at most `limit` bytes. Returns the file and its size.
+pub fn open_bounded(path: &Path, limit: u64) -> Result<(File, u64), CheckpointError> {
+    let corrupt = |msg: String| CheckpointError::Corrupt {
+        path: path.display().to_string(),
+        msg,
+    };
+    let f = File::open(path).map_err(io_err(path))?;
+    let md = f.metadata().map_err(io_err(path))?;
+    if !md.is_file() {
+        return Err(corrupt(format!(
+            "not a regular file ({:?}); a checkpoint holds only regular files",
+            md.file_type()
+        )));
+    }
+    if md.len() > limit {
+        return Err(corrupt(format!(
+            "{} bytes, more than the {limit} this file can be",
+            md.len()
+        )));
+    }
+    Ok((f, md.len()))
+}
+
+/// Reads a whole file of at most `limit` bytes (see `open_bounded`); a file that
+/// grows while being read is cut at `limit + 1` bytes, so the caller's size check
+/// fails instead of the allocation.
+pub fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, CheckpointError> {
+    let (f, len) = open_bounded(path, limit)?;
+    let mut buf = Vec::with_capacity(len as usize);
+    f.take(limit.saturating_add(1))
+        .read_to_end(&mut buf)
+        .map_err(io_err(path))?;
+    Ok(buf)
+}
+
+/// sha256 (hex) and size of a file of at most `limit` bytes.
+pub fn hash_file(path: &Path, limit: u64) -> Result<(u64, String), CheckpointError> {
+    let (f, _) = open_bounded(path, limit)?;
+    let mut f = BufReader::with_capacity(1 << 20, f.take(limit.saturating_add(1)));
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
     let mut bytes = 0u64;
@@ -143,9 +181,9 @@ pub fn parse_snapshot<'b>(
     }
 }
 
-/// Reads a whole file and its sha256 (hex) in one pass.
-pub fn read_hashed(path: &Path) -> Result<(Vec<u8>, String), CheckpointError> {
-    let buf = std::fs::read(path).map_err(io_err(path))?;
+/// Reads a whole file of at most `limit` bytes and its sha256 (hex).
+pub fn read_hashed(path: &Path, limit: u64) -> Result<(Vec<u8>, String), CheckpointError> {
+    let buf = read_bounded(path, limit)?;
     let sha = hex(&Sha256::digest(&buf));
     Ok((buf, sha))
 }

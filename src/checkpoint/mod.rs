@@ -4,7 +4,7 @@
 //! ## Layout of the checkpoint store (`checkpoint.dir`)
 //!
 //! ```text
-//! <dir>/<group_id>/chk-<id:012>-<worker>/
+//! <dir>/<group_id>/chk-<id:020>-<worker>/
 //!     p-<partition:06>.state   one file per partition (format in `file.rs`)
 //!     MANIFEST                 bincode(Manifest) ++ sha256(bincode bytes); written last
 //! ```

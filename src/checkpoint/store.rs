@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 use tracing::{error, info, warn};
 
-use super::file::{hash_file, parse_snapshot, read_hashed};
+use super::file::{hash_file, parse_snapshot, read_bounded, read_hashed};
 use super::{
     io_err, CheckpointError, CheckpointId, Manifest, OffsetLedger, PartitionEntry, MANIFEST_FORMAT,
 };
@@ -16,6 +16,21 @@ use crate::engine::{Counters, TaskSnapshot};
 use crate::state::{decode_partition, NextOffset, StateStore};
 
 pub const MANIFEST: &str = "MANIFEST";
+
+/// The largest manifest read (about 200 bytes a partition: far above any real
+/// one). Bigger is damage, refused before anything is allocated.
+pub const MAX_MANIFEST_BYTES: u64 = 16 << 20;
+
+/// bincode decoding of a manifest, never allocating more than the file holds.
+fn manifest_codec() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<{ MAX_MANIFEST_BYTES as usize }>()
+}
+
+/// The partition file name of `p` in a checkpoint directory; a manifest naming
+/// any other file (a path out of the directory, say) is damaged.
+pub fn partition_file(p: i32) -> String {
+    format!("p-{p:06}.state")
+}
 
 /// One checkpoint directory as found on disk.
 #[derive(Debug)]
@@ -44,14 +59,37 @@ pub struct CheckpointStore {
     retain: usize,
 }
 
+/// The id in a checkpoint directory name `chk-<id>-<worker>`: the digits up to
+/// the first `-`, however many (writers since format 2 pad to 20, the width of
+/// `u64::MAX`; older ones padded to 12).
 fn parse_id(name: &str) -> Option<u64> {
-    name.strip_prefix("chk-")?.get(..12)?.parse().ok()
+    let digits = name.strip_prefix("chk-")?.split('-').next()?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// `group` as the store's directory under `dir`: one plain directory name, so
+/// the store stays inside `dir` whatever the group id.
+fn group_root(dir: &Path, group: &str) -> Result<PathBuf, CheckpointError> {
+    let mut parts = Path::new(group).components();
+    match (parts.next(), parts.next()) {
+        (Some(std::path::Component::Normal(_)), None) if !group.contains('\0') => {
+            Ok(dir.join(group))
+        }
+        _ => Err(CheckpointError::Refused(format!(
+            "consumer group id {group:?} cannot name a checkpoint directory under {}: it must be \
+             one directory name (no '/', not '.' or '..'); choose another `kafka.group_id`",
+            dir.display()
+        ))),
+    }
 }
 
 impl CheckpointStore {
     /// The existing store of `group` under `dir`, for inspection (creates nothing).
     pub fn open_existing(dir: &Path, group: &str) -> Result<Self, CheckpointError> {
-        let root = dir.join(group);
+        let root = group_root(dir, group)?;
         if !root.is_dir() {
             return Err(CheckpointError::Io {
                 path: root.display().to_string(),
@@ -75,7 +113,7 @@ impl CheckpointStore {
         worker: &str,
         retain: usize,
     ) -> Result<Self, CheckpointError> {
-        let root = dir.join(group);
+        let root = group_root(dir, group)?;
         fs::create_dir_all(&root).map_err(io_err(&root))?;
         Ok(Self {
             root,
@@ -95,11 +133,11 @@ impl CheckpointStore {
             .iter()
             .filter_map(|p| parse_id(&p.file_name()?.to_string_lossy()))
             .max();
-        Ok(CheckpointId(max.map_or(1, |m| m + 1)))
+        Ok(CheckpointId(max.map_or(1, |m| m.saturating_add(1))))
     }
 
     pub fn dir_for(&self, id: CheckpointId) -> PathBuf {
-        self.root.join(format!("chk-{:012}-{}", id.0, self.worker))
+        self.root.join(format!("chk-{:020}-{}", id.0, self.worker))
     }
 
     fn dirs(&self) -> Result<Vec<PathBuf>, CheckpointError> {
@@ -110,7 +148,11 @@ impl CheckpointStore {
                 out.push(e.path());
             }
         }
-        out.sort();
+        // By id, then name: names of different widths do not sort as numbers.
+        out.sort_by_cached_key(|p| {
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
+            (name.as_deref().and_then(parse_id), name)
+        });
         Ok(out)
     }
 
@@ -173,17 +215,8 @@ impl CheckpointStore {
             }
             let Some(entry) = m.entry(p) else { continue };
             let file = dir.join(&entry.file);
-            match read_hashed(&file) {
-                Ok((buf, sha)) if buf.len() as u64 == entry.bytes && sha == entry.sha256 => {
-                    let entries = parse_snapshot(&buf, p, &file)?;
-                    let (snapshot, _) =
-                        decode_partition(p, entries.iter().copied())?.ok_or_else(|| {
-                            CheckpointError::Corrupt {
-                                path: file.display().to_string(),
-                                msg: "no partition meta".into(),
-                            }
-                        })?;
-                    state.import_partition(p, entries)?;
+            match load_snapshot(&file, entry, p, state) {
+                Ok(snapshot) => {
                     if skipped > 0 {
                         error!(partition = p, checkpoint = %dir.display(), skipped, "RESTORED FROM AN OLDER CHECKPOINT: newer ones are damaged");
                     }
@@ -196,12 +229,8 @@ impl CheckpointStore {
                         snapshot,
                     }));
                 }
-                Ok((buf, sha)) => {
-                    error!(file = %file.display(), expected = %short(&entry.sha256), found = %short(&sha), bytes = buf.len(), "CHECKPOINT FILE DAMAGED (checksum mismatch); falling back to an older checkpoint");
-                    problems.push(format!("{}: checksum mismatch", file.display()));
-                }
                 Err(e) => {
-                    error!(file = %file.display(), error = %e, "CHECKPOINT FILE UNREADABLE; falling back to an older checkpoint");
+                    error!(error = %e, "CHECKPOINT FILE DAMAGED; falling back to an older checkpoint");
                     problems.push(e.to_string());
                 }
             }
@@ -249,8 +278,13 @@ impl CheckpointStore {
                 Some(Ok(m)) => {
                     for e in &m.partitions {
                         let f = l.path.join(&e.file);
-                        match hash_file(&f) {
+                        match hash_file(&f, e.bytes) {
                             Ok((bytes, sha)) if bytes == e.bytes && sha == e.sha256 => {}
+                            Ok((bytes, _)) if bytes != e.bytes => problems.push(format!(
+                                "{}: size mismatch: the manifest records {} bytes, the file has {bytes}",
+                                f.display(),
+                                e.bytes
+                            )),
                             Ok(_) => problems.push(format!("{}: checksum mismatch", f.display())),
                             Err(err) => problems.push(err.to_string()),
                         }
@@ -308,6 +342,42 @@ impl CheckpointStore {
     }
 }
 
+/// Reads, checks and imports one partition file of a manifest. Every failure —
+/// unreadable, the wrong size, the wrong checksum, undecodable — is damage, and
+/// says which file and what is wrong; nothing is imported then.
+fn load_snapshot(
+    file: &Path,
+    entry: &PartitionEntry,
+    p: i32,
+    state: &StateStore,
+) -> Result<TaskSnapshot, CheckpointError> {
+    let corrupt = |msg: String| CheckpointError::Corrupt {
+        path: file.display().to_string(),
+        msg,
+    };
+    let (buf, sha) = read_hashed(file, entry.bytes)?;
+    if buf.len() as u64 != entry.bytes {
+        return Err(corrupt(format!(
+            "size mismatch: the manifest records {} bytes, the file has {}",
+            entry.bytes,
+            buf.len()
+        )));
+    }
+    if sha != entry.sha256 {
+        return Err(corrupt(format!(
+            "checksum mismatch: the manifest records sha256 {}…, the file hashes to {}…",
+            short(&entry.sha256),
+            short(&sha)
+        )));
+    }
+    let entries = parse_snapshot(&buf, p, file)?;
+    let (snapshot, _) = decode_partition(p, entries.iter().copied())
+        .map_err(|e| corrupt(e.to_string()))?
+        .ok_or_else(|| corrupt("no partition meta".into()))?;
+    state.import_partition(p, entries)?;
+    Ok(snapshot)
+}
+
 fn short(h: &str) -> &str {
     &h[..h.len().min(12)]
 }
@@ -318,7 +388,7 @@ pub fn read_manifest(path: &Path) -> Result<Manifest, CheckpointError> {
         path: path.display().to_string(),
         msg,
     };
-    let bytes = fs::read(path).map_err(io_err(path))?;
+    let bytes = read_bounded(path, MAX_MANIFEST_BYTES)?;
     if bytes.len() < 32 {
         return Err(corrupt("truncated manifest".into()));
     }
@@ -329,24 +399,50 @@ pub fn read_manifest(path: &Path) -> Result<Manifest, CheckpointError> {
     let decode_err = |e: bincode::error::DecodeError| corrupt(e.to_string());
     // The format is the first field of every version.
     let (format, _): (u32, usize) =
-        bincode::serde::decode_from_slice(body, bincode::config::standard()).map_err(decode_err)?;
+        bincode::serde::decode_from_slice(body, manifest_codec()).map_err(decode_err)?;
     match format {
         MANIFEST_FORMAT => {
             let (m, _): (Manifest, usize) =
-                bincode::serde::decode_from_slice(body, bincode::config::standard())
-                    .map_err(decode_err)?;
+                bincode::serde::decode_from_slice(body, manifest_codec()).map_err(decode_err)?;
+            check_manifest(&m).map_err(corrupt)?;
             Ok(m)
         }
         1 => {
             let (m, _): (ManifestV1, usize) =
-                bincode::serde::decode_from_slice(body, bincode::config::standard())
-                    .map_err(decode_err)?;
-            Ok(m.upgrade())
+                bincode::serde::decode_from_slice(body, manifest_codec()).map_err(decode_err)?;
+            let m = m.upgrade();
+            check_manifest(&m).map_err(corrupt)?;
+            Ok(m)
         }
         other => Err(corrupt(format!(
             "manifest format {other} is not one this tally reads (1, {MANIFEST_FORMAT})"
         ))),
     }
+}
+
+/// What a checksum cannot vouch for (the writer may have been wrong, or the file
+/// crafted): every field that names a file or a position is in range.
+fn check_manifest(m: &Manifest) -> Result<(), String> {
+    for e in &m.partitions {
+        let p = e.partition;
+        if p < 0 {
+            return Err(format!("partition {p}: a negative partition number"));
+        }
+        if e.file != partition_file(p) {
+            return Err(format!(
+                "partition {p}: field `file` is {:?}, not {:?} (a manifest names only its own directory's files)",
+                e.file,
+                partition_file(p)
+            ));
+        }
+        if e.next_offset.0 < 0 {
+            return Err(format!(
+                "partition {p}: field `next_offset` is {}, below 0",
+                e.next_offset.0
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Manifest format 1: no offset ledger.
@@ -452,6 +548,33 @@ mod tests {
         path
     }
 
+    /// Issue 19, defect 11: ids past 12 digits keep their order and survive
+    /// retention; the parser reads what the writer writes, old names too.
+    #[test]
+    fn checkpoint_ids_do_not_roll_over() {
+        let dir = std::env::temp_dir().join(format!("tally-ids-{}", std::process::id()));
+        let store = CheckpointStore::open(&dir, "g", "w1", 1).unwrap();
+        for id in [999_999_999_999u64, 1_000_000_000_000, u64::MAX - 1] {
+            let d = store.dir_for(CheckpointId(id));
+            let name = d.file_name().unwrap().to_string_lossy().into_owned();
+            assert_eq!(parse_id(&name), Some(id), "{name}");
+            fs::create_dir_all(&d).unwrap();
+        }
+        fs::create_dir_all(dir.join("g").join("chk-000000000007-old")).unwrap();
+        assert_eq!(parse_id("chk-000000000007-old"), Some(7));
+        assert_eq!(parse_id("chk--x"), None);
+        assert_eq!(parse_id("chk-12a-x"), None);
+        assert_eq!(store.next_id().unwrap(), CheckpointId(u64::MAX));
+        let ids: Vec<u64> = store
+            .dirs()
+            .unwrap()
+            .iter()
+            .filter_map(|p| parse_id(&p.file_name()?.to_string_lossy()))
+            .collect();
+        assert_eq!(ids, [7, 999_999_999_999, 1_000_000_000_000, u64::MAX - 1]);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn a_format_1_manifest_reads_as_no_gap_and_format_2_round_trips() {
         let dir = std::env::temp_dir().join(format!("tally-manifest-{}", std::process::id()));
@@ -506,6 +629,116 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("manifest format 9"), "{e}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn manifest(dir: &Path, id: u64, p: i32, next: i64, file: String, bytes: u64, sha: String) {
+        let m = Manifest {
+            format: MANIFEST_FORMAT,
+            id: CheckpointId(id),
+            worker: "w".into(),
+            created_at_ms: 0,
+            group: "g".into(),
+            topic: "t".into(),
+            fingerprint: "f".into(),
+            partitions: vec![PartitionEntry {
+                partition: p,
+                next_offset: NextOffset(next),
+                watermark: None,
+                counters: Counters::default(),
+                file,
+                bytes,
+                sha256: sha,
+                offsets: OffsetLedger::without_gaps(0, NextOffset(next)),
+            }],
+        };
+        fs::create_dir_all(dir).unwrap();
+        write_manifest(dir, &m).unwrap();
+    }
+
+    /// Issue 19, defects 3 and 8: what a checksum cannot vouch for — lengths,
+    /// file types, names, offsets — is bounded or refused as damage, never read
+    /// without end or followed out of the store.
+    #[test]
+    fn crafted_manifests_are_damage_not_crashes() {
+        let dir = std::env::temp_dir().join(format!("tally-crafted-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        // A valid checksum over a string length of 2^62 (bincode varint 0xFD + u64).
+        let mut body = vec![2u8, 7u8, 0xFD];
+        body.extend_from_slice(&(1u64 << 62).to_le_bytes());
+        let e = read_manifest(&write_raw(&dir, &body))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("MANIFEST"), "{e}");
+        // A MANIFEST that is a symlink to a device.
+        fs::remove_file(dir.join(MANIFEST)).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.join(MANIFEST)).unwrap();
+        let e = read_manifest(&dir.join(MANIFEST)).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        // A file name that leaves the directory; a negative offset.
+        let d = dir.join("names");
+        manifest(&d, 1, 0, 5, "../../etc/passwd".into(), 1, "00".into());
+        let e = read_manifest(&d.join(MANIFEST)).unwrap_err().to_string();
+        assert!(
+            e.contains("field `file`") && e.contains("p-000000.state"),
+            "{e}"
+        );
+        manifest(&d, 1, 0, -3, partition_file(0), 1, "00".into());
+        let e = read_manifest(&d.join(MANIFEST)).unwrap_err().to_string();
+        assert!(e.contains("field `next_offset` is -3"), "{e}");
+        manifest(&d, 1, -1, 0, partition_file(-1), 1, "00".into());
+        assert!(read_manifest(&d.join(MANIFEST)).is_err());
+        // Group ids that are not one directory name.
+        for g in ["..", "a/b", "/abs", "."] {
+            let e = CheckpointStore::open(&dir, g, "w", 1)
+                .err()
+                .map(|e| e.to_string());
+            assert!(e.is_some_and(|e| e.contains("kafka.group_id")), "{g}");
+        }
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A partition file that is a symlink to /dev/zero: `verify` reports it at
+    /// once, and a restore falls back to the older good checkpoint.
+    #[test]
+    fn a_partition_file_that_is_a_device_falls_back_to_an_older_checkpoint() {
+        let dir = std::env::temp_dir().join(format!("tally-devzero-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let store = CheckpointStore::open(&dir, "g", "w", 5).unwrap();
+        let state = StateStore::open_fresh(&dir.join("rocksdb")).unwrap();
+        // A real (empty-state) partition snapshot for the older checkpoint.
+        let good = store.dir_for(CheckpointId(1));
+        fs::create_dir_all(&good).unwrap();
+        let path = good.join(partition_file(0));
+        let mut w = super::super::file::SnapshotWriter::create(&path, 0).unwrap();
+        let meta_key = {
+            let mut k = vec![b'M'];
+            k.extend_from_slice(&0x8000_0000u32.to_be_bytes());
+            k
+        };
+        let meta = crate::state::PartitionMeta {
+            next_offset: NextOffset(10),
+            watermark: crate::time::Watermark::new(0),
+            counters: Counters::default(),
+        };
+        let v = bincode::serde::encode_to_vec(meta, bincode::config::standard()).unwrap();
+        w.entry(&meta_key, &v).unwrap();
+        let (bytes, sha) = w.finish(&path).unwrap();
+        manifest(&good, 1, 0, 10, partition_file(0), bytes, sha.clone());
+        // The newer one's file is /dev/zero.
+        let bad = store.dir_for(CheckpointId(2));
+        fs::create_dir_all(&bad).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", bad.join(partition_file(0))).unwrap();
+        manifest(&bad, 2, 0, 20, partition_file(0), bytes, sha);
+        let problems = store.verify().unwrap();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("not a regular file"), "{problems:?}");
+        let restored = store.restore_partition(0, "f", &state).unwrap().unwrap();
+        assert_eq!(
+            (restored.next_offset, restored.skipped),
+            (NextOffset(10), 1)
+        );
+        drop(state);
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -76,6 +76,24 @@ pub struct SinkArgs {
     pub until_end: bool,
 }
 
+/// An error and its causes on one line, each said once: many errors already
+/// include their cause in their own message (`path: No space left on device`),
+/// and a cause repeated after it would say it twice.
+pub fn error_chain(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TALLY_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
@@ -124,5 +142,25 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             print!("{}", report.render_table());
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn each_cause_is_said_once() {
+        let os = std::io::Error::from_raw_os_error(28);
+        let text = os.to_string();
+        let e = anyhow::Error::new(crate::worker::WorkerError::Io {
+            path: "/data/state".into(),
+            source: os,
+        })
+        .context("processing in.jsonl");
+        let line = super::error_chain(&e);
+        assert_eq!(line.matches(&text).count(), 1, "{line}");
+        assert!(
+            line.starts_with("processing in.jsonl: /data/state: "),
+            "{line}"
+        );
     }
 }

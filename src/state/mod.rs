@@ -50,11 +50,18 @@ pub enum StateError {
         path: String,
         source: rocksdb::Error,
     },
+    /// Another process holds the store's lock.
+    #[error(
+        "state store {path} is in use by another process (RocksDB's lock is held): each \
+         worker needs its own `state.dir` — stop the other tally, or give this one another \
+         directory (TALLY_STATE__DIR)"
+    )]
+    Locked { path: String },
     #[error("state store write: {0}")]
     Write(rocksdb::Error),
     #[error("state store read: {0}")]
     Read(rocksdb::Error),
-    #[error("state store: corrupt value under key {key:?}: {msg}")]
+    #[error("state store: corrupt entry ({key}): {msg}")]
     Corrupt { key: String, msg: String },
 }
 
@@ -117,12 +124,34 @@ fn encode<T: Serialize>(v: &T) -> Vec<u8> {
 }
 
 fn decode<T: for<'de> Deserialize<'de>>(k: &[u8], v: &[u8]) -> Result<T, StateError> {
-    bincode::serde::decode_from_slice(v, bincode::config::standard())
+    // No value of the store is near 1 MiB; a crafted length is refused, not allocated.
+    bincode::serde::decode_from_slice(v, bincode::config::standard().with_limit::<{ 1 << 20 }>())
         .map(|(t, _)| t)
         .map_err(|e| StateError::Corrupt {
-            key: String::from_utf8_lossy(k).into_owned(),
+            key: describe_key(k),
             msg: e.to_string(),
         })
+}
+
+/// A key as a person reads it: its kind, partition and window end or expiry
+/// (see the layout in the module header), not raw bytes.
+pub fn describe_key(k: &[u8]) -> String {
+    let p = k
+        .get(1..5)
+        .and_then(|b| b.try_into().ok())
+        .map(|b: [u8; 4]| (u32::from_be_bytes(b) ^ 0x8000_0000) as i32);
+    let t = k.get(5..13).map(end_from);
+    match (k.first(), p, t) {
+        (Some(b'M'), Some(p), _) => format!("partition meta of partition {p}"),
+        (Some(b'W'), Some(p), Some(end)) => format!(
+            "window of partition {p} ending at {end}, tenant {:?}",
+            String::from_utf8_lossy(&k[13..])
+        ),
+        (Some(b'D'), Some(p), Some(expiry)) => {
+            format!("dedup chunk of partition {p} expiring at {expiry}")
+        }
+        _ => format!("unrecognised key of {} bytes", k.len()),
+    }
 }
 
 /// Entries per write batch of a commit. The store is a working copy read only by
@@ -170,9 +199,13 @@ impl StateStore {
         // memtables bound the store's memory (two of 16 MiB) without slowing them.
         opts.set_write_buffer_size(16 << 20);
         opts.set_max_write_buffer_number(2);
-        let db = DB::open(&opts, dir).map_err(|source| StateError::Open {
-            path: dir.display().to_string(),
-            source,
+        let path = dir.display().to_string();
+        let db = DB::open(&opts, dir).map_err(|source| {
+            if source.kind() == rocksdb::ErrorKind::IOError && source.as_ref().contains("lock") {
+                StateError::Locked { path }
+            } else {
+                StateError::Open { path, source }
+            }
         })?;
         Ok(Self { db })
     }
@@ -357,7 +390,7 @@ pub fn decode_partition<'a>(
     entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
 ) -> Result<Option<(TaskSnapshot, NextOffset)>, StateError> {
     let corrupt = |k: &[u8], msg: String| StateError::Corrupt {
-        key: String::from_utf8_lossy(k).into_owned(),
+        key: describe_key(k),
         msg,
     };
     let mut meta: Option<PartitionMeta> = None;

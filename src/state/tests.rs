@@ -75,3 +75,16 @@ fn incremental_commits_reload_to_the_same_task() {
     drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn keys_are_described_for_people_not_as_bytes() {
+    let mut k = vec![b'D'];
+    k.extend_from_slice(&((3u32) ^ 0x8000_0000).to_be_bytes());
+    k.extend_from_slice(&((1_000i64 as u64) ^ 0x8000_0000_0000_0000).to_be_bytes());
+    k.extend_from_slice(&7u64.to_be_bytes());
+    assert_eq!(
+        super::describe_key(&k),
+        "dedup chunk of partition 3 expiring at 1000"
+    );
+    assert_eq!(super::describe_key(b"Z"), "unrecognised key of 1 bytes");
+}

@@ -321,7 +321,7 @@ impl Core {
         self.store.commit(parts)?;
         self.evict_to_budget();
         let id = self.next_id;
-        self.next_id = CheckpointId(id.0 + 1);
+        self.next_id = CheckpointId(id.0.saturating_add(1));
         let job = ExportJob {
             id,
             dir: self.checkpoints.dir_for(id),

@@ -51,7 +51,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         let path = path.display().to_string();
         move |source| WorkerError::Io { path, source }
     };
-    std::fs::create_dir_all(&cfg.state.dir).map_err(io(&cfg.state.dir))?;
+    super::create_state_dir(&cfg.state.dir)?;
     let store = Arc::new(StateStore::open_fresh(&cfg.state.dir.join("rocksdb"))?);
     let worker = format!("w{}x{}", std::process::id(), now_ms() % 1_000_000_000);
     let checkpoints = CheckpointStore::open(

@@ -31,3 +31,19 @@ pub enum WorkerError {
     #[error("{0}")]
     Refused(String),
 }
+
+/// Creates `state.dir` (and its parents), saying plainly when the path is taken
+/// by something that is not a directory.
+pub fn create_state_dir(dir: &std::path::Path) -> Result<(), WorkerError> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(WorkerError::Refused(format!(
+            "state.dir {} exists and is not a directory; point `state.dir` (or \
+             TALLY_STATE__DIR) at a directory",
+            dir.display()
+        )));
+    }
+    std::fs::create_dir_all(dir).map_err(|source| WorkerError::Io {
+        path: format!("state.dir {}", dir.display()),
+        source,
+    })
+}
