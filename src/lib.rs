@@ -19,3 +19,6 @@ pub mod sink;
 pub mod state;
 pub mod time;
 pub mod worker;
+
+#[cfg(test)]
+mod untrusted_tests;

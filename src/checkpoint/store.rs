@@ -396,28 +396,35 @@ pub fn read_manifest(path: &Path) -> Result<Manifest, CheckpointError> {
     if Sha256::digest(body).as_slice() != sum {
         return Err(corrupt("manifest checksum mismatch".into()));
     }
-    let decode_err = |e: bincode::error::DecodeError| corrupt(e.to_string());
+    decode_manifest(body).map_err(corrupt)
+}
+
+/// Decodes a manifest body whose checksum held (pure: any bytes in, a manifest or
+/// the reason out — no panic, no allocation beyond `MAX_MANIFEST_BYTES`).
+pub fn decode_manifest(body: &[u8]) -> Result<Manifest, String> {
+    let decode_err = |e: bincode::error::DecodeError| e.to_string();
     // The format is the first field of every version.
     let (format, _): (u32, usize) =
         bincode::serde::decode_from_slice(body, manifest_codec()).map_err(decode_err)?;
-    match format {
+    let m = match format {
         MANIFEST_FORMAT => {
             let (m, _): (Manifest, usize) =
                 bincode::serde::decode_from_slice(body, manifest_codec()).map_err(decode_err)?;
-            check_manifest(&m).map_err(corrupt)?;
-            Ok(m)
+            m
         }
         1 => {
             let (m, _): (ManifestV1, usize) =
                 bincode::serde::decode_from_slice(body, manifest_codec()).map_err(decode_err)?;
-            let m = m.upgrade();
-            check_manifest(&m).map_err(corrupt)?;
-            Ok(m)
+            m.upgrade()
         }
-        other => Err(corrupt(format!(
-            "manifest format {other} is not one this tally reads (1, {MANIFEST_FORMAT})"
-        ))),
-    }
+        other => {
+            return Err(format!(
+                "manifest format {other} is not one this tally reads (1, {MANIFEST_FORMAT})"
+            ))
+        }
+    };
+    check_manifest(&m)?;
+    Ok(m)
 }
 
 /// What a checksum cannot vouch for (the writer may have been wrong, or the file
