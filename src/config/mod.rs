@@ -276,11 +276,12 @@ impl Default for StateConfig {
 }
 
 impl StateConfig {
-    /// The windows a worker may hold in memory, from `memory_budget`.
-    pub fn windows_in_memory(&self) -> Option<usize> {
+    /// The bytes of windows a worker may hold in memory (`memory_budget`), as
+    /// `engine::window_bytes` counts them.
+    pub fn memory_budget_bytes(&self) -> Option<usize> {
         self.memory_budget
             .0
-            .map(|b| (b / crate::engine::spill::WINDOW_BYTES as u64) as usize)
+            .map(|b| usize::try_from(b).unwrap_or(usize::MAX))
     }
 }
 

@@ -16,7 +16,8 @@ mod task;
 pub use dedup::{Dedup, DedupDelta};
 pub use result::{AdjustmentRecord, PaneKind, ResultKind, ResultRecord, SinkRecord};
 pub use task::{
-    validate, PartitionTask, StateDelta, TaskSnapshot, Valid, WindowAcc, WindowKey, WindowPhase,
+    validate, window_bytes, PartitionTask, StateDelta, TaskSnapshot, Valid, WindowAcc, WindowKey,
+    WindowPhase,
 };
 
 use serde::{Deserialize, Serialize};

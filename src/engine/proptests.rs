@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 
+use super::spill::WINDOW_BYTES;
 use super::*;
 use crate::model::{NanoPer1k, PriceEntry, PriceTable};
 use crate::time::WindowSpec;
@@ -261,8 +262,9 @@ proptest! {
             routes.extend(r);
             panes.extend(p);
             store.commit(t.drain_changes());
-            t.evict(keep);
-            prop_assert!(t.windows_in_memory() <= keep);
+            t.evict(keep * WINDOW_BYTES);
+            prop_assert!(t.memory_bytes() <= keep * WINDOW_BYTES);
+            prop_assert_eq!(t.memory_bytes(), t.recount_bytes());
             prop_assert!(t.take_spill_error().is_none());
         }
         t.end_of_input(&mut panes);
@@ -298,4 +300,37 @@ proptest! {
         };
         prop_assert_eq!(finals_of(&evs), finals_of(&shuffled));
     }
+}
+
+/// Issue 19, defect 9: the memory budget is bytes, so 10 KB tenant ids get
+/// about 100 windows into 1 MiB, not the 6,500 a window count would allow.
+#[test]
+fn the_memory_budget_holds_for_long_tenant_ids() {
+    let budget = 1 << 20;
+    let store = Arc::new(MirrorStore::default());
+    let mut t = PartitionTask::new(0, cfg(60_000));
+    t.attach_spill(store.clone());
+    let long = |i: usize| format!("{i:05}{}", "t".repeat(10_000));
+    let recs: Vec<String> = (0..2_000)
+        .map(|i| {
+            format!(
+                r#"{{"request_id":"r{i}","tenant_id":"{}","model":"a","prompt_tokens":1,"completion_tokens":1,"completed_ts":{T0}}}"#,
+                long(i)
+            )
+        })
+        .collect();
+    for chunk in recs.chunks(500) {
+        let (routes, _) = run(&mut t, chunk);
+        assert!(routes.iter().all(|r| *r == Route::Window));
+        store.commit(t.drain_changes());
+        t.evict(budget);
+        assert!(
+            t.memory_bytes() <= budget,
+            "{} bytes held",
+            t.memory_bytes()
+        );
+        assert_eq!(t.memory_bytes(), t.recount_bytes());
+    }
+    assert!(t.windows_in_memory() <= budget / 10_000);
+    assert_eq!(t.open_windows(), 2_000, "evicted windows are still held");
 }

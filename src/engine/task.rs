@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use super::dedup::{Dedup, DedupDelta, Fingerprint};
 use super::result::{PaneKind, ResultKind, ResultRecord};
-use super::spill::{SpillStore, Spilled};
+use super::spill::{SpillStore, Spilled, WINDOW_BYTES};
 use super::{Counters, EngineConfig, RecordIn, Route, TimeSource};
 use crate::metrics::Histogram;
 use crate::model::event::MIN_MILLIS_TS;
@@ -49,6 +49,13 @@ pub struct WindowAcc {
 
 /// `(window_end, tenant_id)`: the identity of a window within a partition.
 pub type WindowKey = (i64, Box<str>);
+
+/// What one window in memory costs, for `state.memory_budget`: the measured
+/// `spill::WINDOW_BYTES` (which includes a tenant id of up to 16 bytes) plus the
+/// bytes of a longer tenant id — so the budget holds whatever the ids' length.
+pub fn window_bytes(tenant: &str) -> usize {
+    WINDOW_BYTES + tenant.len().saturating_sub(16)
+}
 
 /// Whether a window's on-time pane has fired. The variant order is part of the
 /// state store's format: bincode writes `Fired` as 0 and `Open` as 1, the bytes of
@@ -105,6 +112,8 @@ pub struct PartitionTask {
     purged_through: Option<i64>,
     /// Windows evicted to the state store.
     spilled: Spilled,
+    /// `window_bytes` summed over the windows in memory (`open` and `fired`).
+    held_bytes: usize,
     /// Wall clock at ingest minus event time (observability only; not state).
     delay: Histogram,
     /// Partition max event time minus event time, before the event (not state).
@@ -124,13 +133,22 @@ impl PartitionTask {
             }
             m
         };
+        let open = collect(snap.open);
+        let fired = collect(snap.fired);
+        let held_bytes = [&open, &fired]
+            .iter()
+            .flat_map(|m| m.values())
+            .flat_map(|t| t.keys())
+            .map(|k| window_bytes(k))
+            .sum();
         Self {
             partition,
+            held_bytes,
             watermark: snap
                 .watermark
                 .unwrap_or(Watermark::new(cfg.max_out_of_orderness_ms)),
-            open: collect(snap.open),
-            fired: collect(snap.fired),
+            open,
+            fired,
             dedup: Dedup::restore(snap.dedup, snap.watermark.map_or(i64::MIN, |w| w.current())),
             counters: snap.counters,
             purged_through: None,
@@ -205,6 +223,23 @@ impl PartitionTask {
         self.windows_in_memory() + self.spilled.total() as usize
     }
 
+    /// Memory the windows in memory take, by `window_bytes` (what
+    /// `state.memory_budget` bounds).
+    pub fn memory_bytes(&self) -> usize {
+        self.held_bytes
+    }
+
+    /// `memory_bytes` computed from scratch (tests check the running sum).
+    #[cfg(test)]
+    pub fn recount_bytes(&self) -> usize {
+        [&self.open, &self.fired]
+            .iter()
+            .flat_map(|m| m.values())
+            .flat_map(|t| t.keys())
+            .map(|k| window_bytes(k))
+            .sum()
+    }
+
     /// Windows held in memory.
     pub fn windows_in_memory(&self) -> usize {
         self.open.values().map(Tenants::len).sum::<usize>()
@@ -222,14 +257,15 @@ impl PartitionTask {
         self.spilled.take_error()
     }
 
-    /// Evicts clean windows until at most `keep` are in memory: fired windows
-    /// oldest end first, then open windows latest end first. Call right after
-    /// `drain_changes` has been committed. Returns how many were evicted.
-    pub fn evict(&mut self, keep: usize) -> usize {
+    /// Evicts clean windows until at most `keep_bytes` of them (`memory_bytes`)
+    /// are in memory: fired windows oldest end first, then open windows latest end
+    /// first. Call right after `drain_changes` has been committed. Returns how many
+    /// were evicted.
+    pub fn evict(&mut self, keep_bytes: usize) -> usize {
         if !self.spilled.can_evict() {
             return 0;
         }
-        let mut excess = self.windows_in_memory().saturating_sub(keep);
+        let mut excess = self.held_bytes.saturating_sub(keep_bytes);
         let mut evicted = 0;
         let ends: Vec<(WindowPhase, i64)> = self
             .fired
@@ -249,18 +285,21 @@ impl PartitionTask {
                 continue;
             };
             let before = tenants.len();
-            let mut n = 0;
-            tenants.retain(|_, acc| {
-                let go = n < excess && !acc.dirty;
-                n += usize::from(go);
+            let mut freed = 0;
+            tenants.retain(|tenant, acc| {
+                let go = freed < excess && !acc.dirty;
+                if go {
+                    freed += window_bytes(tenant);
+                }
                 !go
             });
             let gone = before - tenants.len();
+            self.held_bytes -= freed;
             if tenants.is_empty() {
                 map.remove(&end);
             }
             self.spilled.add(phase, end, gone as u64);
-            excess -= gone;
+            excess = excess.saturating_sub(freed);
             evicted += gone;
         }
         evicted
@@ -379,6 +418,7 @@ impl PartitionTask {
                 let stored =
                     self.spilled
                         .take_one(self.partition, phase, window.end, &ev.tenant_id);
+                self.held_bytes += window_bytes(&ev.tenant_id);
                 tenants
                     .entry(ev.tenant_id.as_ref().into())
                     .or_insert(stored.unwrap_or_default())
@@ -427,7 +467,10 @@ impl PartitionTask {
             let stored = self.spilled.take_open_end(self.partition, end);
             let tenants = self.open.entry(end).or_default();
             for (tenant, acc) in stored {
-                tenants.entry(tenant).or_insert(acc);
+                if let std::collections::hash_map::Entry::Vacant(v) = tenants.entry(tenant) {
+                    self.held_bytes += window_bytes(v.key());
+                    v.insert(acc);
+                }
             }
         }
     }
@@ -458,6 +501,7 @@ impl PartitionTask {
                 if retain {
                     self.fired.entry(end).or_default().insert(tenant, acc);
                 } else {
+                    self.held_bytes -= window_bytes(&tenant);
                     self.purge_through(end);
                 }
             }
@@ -467,7 +511,8 @@ impl PartitionTask {
             if (end - 1).saturating_add(lateness) > w {
                 break;
             }
-            entry.remove();
+            let freed: usize = entry.remove().keys().map(|k| window_bytes(k)).sum();
+            self.held_bytes -= freed;
             self.purge_through(end);
         }
         // Evicted fired windows purge by their counts alone (the store drops them
@@ -525,6 +570,7 @@ impl PartitionTask {
             let mut tenants: Vec<_> = tenants.into_iter().collect();
             tenants.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             for (tenant, mut acc) in tenants {
+                self.held_bytes -= window_bytes(&tenant);
                 out.push(Self::pane(
                     self.partition,
                     &self.cfg,

@@ -119,8 +119,8 @@ pub struct Core {
     /// A bounded run (`--until-end`): records at or past a partition's log end as
     /// seen at assignment are not processed.
     pub bounded: bool,
-    /// Windows this worker may hold in memory (`state.memory_budget`).
-    pub window_budget: Option<usize>,
+    /// Bytes of windows this worker may hold in memory (`state.memory_budget`).
+    pub memory_budget: Option<usize>,
     /// Records since the last memory check.
     pub since_memory_check: u32,
     /// Set when the windows in memory exceed the budget: spill now.
@@ -524,7 +524,7 @@ impl Core {
     /// Evicts windows beyond the memory budget (all are clean right after a commit).
     pub fn evict_to_budget(&mut self) {
         self.spill_due = false;
-        let Some(budget) = self.window_budget else {
+        let Some(budget) = self.memory_budget else {
             return;
         };
         let keep = budget / self.slots.len().max(1);
@@ -546,12 +546,8 @@ impl Core {
             return;
         }
         self.since_memory_check = 0;
-        if let Some(budget) = self.window_budget {
-            let held: usize = self
-                .slots
-                .values()
-                .map(|s| s.task.windows_in_memory())
-                .sum();
+        if let Some(budget) = self.memory_budget {
+            let held: usize = self.slots.values().map(|s| s.task.memory_bytes()).sum();
             self.spill_due |= held > budget + budget / 4;
         }
     }

@@ -91,7 +91,7 @@ impl Checkpointer {
                 topic,
                 fingerprint,
             },
-            budget: cfg.state.windows_in_memory(),
+            budget: cfg.state.memory_budget_bytes(),
             taken: 0,
             evicted: 0,
             pending: None,
@@ -205,7 +205,7 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
     let mut task = PartitionTask::new(0, engine);
     let mut checkpointer = Checkpointer::open(cfg, input)?;
     task.attach_spill(checkpointer.store.clone());
-    let budget = cfg.state.windows_in_memory();
+    let budget = cfg.state.memory_budget_bytes();
     let interval = Duration::from_millis(cfg.checkpoint.interval.0 as u64);
     let mut last_checkpoint = Instant::now();
     let mut reader = BufReader::with_capacity(1 << 20, File::open(input).map_err(io_err(input))?);
@@ -239,7 +239,7 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
                 flush_all(&mut out, output, &mut late, &late_path, &mut dlq, &dlq_path)?;
                 checkpointer.checkpoint(&mut task, line_no)?;
                 last_checkpoint = Instant::now();
-            } else if budget.is_some_and(|b| task.windows_in_memory() > b + b / 4) {
+            } else if budget.is_some_and(|b| task.memory_bytes() > b + b / 4) {
                 checkpointer.spill(&mut task, line_no)?;
             }
         }

@@ -88,7 +88,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         pauses_ms: Vec::new(),
         closed: false,
         bounded: opts.until_end,
-        window_budget: cfg.state.windows_in_memory(),
+        memory_budget: cfg.state.memory_budget_bytes(),
         since_memory_check: 0,
         spill_due: false,
     }));
