@@ -112,8 +112,8 @@ pub fn run_to_end(bin: &str, args: &[&str], envs: &[(&str, &str)], timeout: Dura
     use std::io::Read;
     let mut child = Command::new(bin)
         .args(args)
-        .envs(envs.iter().copied())
         .env("TALLY_LOG", "info")
+        .envs(envs.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

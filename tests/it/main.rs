@@ -10,4 +10,5 @@ mod producer;
 mod recovery;
 mod scaleout;
 mod semantics;
+mod service;
 mod state_budget;
