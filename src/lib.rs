@@ -15,6 +15,7 @@ pub mod kafka;
 pub mod metrics;
 pub mod model;
 pub mod reprocess;
+pub mod secrets;
 pub mod sink;
 pub mod state;
 pub mod time;

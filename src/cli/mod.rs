@@ -82,7 +82,7 @@ pub struct SinkArgs {
 pub fn error_chain(e: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in e.chain() {
-        let text = cause.to_string();
+        let text = crate::secrets::redact(&cause.to_string()).into_owned();
         if line.contains(&text) {
             continue;
         }
@@ -103,7 +103,7 @@ pub fn init_logging() {
     use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| crate::secrets::RedactingWriter(std::io::stderr()))
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .init();

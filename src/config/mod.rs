@@ -377,9 +377,17 @@ impl Config {
         text: &str,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Config, ConfigError> {
-        let file: toml::Table = text
-            .parse()
-            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+        // toml's own message quotes the offending line, which may hold a secret
+        // that cannot be registered yet: say where, not what.
+        let file: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+            ConfigError::Parse(match line {
+                Some(l) => format!("line {l}: {}", e.message()),
+                None => e.message().to_string(),
+            })
+        })?;
         let mut root = file.clone();
         // (variable, dotted key, value) of every override applied.
         let mut applied: Vec<(String, String, String)> = Vec::new();
@@ -395,6 +403,8 @@ impl Config {
                 applied.push((name, key, value));
             }
         }
+        // Before anything can print a value (see `secrets`).
+        crate::secrets::register_from(&root);
         let parse = |t: toml::Table| Config::deserialize(toml::Value::Table(t));
         let cfg = match parse(root) {
             Ok(cfg) => cfg,
