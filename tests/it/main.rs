@@ -3,6 +3,7 @@
 //! processes and the PostgreSQL cluster `scripts/test.sh` starts (see `common`).
 
 mod common;
+mod file_mode;
 mod late;
 mod pipeline;
 mod producer;

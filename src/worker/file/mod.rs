@@ -6,6 +6,9 @@
 //! line with the reason and the original record), so nothing is dropped silently.
 //! End of file is end of input: every open window emits its on-time pane.
 //!
+//! Nothing is opened for writing, and the working copy is not wiped, before
+//! `paths::check` has made sure no output is the input and no two outputs are one file.
+//!
 //! The hot path is the worker's: every `checkpoint.interval` the outputs are
 //! flushed, the task's changes are committed to the RocksDB state store in one
 //! batch, and a checkpoint (offset = lines read) is exported on a background thread
@@ -24,6 +27,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+
+mod paths;
+
+use paths::Paths;
 
 use super::WorkerError;
 use crate::checkpoint::export::{self, ExportJob, ExportPartition, JobIdentity, PendingExport};
@@ -48,6 +55,14 @@ fn create(path: &Path) -> Result<BufWriter<File>, WorkerError> {
         .map_err(io_err(path))
 }
 
+/// The checkpoint store's group of a file run: `file-<input stem>`.
+fn group(input: &Path) -> String {
+    let stem = input
+        .file_stem()
+        .map_or("input".into(), |s| s.to_string_lossy().into_owned());
+    format!("file-{stem}")
+}
+
 /// The file run's checkpoints: same store format and exporter as the worker's.
 struct Checkpointer {
     store: Arc<StateStore>,
@@ -67,10 +82,7 @@ impl Checkpointer {
         let dir = cfg.state.dir.join("rocksdb");
         std::fs::create_dir_all(&cfg.state.dir).map_err(io_err(&cfg.state.dir))?;
         let store = Arc::new(StateStore::open_fresh(&dir)?);
-        let stem = input
-            .file_stem()
-            .map_or("input".into(), |s| s.to_string_lossy().into_owned());
-        let group = format!("file-{stem}");
+        let group = group(input);
         let worker = format!("f{}", std::process::id());
         let checkpoints = CheckpointStore::open(
             &cfg.checkpoint.dir,
@@ -202,23 +214,20 @@ fn write_panes(
 
 pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, WorkerError> {
     let engine = cfg.engine()?;
+    // Before anything is opened for writing or wiped.
+    let paths = Paths::new(input, output);
+    let state_copy = cfg.state.dir.join("rocksdb");
+    let store = cfg.checkpoint.dir.join(group(input));
+    paths.check(&[&state_copy, &store])?;
+    let mut reader = BufReader::with_capacity(1 << 20, File::open(input).map_err(io_err(input))?);
     let mut task = PartitionTask::new(0, engine);
     let mut checkpointer = Checkpointer::open(cfg, input)?;
     task.attach_spill(checkpointer.store.clone());
     let budget = cfg.state.windows_in_memory();
     let interval = Duration::from_millis(cfg.checkpoint.interval.0 as u64);
     let mut last_checkpoint = Instant::now();
-    let mut reader = BufReader::with_capacity(1 << 20, File::open(input).map_err(io_err(input))?);
     let mut out = create(output)?;
-    let side = |ext: &str| {
-        output.with_extension(format!(
-            "{}{ext}",
-            output
-                .extension()
-                .map_or(String::new(), |e| format!("{}.", e.to_string_lossy()))
-        ))
-    };
-    let (late_path, dlq_path) = (side("late.jsonl"), side("dlq.jsonl"));
+    let (late_path, dlq_path) = (paths.late, paths.dlq);
     let mut late = create(&late_path)?;
     let mut dlq = create(&dlq_path)?;
     let mut panes = Vec::new();

@@ -1,0 +1,112 @@
+//! The file mode (`tally run --input-file IN --output-file OUT`, docs/operations/running.md#the-file-mode):
+//! what it refuses before it writes anything, what its side files carry, how it bounds
+//! a line and how it stops on a signal. No broker and no database.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::common::*;
+
+/// A file-mode config under `dir` (state, checkpoints, prices); `extra` is appended.
+fn file_config(dir: &Path, extra: &str) -> PathBuf {
+    let d = dir.display();
+    let path = dir.join("file.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[checkpoint]\ndir = \"{d}/checkpoints\"\n[state]\ndir = \"{d}/state\"\n{extra}\n{PRICES}"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn run_file(cfg: &Path, input: &Path, output: &Path) -> std::process::Output {
+    tally(
+        &[
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--input-file",
+            input.to_str().unwrap(),
+            "--output-file",
+            output.to_str().unwrap(),
+        ],
+        &[],
+        Duration::from_secs(60),
+    )
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Four events of acme in the 10:00 minute (2026-01-01) and one at 10:05 that closes it.
+fn events() -> String {
+    let t = 1_767_261_600_000i64;
+    let mut s = String::new();
+    for i in 0..4 {
+        s.push_str(&event(&format!("r-{i}"), "acme", "small", t + i * 1000));
+        s.push('\n');
+    }
+    s.push_str(&event("r-9", "acme", "small", t + 300_000));
+    s.push('\n');
+    s
+}
+
+#[test]
+fn an_output_that_is_the_input_is_refused_and_the_input_survives() {
+    let dir = TempDir::new("file-same");
+    let cfg = file_config(dir.path(), "");
+    let input = dir.path().join("in.jsonl");
+    let data = events();
+    std::fs::write(&input, &data).unwrap();
+    std::fs::hard_link(&input, dir.path().join("link.jsonl")).unwrap();
+    // The same name; a hard link; the input as the dead-letter side file of OUT.
+    let side_input = dir.path().join("out.jsonl.dlq.jsonl");
+    std::fs::hard_link(&input, &side_input).unwrap();
+    for (input_arg, output) in [
+        (input.clone(), input.clone()),
+        (input.clone(), dir.path().join("link.jsonl")),
+        (side_input.clone(), dir.path().join("out.jsonl")),
+    ] {
+        let out = run_file(&cfg, &input_arg, &output);
+        let err = stderr(&out);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{input_arg:?} -> {output:?}: {err}"
+        );
+        assert!(
+            err.contains(&input_arg.display().to_string()) && err.contains("is the input file"),
+            "the refusal names both paths: {err}"
+        );
+        assert!(!err.contains("consumed"), "{err}");
+        assert_eq!(
+            std::fs::read_to_string(&input).unwrap(),
+            data,
+            "the input survives"
+        );
+        // Refused before anything was opened for writing or wiped.
+        assert!(!dir.path().join("state").exists(), "{err}");
+        assert!(!dir.path().join("out.jsonl").exists());
+    }
+    // Two outputs that are one file.
+    std::fs::write(dir.path().join("r.jsonl"), "").unwrap();
+    std::fs::hard_link(
+        dir.path().join("r.jsonl"),
+        dir.path().join("r.jsonl.late.jsonl"),
+    )
+    .unwrap();
+    let out = run_file(&cfg, &input, &dir.path().join("r.jsonl"));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("are the same file"),
+        "{}",
+        stderr(&out)
+    );
+    // And a distinct output still works.
+    let out = run_file(&cfg, &input, &dir.path().join("good.jsonl"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("consumed 5 |"), "{}", stderr(&out));
+}
