@@ -110,3 +110,21 @@ fn an_output_that_is_the_input_is_refused_and_the_input_survives() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("consumed 5 |"), "{}", stderr(&out));
 }
+
+#[test]
+fn the_kafka_timestamp_time_source_is_refused_at_start_naming_the_key() {
+    let dir = TempDir::new("file-kts");
+    let cfg = file_config(dir.path(), "[watermark]\ntime_source = \"kafka_timestamp\"");
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, events()).unwrap();
+    let output = dir.path().join("out.jsonl");
+    let out = run_file(&cfg, &input, &output);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("watermark.time_source") && err.contains("kafka_timestamp"),
+        "{err}"
+    );
+    assert!(!err.contains("consumed"), "{err}");
+    assert!(!output.exists() && !dir.path().join("state").exists());
+}

@@ -7,7 +7,9 @@
 //! End of file is end of input: every open window emits its on-time pane.
 //!
 //! Nothing is opened for writing, and the working copy is not wiped, before
-//! `paths::check` has made sure no output is the input and no two outputs are one file.
+//! `paths::check` has made sure no output is the input and no two outputs are one file,
+//! nor before a configuration that cannot work over a file is refused
+//! (`watermark.time_source = "kafka_timestamp"`: a line has no Kafka timestamp).
 //!
 //! The hot path is the worker's: every `checkpoint.interval` the outputs are
 //! flushed, the task's changes are committed to the RocksDB state store in one
@@ -38,7 +40,7 @@ use crate::checkpoint::store::CheckpointStore;
 use crate::checkpoint::CheckpointId;
 use crate::checkpoint::OffsetLedger;
 use crate::config::Config;
-use crate::engine::{Counters, PartitionTask, RecordIn, Route};
+use crate::engine::{Counters, PartitionTask, RecordIn, Route, TimeSource};
 use crate::kafka::now_ms;
 use crate::state::{NextOffset, PartitionCommit, StateStore};
 
@@ -212,7 +214,22 @@ fn write_panes(
     Ok(())
 }
 
+/// Configurations that cannot work over a file, refused before anything is touched.
+fn refuse_config(cfg: &Config) -> Result<(), WorkerError> {
+    if cfg.watermark.time_source == TimeSource::KafkaTimestamp {
+        return Err(WorkerError::Refused(
+            "watermark.time_source = \"kafka_timestamp\" cannot be used with --input-file: \
+             a line of a file has no Kafka timestamp, so every record would be a dead letter \
+             (no_timestamp). Set watermark.time_source to \"completed_ts\" (the default, the \
+             one fit for billing) or run against Kafka"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, WorkerError> {
+    refuse_config(cfg)?;
     let engine = cfg.engine()?;
     // Before anything is opened for writing or wiped.
     let paths = Paths::new(input, output);
