@@ -128,3 +128,78 @@ fn the_kafka_timestamp_time_source_is_refused_at_start_naming_the_key() {
     assert!(!err.contains("consumed"), "{err}");
     assert!(!output.exists() && !dir.path().join("state").exists());
 }
+
+/// The original bytes of a side-file line: `record` as UTF-8, or `record_base64` decoded.
+fn original(v: &serde_json::Value) -> Vec<u8> {
+    use base64::Engine as _;
+    match (v.get("record"), v.get("record_base64")) {
+        (Some(s), None) => s.as_str().unwrap().as_bytes().to_vec(),
+        (None, Some(b)) => base64::engine::general_purpose::STANDARD
+            .decode(b.as_str().unwrap())
+            .unwrap(),
+        other => panic!("exactly one of record, record_base64: {other:?}"),
+    }
+}
+
+fn side_lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn side_files_carry_the_original_bytes_exactly_and_a_leading_bom_is_skipped() {
+    let dir = TempDir::new("file-bytes");
+    let cfg = file_config(dir.path(), "[window]\nallowed_lateness = \"0s\"");
+    let t = 1_767_261_600_000i64;
+    let bom = b"\xEF\xBB\xBF";
+    // Line 1 opens with the file's byte-order mark: skipped, the record is billed.
+    let first = [&bom[..], event("r-0", "acme", "small", t).as_bytes()].concat();
+    // Invalid UTF-8 at the start of request_id's string (`{"request_id":"` is 15 bytes).
+    let invalid = event("r-1", "acme", "small", t + 1000).into_bytes();
+    let invalid = [&invalid[..15], b"\xff\xfe", &invalid[15..]].concat();
+    // A byte-order mark that does not open the file (files concatenated): named.
+    let concatenated = [&bom[..], event("r-2", "acme", "small", t + 2000).as_bytes()].concat();
+    let closing = event("r-9", "acme", "small", t + 300_000).into_bytes();
+    // Too late, with bytes that are not UTF-8 in a field tally ignores.
+    let late = event("r-5", "acme", "small", t + 30_000).into_bytes();
+    let late = [&b"{\"note\":\"\xc3\x28\","[..], &late[1..]].concat();
+    let input = dir.path().join("in.jsonl");
+    let mut data = Vec::new();
+    for l in [&first, &invalid, &concatenated, &closing, &late] {
+        data.extend_from_slice(l);
+        data.push(b'\n');
+    }
+    std::fs::write(&input, &data).unwrap();
+    let output = dir.path().join("out.jsonl");
+    let out = run_file(&cfg, &input, &output);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("consumed 5 | folded 2 | too late 1 | dead letters 2 |"),
+        "{err}"
+    );
+    let dlq = side_lines(&dir.path().join("out.jsonl.dlq.jsonl"));
+    assert_eq!(dlq.len(), 2, "{dlq:?}");
+    assert_eq!(original(&dlq[0]), invalid);
+    assert!(dlq[0].get("record_base64").is_some(), "{:?}", dlq[0]);
+    assert_eq!(dlq[0]["source"], format!("{}:2", input.display()));
+    assert_eq!(original(&dlq[1]), concatenated);
+    assert_eq!(dlq[1]["error"], "malformed_json");
+    let detail = dlq[1]["detail"].as_str().unwrap();
+    assert!(detail.contains("byte-order mark"), "{detail}");
+    assert_eq!(dlq[1]["source"], format!("{}:3", input.display()));
+    let late_lines = side_lines(&dir.path().join("out.jsonl.late.jsonl"));
+    assert_eq!(late_lines.len(), 1);
+    assert_eq!(original(&late_lines[0]), late);
+    assert_eq!(late_lines[0]["source"], format!("{}:5", input.display()));
+    // r-0 (after the skipped mark) is billed in the 10:00 window.
+    let results = std::fs::read_to_string(&output).unwrap();
+    let first: serde_json::Value = serde_json::from_str(results.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        (first["window_end"].as_i64(), first["requests"].as_u64()),
+        (Some(t + 60_000), Some(1))
+    );
+}

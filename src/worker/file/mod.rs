@@ -3,8 +3,10 @@
 //! The input is one partition (0) in file order. The output holds one result
 //! payload per line, exactly as on the results topic. Too-late records and dead
 //! letters go to `<output>.late.jsonl` and `<output>.dlq.jsonl` (one JSON object per
-//! line with the reason and the original record), so nothing is dropped silently.
-//! End of file is end of input: every open window emits its on-time pane.
+//! line with the reason and the original record bytes, exactly: `side`), so nothing
+//! is dropped silently. End of file is end of input: every open window emits its
+//! on-time pane. A UTF-8 byte-order mark opening the file is skipped; anywhere else
+//! it belongs to its record.
 //!
 //! Nothing is opened for writing, and the working copy is not wiped, before
 //! `paths::check` has made sure no output is the input and no two outputs are one file,
@@ -28,9 +30,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-
 mod paths;
+mod side;
 
 use paths::Paths;
 
@@ -42,6 +43,7 @@ use crate::checkpoint::OffsetLedger;
 use crate::config::Config;
 use crate::engine::{Counters, PartitionTask, RecordIn, Route, TimeSource};
 use crate::kafka::now_ms;
+use crate::model::event::BOM;
 use crate::state::{NextOffset, PartitionCommit, StateStore};
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> WorkerError + '_ {
@@ -281,6 +283,12 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
             while matches!(line.last(), Some(b'\n' | b'\r')) {
                 line.pop();
             }
+            // A byte-order mark opening the file marks its encoding; it is not part
+            // of the first record (anywhere else it is, and the record is malformed).
+            if line_no == 1 && line.starts_with(BOM) {
+                line.drain(..BOM.len());
+                tracing::info!(input = %input.display(), "the input starts with a UTF-8 byte-order mark; skipped");
+            }
             if !line.is_empty() {
                 numbers[n] = line_no;
                 n += 1;
@@ -302,22 +310,17 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
         write_panes(&mut out, output, &mut panes)?;
         for (i, route) in routes.drain(..).enumerate() {
             // Built only for the rare records that go to a side file.
-            let original = || String::from_utf8_lossy(&lines[i]).into_owned();
             let source = || format!("{}:{}", input.display(), numbers[i]);
             match route {
                 Route::Window | Route::Duplicate => {}
                 Route::TooLate {
                     window_end,
                     watermark,
-                } => {
-                    let rec = json!({"reason": "too_late", "window_end": window_end, "watermark": watermark,
-                        "source": source(), "record": original()});
-                    writeln!(late, "{rec}").map_err(io_err(&late_path))?;
-                }
+                } => side::too_late(&mut late, window_end, watermark, &source(), &lines[i])
+                    .map_err(io_err(&late_path))?,
                 Route::DeadLetter(reason) => {
-                    let rec = json!({"error": reason.code(), "detail": reason.to_string(), "source": source(),
-                        "record": original()});
-                    writeln!(dlq, "{rec}").map_err(io_err(&dlq_path))?;
+                    side::dead_letter(&mut dlq, &reason, &source(), &lines[i], None)
+                        .map_err(io_err(&dlq_path))?
                 }
             }
         }
