@@ -203,3 +203,50 @@ fn side_files_carry_the_original_bytes_exactly_and_a_leading_bom_is_skipped() {
         (Some(t + 60_000), Some(1))
     );
 }
+
+#[test]
+fn an_oversized_line_is_a_dead_letter_with_its_prefix_and_true_length() {
+    let dir = TempDir::new("file-big");
+    let cfg = file_config(dir.path(), "[limits]\nmax_record_bytes = 1024");
+    let t = 1_767_261_600_000i64;
+    // 15 bytes, then 2-byte characters: the 1024-byte prefix ends inside one.
+    let mut big = String::from("{\"request_id\":\"");
+    while big.len() < 10_000_000 {
+        big.push('é');
+    }
+    let big = big.into_bytes();
+    let mut data = Vec::new();
+    for line in [
+        event("r-0", "acme", "small", t).as_bytes(),
+        &big,
+        event("r-1", "acme", "small", t + 1000).as_bytes(),
+    ] {
+        data.extend_from_slice(line);
+        data.extend_from_slice(b"\r\n");
+    }
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, &data).unwrap();
+    let output = dir.path().join("out.jsonl");
+    let out = run_file(&cfg, &input, &output);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("consumed 3 | folded 2 | too late 0 | dead letters 1 |"),
+        "{err}"
+    );
+    let dlq = side_lines(&dir.path().join("out.jsonl.dlq.jsonl"));
+    assert_eq!(dlq.len(), 1);
+    let d = &dlq[0];
+    assert_eq!(d["error"], "oversized_record");
+    assert_eq!(
+        d["detail"],
+        format!("record is {} bytes, limit 1024", big.len())
+    );
+    assert_eq!(d["bytes"].as_u64(), Some(big.len() as u64));
+    assert_eq!(d["truncated"], true);
+    assert_eq!(d["source"], format!("{}:2", input.display()));
+    assert_eq!(original(d), &big[..1024]);
+    let results = std::fs::read_to_string(&output).unwrap();
+    let pane: serde_json::Value = serde_json::from_str(results.lines().next().unwrap()).unwrap();
+    assert_eq!(pane["requests"], 2, "{results}");
+}

@@ -5,8 +5,10 @@
 //! letters go to `<output>.late.jsonl` and `<output>.dlq.jsonl` (one JSON object per
 //! line with the reason and the original record bytes, exactly: `side`), so nothing
 //! is dropped silently. End of file is end of input: every open window emits its
-//! on-time pane. A UTF-8 byte-order mark opening the file is skipped; anywhere else
-//! it belongs to its record.
+//! on-time pane. Lines are records as `lines` defines them: bounded by
+//! `limits.max_record_bytes` (an oversized one is routed on its first `limit + 1`
+//! bytes, and its dead letter gets the first `limit` and the true length), without a
+//! byte-order mark opening the file.
 //!
 //! Nothing is opened for writing, and the working copy is not wiped, before
 //! `paths::check` has made sure no output is the input and no two outputs are one file,
@@ -25,14 +27,16 @@
 //! the run spills (commits to RocksDB without exporting) and evicts.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod lines;
 mod paths;
 mod side;
 
+use lines::{Line, Lines};
 use paths::Paths;
 
 use super::WorkerError;
@@ -43,7 +47,7 @@ use crate::checkpoint::OffsetLedger;
 use crate::config::Config;
 use crate::engine::{Counters, PartitionTask, RecordIn, Route, TimeSource};
 use crate::kafka::now_ms;
-use crate::model::event::BOM;
+use crate::model::event::DeadLetterReason;
 use crate::state::{NextOffset, PartitionCommit, StateStore};
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> WorkerError + '_ {
@@ -238,7 +242,8 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
     let state_copy = cfg.state.dir.join("rocksdb");
     let store = cfg.checkpoint.dir.join(group(input));
     paths.check(&[&state_copy, &store])?;
-    let mut reader = BufReader::with_capacity(1 << 20, File::open(input).map_err(io_err(input))?);
+    let limit = engine.max_record_bytes;
+    let mut reader = Lines::new(File::open(input).map_err(io_err(input))?, limit);
     let mut task = PartitionTask::new(0, engine);
     let mut checkpointer = Checkpointer::open(cfg, input)?;
     task.attach_spill(checkpointer.store.clone());
@@ -251,9 +256,11 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
     let mut dlq = create(&dlq_path)?;
     let mut panes = Vec::new();
     let mut routes = Vec::with_capacity(BATCH);
-    // A batch of non-empty lines and their line numbers (buffers reused).
+    // A batch of non-empty records, their line numbers and, for an oversized one, its
+    // true length (buffers reused).
     let mut lines: Vec<Vec<u8>> = (0..BATCH).map(|_| Vec::new()).collect();
     let mut numbers = [0u64; BATCH];
+    let mut oversized = [None::<u64>; BATCH];
     let mut line_no = 0u64;
     let now = now_ms();
     let mut eof = false;
@@ -274,23 +281,21 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
         let mut n = 0;
         while n < BATCH {
             let line = &mut lines[n];
-            line.clear();
-            if reader.read_until(b'\n', line).map_err(io_err(input))? == 0 {
+            let Some(kind) = reader.next_into(line).map_err(io_err(input))? else {
                 eof = true;
                 break;
-            }
-            line_no += 1;
-            while matches!(line.last(), Some(b'\n' | b'\r')) {
-                line.pop();
-            }
-            // A byte-order mark opening the file marks its encoding; it is not part
-            // of the first record (anywhere else it is, and the record is malformed).
-            if line_no == 1 && line.starts_with(BOM) {
-                line.drain(..BOM.len());
+            };
+            line_no = reader.line_no();
+            if line_no == 1 && reader.skipped_bom() {
                 tracing::info!(input = %input.display(), "the input starts with a UTF-8 byte-order mark; skipped");
             }
             if !line.is_empty() {
                 numbers[n] = line_no;
+                // The engine sees more than `limit` bytes of it: enough to route it.
+                oversized[n] = match kind {
+                    Line::Record => None,
+                    Line::Oversized { bytes } => Some(bytes),
+                };
                 n += 1;
             }
         }
@@ -318,10 +323,20 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
                     watermark,
                 } => side::too_late(&mut late, window_end, watermark, &source(), &lines[i])
                     .map_err(io_err(&late_path))?,
-                Route::DeadLetter(reason) => {
-                    side::dead_letter(&mut dlq, &reason, &source(), &lines[i], None)
-                        .map_err(io_err(&dlq_path))?
+                Route::DeadLetter(reason) => match oversized[i] {
+                    None => side::dead_letter(&mut dlq, &reason, &source(), &lines[i], None),
+                    // The engine saw a prefix: the reason gets the true length, the
+                    // dead letter the first `limit` bytes.
+                    Some(bytes) => {
+                        let reason = DeadLetterReason::Oversized {
+                            bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
+                            limit,
+                        };
+                        let prefix = &lines[i][..limit];
+                        side::dead_letter(&mut dlq, &reason, &source(), prefix, Some(bytes))
+                    }
                 }
+                .map_err(io_err(&dlq_path))?,
             }
         }
     }
