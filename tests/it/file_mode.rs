@@ -250,3 +250,181 @@ fn an_oversized_line_is_a_dead_letter_with_its_prefix_and_true_length() {
     let pane: serde_json::Value = serde_json::from_str(results.lines().next().unwrap()).unwrap();
     assert_eq!(pane["requests"], 2, "{results}");
 }
+
+/// A `tally run --input-file` child whose stderr is read line by line as it runs.
+struct Running {
+    child: std::process::Child,
+    stderr: std::sync::mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Running {
+    fn start(cfg: &Path, input: &Path, output: &Path) -> Self {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(tally_bin())
+            .args(["run", "--config", cfg.to_str().unwrap()])
+            .args(["--input-file", input.to_str().unwrap()])
+            .args(["--output-file", output.to_str().unwrap()])
+            .env("TALLY_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn tally");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Running {
+            child,
+            stderr: rx,
+            seen: Vec::new(),
+        }
+    }
+
+    fn wait_for(&mut self, needle: &str, timeout: Duration) {
+        let deadline = std::time::Instant::now() + timeout;
+        while !self.seen.iter().any(|l| l.contains(needle)) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.stderr.recv_timeout(left) {
+                Ok(line) => self.seen.push(line),
+                Err(_) => panic!("no {needle:?} within {timeout:?}: {:#?}", self.seen),
+            }
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for the exit (killing the child after `timeout`); returns it and stderr.
+    fn wait(mut self, timeout: Duration) -> (std::process::ExitStatus, String) {
+        let deadline = std::time::Instant::now() + timeout;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("no exit within {timeout:?}: {:#?}", self.seen);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        self.seen.extend(self.stderr.iter());
+        (status, self.seen.join("\n"))
+    }
+}
+
+#[test]
+fn sigterm_stops_a_run_blocked_on_a_fifo_promptly_with_its_outputs_and_checkpoint() {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = TempDir::new("file-fifo");
+    let cfg = file_config(dir.path(), "");
+    let fifo = dir.path().join("in.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let output = dir.path().join("out.jsonl");
+    let mut run = Running::start(&cfg, &fifo, &output);
+    run.wait_for("reading input", Duration::from_secs(30));
+    // The writer stays open: without a stop, the run would wait for more forever.
+    let mut writer = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo)
+        .unwrap();
+    writer.write_all(events().as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let sent = std::time::Instant::now();
+    signal(run.pid(), libc::SIGTERM);
+    let (status, err) = run.wait(Duration::from_secs(10));
+    assert!(
+        sent.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        sent.elapsed()
+    );
+    assert_eq!(status.code(), Some(143), "{err}");
+    assert!(
+        err.contains("interrupted by SIGTERM: stopped after line 5 of"),
+        "{err}"
+    );
+    assert!(err.contains("consumed 5 | folded 5 |"), "{err}");
+    // The outputs are flushed up to the stop: the 10:00 window closed by line 5.
+    let results = std::fs::read_to_string(&output).unwrap();
+    let pane: serde_json::Value = serde_json::from_str(results.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        (pane["requests"].as_u64(), pane["pane"].as_str()),
+        (Some(4), Some("on_time"))
+    );
+    assert_eq!(
+        results.lines().count(),
+        1,
+        "the open 10:05 window is not emitted"
+    );
+    // And the state is checkpointed there.
+    let store = dir.path().join("checkpoints/file-in");
+    let complete = std::fs::read_dir(&store)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().join("MANIFEST").exists())
+        .count();
+    assert!(complete >= 1, "a complete checkpoint in {store:?}");
+    drop(writer);
+}
+
+/// VmHWM (peak resident memory) of a process, in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn dev_zero_is_read_in_bounded_memory_and_sigint_stops_it() {
+    let dir = TempDir::new("file-zero");
+    let cfg = file_config(dir.path(), "[limits]\nmax_record_bytes = 1024");
+    let output = dir.path().join("out.jsonl");
+    let mut run = Running::start(&cfg, Path::new("/dev/zero"), &output);
+    run.wait_for("reading input", Duration::from_secs(30));
+    // One endless line: the unbounded reader grew it by gigabytes a second.
+    std::thread::sleep(Duration::from_secs(1));
+    let peak = peak_rss_kib(run.pid());
+    signal(run.pid(), libc::SIGINT);
+    let (status, err) = run.wait(Duration::from_secs(10));
+    assert!(peak < 256 * 1024, "peak RSS {peak} KiB");
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("interrupted by SIGINT: stopped after line 0 of /dev/zero"),
+        "{err}"
+    );
+}
+
+#[test]
+fn stdin_through_a_pipe_is_read_to_its_end() {
+    use std::io::Write;
+    let dir = TempDir::new("file-stdin");
+    let cfg = file_config(dir.path(), "");
+    let output = dir.path().join("out.jsonl");
+    let mut child = std::process::Command::new(tally_bin())
+        .args(["run", "--config", cfg.to_str().unwrap()])
+        .args(["--input-file", "/dev/stdin", "--output-file"])
+        .arg(&output)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(events().as_bytes()).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("consumed 5 | folded 5 |"), "{err}");
+    assert_eq!(std::fs::read_to_string(&output).unwrap().lines().count(), 2);
+}

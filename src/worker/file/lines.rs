@@ -52,6 +52,12 @@ impl<R: Read> Lines<R> {
         self.line_no
     }
 
+    /// Whether input is buffered: if not, the next line needs a read, which may wait
+    /// (on a FIFO, for the writer).
+    pub fn buffered(&self) -> bool {
+        !self.inner.buffer().is_empty()
+    }
+
     /// Whether line 1 began with a byte-order mark (which was skipped).
     pub fn skipped_bom(&self) -> bool {
         self.skipped_bom

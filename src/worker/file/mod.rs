@@ -15,6 +15,11 @@
 //! nor before a configuration that cannot work over a file is refused
 //! (`watermark.time_source = "kafka_timestamp"`: a line has no Kafka timestamp).
 //!
+//! A stop request (SIGTERM, SIGINT) interrupts the reads (`source`, also one that
+//! waits on a FIFO); the lines read so far are applied, the outputs flushed and the
+//! state checkpointed at the last line read, and `run` returns it as `interrupted`:
+//! the end-of-input panes are not emitted, the input did not end.
+//!
 //! The hot path is the worker's: every `checkpoint.interval` the outputs are
 //! flushed, the task's changes are committed to the RocksDB state store in one
 //! batch, and a checkpoint (offset = lines read) is exported on a background thread
@@ -35,11 +40,13 @@ use std::time::{Duration, Instant};
 mod lines;
 mod paths;
 mod side;
+mod source;
 
 use lines::{Line, Lines};
 use paths::Paths;
+use source::Source;
 
-use super::WorkerError;
+use super::{shutdown, WorkerError};
 use crate::checkpoint::export::{self, ExportJob, ExportPartition, JobIdentity, PendingExport};
 use crate::checkpoint::store::CheckpointStore;
 use crate::checkpoint::CheckpointId;
@@ -234,7 +241,19 @@ fn refuse_config(cfg: &Config) -> Result<(), WorkerError> {
     Ok(())
 }
 
-pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, WorkerError> {
+/// How a file run ended.
+#[derive(Debug, Clone)]
+pub struct FileRun {
+    pub counters: Counters,
+    /// Lines read and applied (the offset of the last checkpoint).
+    pub lines: u64,
+    /// `Some(signal)` when a stop request (SIGTERM, SIGINT) ended the run before the
+    /// end of the input: the outputs are flushed and the state is checkpointed at
+    /// `lines`, and windows still open were not emitted. `None`: end of input.
+    pub interrupted: Option<i32>,
+}
+
+pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerError> {
     refuse_config(cfg)?;
     let engine = cfg.engine()?;
     // Before anything is opened for writing or wiped.
@@ -243,7 +262,8 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
     let store = cfg.checkpoint.dir.join(group(input));
     paths.check(&[&state_copy, &store])?;
     let limit = engine.max_record_bytes;
-    let mut reader = Lines::new(File::open(input).map_err(io_err(input))?, limit);
+    let source = Source::open(input, shutdown::requested).map_err(io_err(input))?;
+    let mut reader = Lines::new(source, limit);
     let mut task = PartitionTask::new(0, engine);
     let mut checkpointer = Checkpointer::open(cfg, input)?;
     task.attach_spill(checkpointer.store.clone());
@@ -263,9 +283,10 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
     let mut oversized = [None::<u64>; BATCH];
     let mut line_no = 0u64;
     let now = now_ms();
-    let mut eof = false;
+    let (mut eof, mut stopped) = (false, false);
     let mut next_check = 4096u64;
-    while !eof {
+    tracing::info!(input = %input.display(), "reading input");
+    while !eof && !stopped {
         // Every 4096 lines, at a batch boundary: reading the clock per line would show.
         if line_no >= next_check {
             next_check = line_no + 4096;
@@ -280,10 +301,24 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
         }
         let mut n = 0;
         while n < BATCH {
-            let line = &mut lines[n];
-            let Some(kind) = reader.next_into(line).map_err(io_err(input))? else {
-                eof = true;
+            // Apply what was read before a read that may wait (a FIFO's writer may be
+            // slow); for a file, a short batch once per buffer.
+            if n > 0 && !reader.buffered() {
                 break;
+            }
+            let line = &mut lines[n];
+            let kind = match reader.next_into(line) {
+                Ok(Some(kind)) => kind,
+                Ok(None) => {
+                    eof = true;
+                    break;
+                }
+                // A stop request: apply the lines read so far, then stop there.
+                Err(e) if source::is_stop(&e) => {
+                    stopped = true;
+                    break;
+                }
+                Err(e) => return Err(io_err(input)(e)),
             };
             line_no = reader.line_no();
             if line_no == 1 && reader.skipped_bom() {
@@ -343,6 +378,18 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
     flush_all(&mut out, output, &mut late, &late_path, &mut dlq, &dlq_path)?;
     checkpointer.checkpoint(&mut task, line_no)?;
     checkpointer.finish()?;
+    if stopped {
+        tracing::info!(
+            lines = line_no,
+            checkpoints = checkpointer.taken,
+            "stop requested; outputs flushed and state committed at the last line read"
+        );
+        return Ok(FileRun {
+            counters: task.counters(),
+            lines: line_no,
+            interrupted: Some(shutdown::signal().unwrap_or(libc::SIGTERM)),
+        });
+    }
     tracing::info!(
         checkpoints = checkpointer.taken,
         windows_evicted = checkpointer.evicted,
@@ -357,5 +404,9 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<Counters, Worker
     out.flush().map_err(io_err(output))?;
     late.flush().map_err(io_err(&late_path))?;
     dlq.flush().map_err(io_err(&dlq_path))?;
-    Ok(task.counters())
+    Ok(FileRun {
+        counters: task.counters(),
+        lines: line_no,
+        interrupted: None,
+    })
 }
