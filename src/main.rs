@@ -9,9 +9,15 @@ fn main() -> ExitCode {
     tally::cli::init_logging();
     match tally::cli::dispatch(cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("tally: error: {}", tally::cli::error_chain(&e));
-            ExitCode::from(1)
-        }
+        Err(e) => match e.downcast_ref::<tally::cli::Interrupted>() {
+            Some(stop) => {
+                eprintln!("tally: {stop}");
+                ExitCode::from(stop.exit_status())
+            }
+            None => {
+                eprintln!("tally: error: {}", tally::cli::error_chain(&e));
+                ExitCode::from(1)
+            }
+        },
     }
 }

@@ -94,6 +94,45 @@ pub fn error_chain(e: &anyhow::Error) -> String {
     line
 }
 
+/// A command stopped by SIGTERM or SIGINT before its work was done (the file mode
+/// before the end of its input): not an error, but not a success either. `main`
+/// prints it and exits `128 + signal` (docs/reference/exit-codes.md).
+#[derive(Debug)]
+pub struct Interrupted {
+    pub signal: i32,
+    /// Lines of `input` read and applied.
+    pub lines: u64,
+    pub input: PathBuf,
+}
+
+impl Interrupted {
+    /// The exit status: 130 for SIGINT, 143 for SIGTERM, as a shell reports a
+    /// command killed by that signal.
+    pub fn exit_status(&self) -> u8 {
+        u8::try_from(128 + self.signal).unwrap_or(1)
+    }
+}
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self.signal {
+            libc::SIGINT => "SIGINT".to_string(),
+            libc::SIGTERM => "SIGTERM".to_string(),
+            n => format!("signal {n}"),
+        };
+        write!(
+            f,
+            "interrupted by {name}: stopped after line {} of {}. The outputs hold the results \
+             of every line up to it and the state is checkpointed there; windows still open \
+             were not emitted. A file run always starts from line 1: run it again to finish",
+            self.lines,
+            self.input.display(),
+        )
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TALLY_LOG")
         .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 
-use super::ConfigArg;
+use super::{ConfigArg, Interrupted};
 use crate::kafka::source::StartPolicy;
 use crate::worker::{file, kafka};
 
@@ -13,10 +13,13 @@ use crate::worker::{file, kafka};
 pub struct RunArgs {
     #[command(flatten)]
     pub config: ConfigArg,
-    /// Read JSON lines from this file instead of Kafka (needs --output-file).
+    /// Read JSON lines from this file instead of Kafka (needs --output-file). A FIFO or
+    /// /dev/stdin works too. SIGTERM/SIGINT stop it at the last line read, checkpointed,
+    /// with exit status 143/130.
     #[arg(long, value_name = "FILE", requires = "output_file")]
     pub input_file: Option<PathBuf>,
-    /// Write one result payload per line here (with --input-file).
+    /// Write one result payload per line here (with --input-file), too-late records
+    /// to FILE.late.jsonl and dead letters to FILE.dlq.jsonl. None may be the input.
     #[arg(long, value_name = "FILE", requires = "input_file")]
     pub output_file: Option<PathBuf>,
     /// Stop at the log ends seen when partitions were assigned, emitting every open
@@ -48,13 +51,22 @@ pub enum ResetState {
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
     let cfg = a.config.load()?;
     if let (Some(input), Some(output)) = (&a.input_file, &a.output_file) {
-        let c = file::run(&cfg, input, output)
+        let r = file::run(&cfg, input, output)
             .with_context(|| format!("processing {}", input.display()))?;
+        let c = &r.counters;
         eprintln!(
             "consumed {} | folded {} | too late {} | dead letters {} | duplicates {} | panes {}",
             c.consumed, c.folded, c.too_late, c.dead_letter, c.duplicate, c.panes
         );
-        return Ok(());
+        return match r.interrupted {
+            None => Ok(()),
+            Some(signal) => Err(Interrupted {
+                signal,
+                lines: r.lines,
+                input: input.clone(),
+            }
+            .into()),
+        };
     }
     let opts = kafka::RunOptions {
         until_end: a.until_end,

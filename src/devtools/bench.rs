@@ -228,7 +228,13 @@ pub fn run_engine(a: BenchEngineArgs) -> anyhow::Result<()> {
         best_base = best_base.min(started.elapsed().as_secs_f64());
         lines = n;
         let started = Instant::now();
-        let c = crate::worker::file::run(&cfg, &a.input_file, &out)?;
+        let r = crate::worker::file::run(&cfg, &a.input_file, &out)?;
+        anyhow::ensure!(
+            r.interrupted.is_none(),
+            "interrupted after line {}",
+            r.lines
+        );
+        let c = r.counters;
         best_engine = best_engine.min(started.elapsed().as_secs_f64());
         anyhow::ensure!(
             c.consumed == n,

@@ -12,6 +12,9 @@ use std::fmt;
 
 use serde::Deserialize;
 
+/// The UTF-8 byte-order mark. JSON text must not begin with one (RFC 8259 §8.1).
+pub const BOM: &[u8] = b"\xEF\xBB\xBF";
+
 /// Event times before this are taken to be seconds, not milliseconds (before 1973 in ms).
 pub const MIN_MILLIS_TS: i64 = 100_000_000_000;
 
@@ -189,6 +192,15 @@ fn non_empty<'a>(v: Option<Str<'a>>, key: &'static str) -> Result<Cow<'a, str>, 
 /// The slow path, taken only for records the fast path rejected: find which
 /// field is wrong so the dead letter says so.
 fn classify(bytes: &[u8], fast_err: serde_json::Error) -> DeadLetterReason {
+    if bytes.starts_with(BOM) {
+        // serde_json would say "expected value at line 1 column 1".
+        return DeadLetterReason::MalformedJson(
+            "the record starts with a UTF-8 byte-order mark (bytes EF BB BF), which is not \
+             JSON: remove it where the record is written (typically a file saved as \"UTF-8 \
+             with BOM\", or concatenated after one)"
+                .into(),
+        );
+    }
     let value: serde_json::Value = match serde_json::from_slice(bytes) {
         Ok(v) => v,
         Err(e) => return DeadLetterReason::MalformedJson(e.to_string()),
@@ -282,6 +294,20 @@ mod tests {
             reason(r#"{"request_id":"x","tenant_id":"a","model":"m","prompt_tokens":1}"#),
             DeadLetterReason::MissingField("completion_tokens")
         );
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_named() {
+        let with_bom = [BOM, GOOD.as_bytes()].concat();
+        let e = parse(&with_bom).unwrap_err();
+        assert_eq!(e.code(), "malformed_json");
+        assert!(
+            e.to_string().contains("byte-order mark (bytes EF BB BF)"),
+            "{e}"
+        );
+        // Inside a string it is a character like any other.
+        let inside = GOOD.replace("\"acme\"", "\"\u{feff}acme\"");
+        assert_eq!(parse(inside.as_bytes()).unwrap().tenant_id, "\u{feff}acme");
     }
 
     #[test]

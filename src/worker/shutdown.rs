@@ -1,22 +1,27 @@
 //! SIGTERM/SIGINT → a flag the worker loops check between records.
 //!
-//! Invariant: the handler only stores to an atomic (async-signal-safe); the loops
-//! finish the record in hand, commit, and exit 0.
+//! Invariant: the handler only stores to atomics (async-signal-safe): first the
+//! signal's number, then the flag. The Kafka worker and the sink finish the record
+//! in hand, commit, and exit 0; the file mode, whose input was not read to its end,
+//! checkpoints and exits 128 + the signal's number (docs/reference/exit-codes.md).
 
 #![allow(unsafe_code)] // FFI: signal handlers.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 static REQUESTED: AtomicBool = AtomicBool::new(false);
+/// The number of the last signal received; 0 for none.
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
 
-extern "C" fn on_signal(_: libc::c_int) {
+extern "C" fn on_signal(sig: libc::c_int) {
+    SIGNAL.store(sig, Ordering::SeqCst);
     REQUESTED.store(true, Ordering::SeqCst);
 }
 
 /// Installs the handlers for SIGTERM and SIGINT.
 pub fn install() {
     let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-    // SAFETY: `on_signal` only performs an atomic store, which is async-signal-safe.
+    // SAFETY: `on_signal` only performs atomic stores, which are async-signal-safe.
     unsafe {
         libc::signal(libc::SIGTERM, handler);
         libc::signal(libc::SIGINT, handler);
@@ -25,6 +30,11 @@ pub fn install() {
 
 pub fn requested() -> bool {
     REQUESTED.load(Ordering::SeqCst)
+}
+
+/// The signal that requested shutdown; `None` if none did (or `request` did).
+pub fn signal() -> Option<i32> {
+    Some(SIGNAL.load(Ordering::SeqCst)).filter(|s| *s != 0)
 }
 
 /// Requests shutdown from inside the process (tests, the demo).

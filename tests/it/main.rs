@@ -4,6 +4,7 @@
 
 mod common;
 mod crafted;
+mod file_mode;
 mod late;
 mod pipeline;
 mod producer;
