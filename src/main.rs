@@ -9,15 +9,12 @@ fn main() -> ExitCode {
     tally::cli::init_logging();
     match tally::cli::dispatch(cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => match e.downcast_ref::<tally::cli::Interrupted>() {
-            Some(stop) => {
-                eprintln!("tally: {stop}");
-                ExitCode::from(stop.exit_status())
+        Err(e) => {
+            match e.downcast_ref::<tally::cli::Interrupted>() {
+                Some(stop) => eprintln!("tally: {stop}"),
+                None => eprintln!("tally: error: {}", tally::cli::error_chain(&e)),
             }
-            None => {
-                eprintln!("tally: error: {}", tally::cli::error_chain(&e));
-                ExitCode::from(1)
-            }
-        },
+            ExitCode::from(tally::cli::exit::status(&e))
+        }
     }
 }

@@ -4,6 +4,7 @@
 mod broker;
 mod checkpoints;
 pub mod demo;
+pub mod exit;
 mod gen;
 mod reprocess;
 mod run;

@@ -20,6 +20,7 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use super::ConfigArg;
 use crate::config::duration::parse_utc_ms;
 use crate::engine::RecordIn;
+use crate::kafka::logging::Logged;
 use crate::kafka::outputs::{source_coords, Outputs};
 use crate::kafka::{client_config, headers, now_ms};
 use crate::reprocess::{Outcome, Reprocessor};
@@ -62,7 +63,9 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
         ],
     );
     ccfg.set("group.id", &group);
-    let consumer: BaseConsumer = ccfg.create().context("creating the late-topic consumer")?;
+    let consumer: BaseConsumer<Logged> = ccfg
+        .create_with_context(Logged)
+        .context("creating the late-topic consumer")?;
     let outputs = Outputs::new(&cfg.kafka, &cfg.topics)?;
     let partitions = crate::kafka::partition_count(&consumer, &topic)? as i32;
     anyhow::ensure!(partitions > 0, "late topic {topic} does not exist");

@@ -6,6 +6,7 @@
 
 pub mod broker;
 pub mod headers;
+pub mod logging;
 pub mod outputs;
 pub mod read;
 pub mod source;

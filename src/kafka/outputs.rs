@@ -79,7 +79,11 @@ impl DeliveryTracker {
     }
 }
 
-impl ClientContext for DeliveryTracker {}
+impl ClientContext for DeliveryTracker {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, msg: &str) {
+        super::logging::log(level, fac, msg);
+    }
+}
 
 impl ProducerContext for DeliveryTracker {
     type DeliveryOpaque = usize;

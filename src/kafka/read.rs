@@ -34,8 +34,8 @@ impl StoredRecord {
 pub fn read_topic(kafka: &KafkaConfig, topic: &str) -> Result<Vec<StoredRecord>, KafkaIoError> {
     let mut c = client_config(kafka, &[("enable.auto.commit", "false")]);
     c.set("group.id", "tally-reader");
-    let consumer: BaseConsumer = c
-        .create()
+    let consumer: BaseConsumer<super::logging::Logged> = c
+        .create_with_context(super::logging::Logged)
         .map_err(KafkaIoError::client("creating a reader"))?;
     let partitions = super::partition_count(&consumer, topic)? as i32;
     let mut tpl = TopicPartitionList::new();

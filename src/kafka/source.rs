@@ -72,7 +72,11 @@ impl SourceContext {
     }
 }
 
-impl ClientContext for SourceContext {}
+impl ClientContext for SourceContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, msg: &str) {
+        super::logging::log(level, fac, msg);
+    }
+}
 
 impl ConsumerContext for SourceContext {
     fn rebalance(

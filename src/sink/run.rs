@@ -21,6 +21,7 @@ use super::apply::{applied_offsets, apply_batch};
 use super::{connect, migrate, SinkError};
 use crate::config::Config;
 use crate::engine::SinkRecord;
+use crate::kafka::logging::Logged;
 use crate::kafka::{client_config, KafkaIoError};
 use crate::worker::shutdown;
 
@@ -73,8 +74,8 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
         ],
     );
     ccfg.set("group.id", &cfg.sink.group_id);
-    let consumer: BaseConsumer = ccfg
-        .create()
+    let consumer: BaseConsumer<Logged> = ccfg
+        .create_with_context(Logged)
         .map_err(KafkaIoError::client("creating the sink consumer"))?;
     let partitions = wait_for_partitions(&consumer, topic)?;
     let stored = applied_offsets(&client, topic).await?;
@@ -154,7 +155,7 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
     Ok(summary)
 }
 
-fn wait_for_partitions(consumer: &BaseConsumer, topic: &str) -> Result<i32, SinkError> {
+fn wait_for_partitions(consumer: &BaseConsumer<Logged>, topic: &str) -> Result<i32, SinkError> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let n = crate::kafka::partition_count(consumer, topic)?;

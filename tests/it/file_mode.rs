@@ -74,8 +74,8 @@ fn an_output_that_is_the_input_is_refused_and_the_input_survives() {
         let err = stderr(&out);
         assert_eq!(
             out.status.code(),
-            Some(1),
-            "{input_arg:?} -> {output:?}: {err}"
+            Some(3),
+            "refused: {input_arg:?} -> {output:?}: {err}"
         );
         assert!(
             err.contains(&input_arg.display().to_string()) && err.contains("is the input file"),
@@ -99,7 +99,7 @@ fn an_output_that_is_the_input_is_refused_and_the_input_survives() {
     )
     .unwrap();
     let out = run_file(&cfg, &input, &dir.path().join("r.jsonl"));
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     assert!(
         stderr(&out).contains("are the same file"),
         "{}",
@@ -120,7 +120,7 @@ fn the_kafka_timestamp_time_source_is_refused_at_start_naming_the_key() {
     let output = dir.path().join("out.jsonl");
     let out = run_file(&cfg, &input, &output);
     let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(out.status.code(), Some(2), "a configuration error: {err}");
     assert!(
         err.contains("watermark.time_source") && err.contains("kafka_timestamp"),
         "{err}"

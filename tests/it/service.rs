@@ -150,3 +150,48 @@ fn secrets_never_reach_an_output() {
         assert!(!seen.contains(c), "{c} leaked:\n{seen}");
     }
 }
+
+/// Issue 13, item 8: the exit status says what to do — 2 a configuration error,
+/// 4 a dependency that is not there (refusals exit 3: see the recovery tests).
+#[test]
+fn exit_statuses_by_class() {
+    let dir = TempDir::new("exit");
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[window]\nsise = \"1m\"\n").unwrap();
+    let out = tally(
+        &["run", "--config", bad.to_str().unwrap()],
+        &[],
+        Duration::from_secs(60),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let env = tally(
+        &["migrate"],
+        &[("TALLY_CHECKPOINT__RETAIN", "0")],
+        Duration::from_secs(60),
+    );
+    assert_eq!(
+        env.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&env.stderr)
+    );
+    let db = tally(
+        &["migrate"],
+        &[(
+            "TALLY_SINK__DATABASE_URL",
+            "postgres://postgres@127.0.0.1:1/x?connect_timeout=2",
+        )],
+        Duration::from_secs(60),
+    );
+    assert_eq!(
+        db.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&db.stderr)
+    );
+}

@@ -101,13 +101,13 @@ fn write_panes(
 /// Configurations that cannot work over a file, refused before anything is touched.
 fn refuse_config(cfg: &Config) -> Result<(), WorkerError> {
     if cfg.watermark.time_source == TimeSource::KafkaTimestamp {
-        return Err(WorkerError::Refused(
-            "watermark.time_source = \"kafka_timestamp\" cannot be used with --input-file: \
-             a line of a file has no Kafka timestamp, so every record would be a dead letter \
-             (no_timestamp). Set watermark.time_source to \"completed_ts\" (the default, the \
-             one fit for billing) or run against Kafka"
+        return Err(WorkerError::Config(crate::config::ConfigError::Invalid {
+            key: "watermark.time_source".into(),
+            msg: "\"kafka_timestamp\" cannot be used with --input-file: a line of a file has \
+                  no Kafka timestamp, so every record would be a dead letter (no_timestamp). Set \
+                  it to \"completed_ts\" (the default, the one fit for billing) or run against Kafka"
                 .into(),
-        ));
+        }));
     }
     Ok(())
 }

@@ -1,0 +1,143 @@
+//! Exit statuses by class, so a supervisor can tell "an operator must act" from
+//! "restart me" (the table is in docs/reference/exit-codes.md).
+//!
+//! The class is read off the error's chain: the first cause whose type says
+//! what it is decides. Anything not recognised is `INTERNAL`.
+
+use rdkafka::error::KafkaError;
+
+use super::Interrupted;
+use crate::checkpoint::CheckpointError;
+use crate::config::ConfigError;
+use crate::kafka::KafkaIoError;
+use crate::sink::SinkError;
+use crate::state::StateError;
+use crate::worker::WorkerError;
+
+/// An error tally did not classify (a bug, an I/O failure, damage found by
+/// `checkpoints verify`).
+pub const INTERNAL: u8 = 1;
+/// The configuration (file, environment) is wrong; clap's usage errors exit 2 too.
+pub const CONFIG: u8 = 2;
+/// Refused: restarting changes nothing until an operator takes the way out the
+/// message names (a changed config, missing checkpoints, a truncated log, a
+/// state.dir in use).
+pub const REFUSED: u8 = 3;
+/// A dependency (Kafka, PostgreSQL) could not be reached or failed: a restart
+/// may succeed once it is back.
+pub const UNAVAILABLE: u8 = 4;
+
+/// The exit status for `e`.
+pub fn status(e: &anyhow::Error) -> u8 {
+    for cause in e.chain() {
+        if let Some(i) = cause.downcast_ref::<Interrupted>() {
+            return i.exit_status();
+        }
+        let class = if let Some(e) = cause.downcast_ref::<WorkerError>() {
+            worker(e)
+        } else if let Some(e) = cause.downcast_ref::<CheckpointError>() {
+            checkpoint(e)
+        } else if let Some(e) = cause.downcast_ref::<ConfigError>() {
+            let _ = e;
+            Some(CONFIG)
+        } else if let Some(e) = cause.downcast_ref::<StateError>() {
+            state(e)
+        } else if let Some(e) = cause.downcast_ref::<KafkaIoError>() {
+            Some(kafka_io(e))
+        } else if let Some(e) = cause.downcast_ref::<KafkaError>() {
+            Some(kafka(e))
+        } else if let Some(e) = cause.downcast_ref::<SinkError>() {
+            sink(e)
+        } else if let Some(e) = cause.downcast_ref::<tokio_postgres::Error>() {
+            postgres(e)
+        } else {
+            None
+        };
+        if let Some(c) = class {
+            return c;
+        }
+    }
+    INTERNAL
+}
+
+fn worker(e: &WorkerError) -> Option<u8> {
+    match e {
+        WorkerError::Config(_) => Some(CONFIG),
+        WorkerError::Refused(_) => Some(REFUSED),
+        WorkerError::Checkpoint(c) => checkpoint(c),
+        WorkerError::State(s) => state(s),
+        WorkerError::Kafka(k) => Some(kafka_io(k)),
+        WorkerError::Io { .. } => None,
+    }
+}
+
+fn checkpoint(e: &CheckpointError) -> Option<u8> {
+    match e {
+        CheckpointError::Refused(_) => Some(REFUSED),
+        CheckpointError::State(s) => state(s),
+        _ => None,
+    }
+}
+
+fn state(e: &StateError) -> Option<u8> {
+    matches!(e, StateError::Locked { .. }).then_some(REFUSED)
+}
+
+fn kafka_io(e: &KafkaIoError) -> u8 {
+    match e {
+        KafkaIoError::Client { source, .. } => kafka(source),
+        KafkaIoError::Fatal(_) => UNAVAILABLE,
+    }
+}
+
+fn kafka(e: &KafkaError) -> u8 {
+    match e {
+        // librdkafka refused the properties: a configuration error.
+        KafkaError::ClientConfig(..) | KafkaError::ClientCreation(_) => CONFIG,
+        _ => UNAVAILABLE,
+    }
+}
+
+fn sink(e: &SinkError) -> Option<u8> {
+    match e {
+        SinkError::Postgres(p) => postgres(p),
+        SinkError::Kafka(k) => Some(kafka_io(k)),
+        _ => None,
+    }
+}
+
+fn postgres(e: &tokio_postgres::Error) -> Option<u8> {
+    // No SQLSTATE: the connection itself failed (refused, closed, timed out).
+    e.code().is_none().then_some(UNAVAILABLE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes() {
+        let refused = anyhow::Error::new(WorkerError::Refused("x".into())).context("run");
+        assert_eq!(status(&refused), REFUSED);
+        let nested = anyhow::Error::new(WorkerError::Checkpoint(CheckpointError::Refused(
+            "fingerprint".into(),
+        )));
+        assert_eq!(status(&nested), REFUSED);
+        let cfg = anyhow::Error::new(ConfigError::Parse("bad".into()));
+        assert_eq!(status(&cfg), CONFIG);
+        let creation = anyhow::Error::new(KafkaIoError::Client {
+            context: "creating".into(),
+            source: KafkaError::ClientCreation("unsupported".into()),
+        });
+        assert_eq!(status(&creation), CONFIG);
+        let gone = anyhow::Error::new(KafkaIoError::Fatal("timed out".into()));
+        assert_eq!(status(&gone), UNAVAILABLE);
+        assert_eq!(status(&anyhow::anyhow!("verify found damage")), INTERNAL);
+        let stop = anyhow::Error::new(Interrupted {
+            signal: libc::SIGTERM,
+            lines: 3,
+            input: "in".into(),
+        });
+        assert_eq!(status(&stop), 143);
+    }
+}
