@@ -106,6 +106,13 @@ pub fn run(a: GenArgs) -> anyhow::Result<()> {
             std::fs::File::create(path).with_context(|| path.display().to_string())?,
         );
         for r in gen.by_ref() {
+            if crate::worker::shutdown::requested() {
+                out.flush()?;
+                anyhow::bail!(
+                    "interrupted by a signal: {} holds a prefix of the run; the expected file is not written",
+                    path.display()
+                );
+            }
             writeln!(out, "{}", r.payload)?;
         }
         out.flush()?;
@@ -166,6 +173,16 @@ fn produce(
     let started = Instant::now();
     let mut sent: u64 = 0;
     for r in gen.by_ref() {
+        if crate::worker::shutdown::requested() {
+            producer
+                .flush(Duration::from_secs(60))
+                .context("flushing generated records")?;
+            producer.context().take_failures()?;
+            anyhow::bail!(
+                "interrupted by a signal after {sent} records, all of them acknowledged; the expected \
+                 file is not written (it describes the whole run)"
+            );
+        }
         let record = BaseRecord::with_opaque_to(topic, UNTIMED)
             .partition(r.partition)
             .key(r.key.as_bytes())

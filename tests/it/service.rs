@@ -195,3 +195,46 @@ fn exit_statuses_by_class() {
         String::from_utf8_lossy(&db.stderr)
     );
 }
+
+/// Issue 19, defect 4 beyond the file mode: `tally gen --rate` stops promptly on
+/// SIGTERM, flushing what it sent, and says so.
+#[test]
+fn gen_stops_promptly_on_sigterm() {
+    let broker = DevBroker::start(&[("requests", 1)]);
+    let dir = TempDir::new("gen-stop");
+    let cfg = write_config(dir.path(), &broker, "g", "");
+    let mut child = std::process::Command::new(tally_bin())
+        .args([
+            "gen",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--count",
+            "1000000",
+            "--rate",
+            "200",
+            "--partitions",
+            "1",
+        ])
+        .env("TALLY_LOG", "warn")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    signal(child.id(), libc::SIGTERM);
+    let started = std::time::Instant::now();
+    let out = loop {
+        if child.try_wait().unwrap().is_some() {
+            break child.wait_with_output().unwrap();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "gen ignored SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("interrupted by a signal"),
+        "{err}"
+    );
+}
