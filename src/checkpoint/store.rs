@@ -70,20 +70,27 @@ fn parse_id(name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
+/// Whether `name` is one plain directory name (no separator, not `.` or `..`).
+pub fn is_one_dir_name(name: &str) -> bool {
+    let mut parts = Path::new(name).components();
+    matches!(
+        (parts.next(), parts.next()),
+        (Some(std::path::Component::Normal(_)), None)
+    ) && !name.contains('\0')
+        && !name.contains('/')
+}
+
 /// `group` as the store's directory under `dir`: one plain directory name, so
 /// the store stays inside `dir` whatever the group id.
 fn group_root(dir: &Path, group: &str) -> Result<PathBuf, CheckpointError> {
-    let mut parts = Path::new(group).components();
-    match (parts.next(), parts.next()) {
-        (Some(std::path::Component::Normal(_)), None) if !group.contains('\0') => {
-            Ok(dir.join(group))
-        }
-        _ => Err(CheckpointError::Refused(format!(
-            "consumer group id {group:?} cannot name a checkpoint directory under {}: it must be \
-             one directory name (no '/', not '.' or '..'); choose another `kafka.group_id`",
-            dir.display()
-        ))),
+    if is_one_dir_name(group) {
+        return Ok(dir.join(group));
     }
+    Err(CheckpointError::Refused(format!(
+        "consumer group id {group:?} cannot name a checkpoint directory under {}: it must be \
+             one directory name (no '/', not '.' or '..'); choose another `kafka.group_id`",
+        dir.display()
+    )))
 }
 
 impl CheckpointStore {

@@ -37,8 +37,7 @@ pub fn status(e: &anyhow::Error) -> u8 {
             worker(e)
         } else if let Some(e) = cause.downcast_ref::<CheckpointError>() {
             checkpoint(e)
-        } else if let Some(e) = cause.downcast_ref::<ConfigError>() {
-            let _ = e;
+        } else if cause.is::<ConfigError>() {
             Some(CONFIG)
         } else if let Some(e) = cause.downcast_ref::<StateError>() {
             state(e)

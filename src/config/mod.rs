@@ -477,7 +477,7 @@ impl Config {
             ));
         }
         let g = &self.kafka.group_id;
-        if g == "." || g == ".." || g.contains('/') || g.contains('\0') {
+        if !crate::checkpoint::store::is_one_dir_name(g) {
             return Err(invalid(
                 "kafka.group_id",
                 format!(
