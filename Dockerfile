@@ -9,9 +9,11 @@
 # builds (BuildKit, the default builder of current Docker).
 
 FROM rust:1-bookworm AS builder
-# libclang: rocksdb's bindgen. make, gcc/g++ and zlib headers are in the base image.
+# libclang: rocksdb's bindgen; clang: builds RocksDB faster than g++
+# (scripts/toolchain/); OpenSSL, libcurl (OIDC) and zstd: librdkafka's TLS, SASL
+# and codecs. make, gcc/g++, pkg-config and zlib headers are in the base image.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libclang-dev \
+ && apt-get install -y --no-install-recommends libclang-dev clang libssl-dev libcurl4-openssl-dev libzstd-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -21,9 +23,10 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
  && cp target/release/tally /usr/local/bin/tally
 
 FROM debian:bookworm-slim
-# libstdc++ (RocksDB) and zlib (librdkafka) are already in the base image.
+# libstdc++ (RocksDB) and zlib (librdkafka) are already in the base image; the
+# others are what librdkafka and the PostgreSQL TLS connector link.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates \
+ && apt-get install -y --no-install-recommends ca-certificates libssl3 libcurl4 libzstd1 \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --home-dir /var/lib/tally --create-home --shell /usr/sbin/nologin tally
 COPY --from=builder /usr/local/bin/tally /usr/local/bin/tally

@@ -3,6 +3,11 @@
 #   scripts/pg.sh start DIR   -> initdb + pg_ctl start; writes DIR/url
 #   scripts/pg.sh stop DIR    -> pg_ctl stop (immediate) and removes DIR
 # As root, the server runs as the `postgres` user (initdb refuses root).
+#
+# TLS mode (for the TLS tests): with PG_TLS_DIR (server.pem, server.key, e.g.
+# from `tally-dev certs`) and PG_PASSWORD set, the server has ssl=on and a
+# pg_hba.conf that admits TCP clients only over TLS with scram-sha-256 (the unix
+# socket stays trust, for setting the password). DIR/url has no password.
 set -euo pipefail
 
 cmd=${1:?usage: pg.sh start|stop DIR}
@@ -34,10 +39,24 @@ case "$cmd" in
     [ "$(id -u)" -eq 0 ] && chown postgres "$dir" 2>/dev/null || true
     as_pg "$PGBIN/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --no-sync >"$dir/initdb.log" 2>&1 \
       || { cat "$dir/initdb.log" >&2; exit 1; }
+    opts="-c listen_addresses=127.0.0.1 -c unix_socket_directories=$dir -c fsync=off -c max_connections=200"
+    if [ -n "${PG_TLS_DIR:-}" ]; then
+      : "${PG_PASSWORD:?pg.sh: TLS mode needs PG_PASSWORD}"
+      install -m 600 "$PG_TLS_DIR/server.key" "$dir/data/server.key"
+      install -m 644 "$PG_TLS_DIR/server.pem" "$dir/data/server.crt"
+      [ "$(id -u)" -eq 0 ] && chown postgres "$dir/data/server.key" "$dir/data/server.crt"
+      printf 'local all all trust\nhostssl all all 127.0.0.1/32 scram-sha-256\n' >"$dir/data/pg_hba.conf"
+      opts="$opts -c ssl=on -c password_encryption=scram-sha-256"
+    fi
     port=$(free_port)
     as_pg "$PGBIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start \
-      -o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories=$dir -c fsync=off -c max_connections=200" \
+      -o "-p $port $opts" \
       >/dev/null || { cat "$dir/server.log" >&2; exit 1; }
+    if [ -n "${PG_TLS_DIR:-}" ]; then
+      # From stdin: psql interpolates :'pw' (quoted as a literal) there, not in -c.
+      echo "ALTER USER postgres PASSWORD :'pw';" | as_pg "$PGBIN/psql" -q -h "$dir" -p "$port" \
+        -U postgres -d postgres -v ON_ERROR_STOP=1 -v pw="$PG_PASSWORD" >/dev/null
+    fi
     echo "postgres://postgres@127.0.0.1:$port/postgres" >"$dir/url"
     echo "pg.sh: PostgreSQL running at $(cat "$dir/url")" >&2
     ;;

@@ -94,7 +94,10 @@ fn manifest_body() -> Vec<u8> {
 }
 
 fn snapshot_bytes() -> Vec<u8> {
-    let dir = std::env::temp_dir().join(format!("tally-fuzz-{}", std::process::id()));
+    // One directory per call: tests run in parallel and each removes its own.
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("tally-fuzz-{}-{call}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("p-000000.state");
     let mut w = SnapshotWriter::create(&path, 0).unwrap();

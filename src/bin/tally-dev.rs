@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tally::devtools::{bench, bench_kafka, chaos};
+use tally::devtools::{bench, bench_kafka, certs, chaos};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -28,6 +28,19 @@ enum Command {
     BenchKafka(bench_kafka::BenchKafkaArgs),
     /// Benchmark: checkpoint pause, duration, size and restore time by open windows.
     BenchCheckpoint(bench::BenchArgs),
+    /// Throw-away TLS certificates (CA, server for localhost/127.0.0.1, client,
+    /// a second CA) for `tally dev-broker --tls-*` and a TLS PostgreSQL.
+    Certs(CertsArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct CertsArgs {
+    /// Directory to write ca.pem, server.pem/.key, client.pem/.key, other-ca.pem.
+    #[arg(long)]
+    out: std::path::PathBuf,
+    /// Encrypt client.key with this password (librdkafka's `ssl.key.password`).
+    #[arg(long, env = "TALLY_DEV_CLIENT_KEY_PASSWORD", hide_env_values = true)]
+    client_key_password: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -39,6 +52,7 @@ fn main() -> ExitCode {
         Command::BenchEngine(a) => bench::run_engine(a),
         Command::BenchKafka(a) => bench_kafka::run(a),
         Command::BenchCheckpoint(a) => bench::run(a),
+        Command::Certs(a) => certs::generate(&a.out, a.client_key_password.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

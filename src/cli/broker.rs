@@ -8,6 +8,7 @@ use clap::Args;
 
 use super::ConfigArg;
 use crate::kafka::broker;
+use crate::kafka::tls_listener::TlsFiles;
 use crate::worker::shutdown;
 
 #[derive(Args, Debug)]
@@ -37,6 +38,16 @@ pub struct BrokerArgs {
     /// Heartbeat interval of KIP-848 groups: how fast members see a new assignment.
     #[arg(long, default_value = "500ms")]
     pub group_heartbeat_interval: String,
+    /// TLS mode: the broker's certificate chain (PEM). Clients then connect with
+    /// `security.protocol = "SSL"` and `ssl.ca.location`; plaintext is refused.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS mode: the private key of --tls-cert (PEM, unencrypted).
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// mTLS: require client certificates signed by this CA (PEM).
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 pub fn run(a: BrokerArgs) -> anyhow::Result<()> {
@@ -75,7 +86,13 @@ pub fn run(a: BrokerArgs) -> anyhow::Result<()> {
             &a.group_heartbeat_interval,
         )?,
     };
-    let cluster = broker::start(&topics, Some(&a.address_file), timings)?;
+    // clap makes --tls-cert and --tls-key go together.
+    let tls = a.tls_cert.zip(a.tls_key).map(|(cert, key)| TlsFiles {
+        cert,
+        key,
+        client_ca: a.tls_client_ca,
+    });
+    let cluster = broker::start(&topics, Some(&a.address_file), timings, tls.as_ref())?;
     println!("{}", cluster.bootstrap_servers());
     tracing::info!(bootstrap = %cluster.bootstrap_servers(), topics = ?topics, file = %a.address_file.display(),
         "dev broker ready (in-memory; keeps the newest 5 MiB per partition)");

@@ -93,7 +93,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     .iter()
     .map(|t| (t.to_string(), partitions))
     .collect();
-    let cluster = broker::start(&topics, None, broker::GroupTimings::default())?;
+    let cluster = broker::start(&topics, None, broker::GroupTimings::default(), None)?;
     let bootstrap = cluster.bootstrap_servers();
     let cfg = demo_config(&bootstrap, &dir);
     println!("== tally demo ==================================================================");

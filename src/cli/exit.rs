@@ -85,7 +85,7 @@ fn state(e: &StateError) -> Option<u8> {
 fn kafka_io(e: &KafkaIoError) -> u8 {
     match e {
         KafkaIoError::Client { source, .. } => kafka(source),
-        KafkaIoError::Fatal(_) => UNAVAILABLE,
+        KafkaIoError::Fatal(_) | KafkaIoError::Unreachable { .. } => UNAVAILABLE,
     }
 }
 
@@ -101,6 +101,8 @@ fn sink(e: &SinkError) -> Option<u8> {
     match e {
         SinkError::Postgres(p) => postgres(p),
         SinkError::Kafka(k) => Some(kafka_io(k)),
+        SinkError::Url(_) => Some(CONFIG),
+        SinkError::Refused(_) => Some(REFUSED),
         _ => None,
     }
 }

@@ -66,6 +66,9 @@ pub enum Command {
     /// Observed event delays and watermarks of the worker using this state.dir,
     /// with a recommended watermark.max_out_of_orderness.
     Delays(ConfigArg),
+    /// Print the effective configuration (file, TALLY_* variables and defaults)
+    /// as TOML, secrets shown as ***.
+    Config(ConfigArg),
 }
 
 #[derive(Args, Debug)]
@@ -176,6 +179,11 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Demo(a) => demo::run(a),
         Command::Checkpoints(a) => checkpoints::run(a),
         Command::ReprocessLate(a) => reprocess::run(a),
+        Command::Config(c) => {
+            let cfg = c.load()?;
+            print!("{}", cfg.effective_toml()?);
+            Ok(())
+        }
         Command::Delays(c) => {
             let cfg = c.load()?;
             let report = crate::worker::report::read(&cfg.state.dir).map_err(anyhow::Error::msg)?;

@@ -66,6 +66,7 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
     let consumer: BaseConsumer<Logged> = ccfg
         .create_with_context(Logged)
         .context("creating the late-topic consumer")?;
+    crate::kafka::await_cluster(&consumer, &cfg.kafka, &topic)?;
     let outputs = Outputs::new(&cfg.kafka, &cfg.topics)?;
     let partitions = crate::kafka::partition_count(&consumer, &topic)? as i32;
     anyhow::ensure!(partitions > 0, "late topic {topic} does not exist");

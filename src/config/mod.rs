@@ -91,7 +91,11 @@ impl Default for JobConfig {
 pub struct KafkaConfig {
     pub bootstrap_servers: String,
     pub group_id: String,
+    /// How long a command waits at start for the cluster to answer before it
+    /// exits 4 with the last broker error (a TLS or SASL failure names itself).
+    pub connect_timeout: Millis,
     /// librdkafka properties (keys with a dot), verbatim.
+    #[serde(flatten)]
     pub properties: BTreeMap<String, String>,
 }
 
@@ -100,6 +104,7 @@ impl Default for KafkaConfig {
         Self {
             bootstrap_servers: "127.0.0.1:9092".into(),
             group_id: "tally".into(),
+            connect_timeout: Millis(30_000),
             properties: BTreeMap::new(),
         }
     }
@@ -124,13 +129,16 @@ impl TryFrom<BTreeMap<String, toml::Value>> for KafkaConfig {
             match key.as_str() {
                 "bootstrap_servers" => k.bootstrap_servers = s,
                 "group_id" => k.group_id = s,
+                "connect_timeout" => {
+                    k.connect_timeout = Millis::parse(&s).map_err(|e| format!("kafka.connect_timeout: {e}"))?
+                }
                 // `debug` is the one common librdkafka property without a dot.
                 p if p.contains('.') || p == "debug" => {
                     k.properties.insert(key, s);
                 }
                 _ => {
                     return Err(format!(
-                        "unknown key `kafka.{key}` (known: bootstrap_servers, group_id; librdkafka \
+                        "unknown key `kafka.{key}` (known: bootstrap_servers, group_id, connect_timeout; librdkafka \
                          properties contain a dot, e.g. \"session.timeout.ms\")"
                     ))
                 }
@@ -446,6 +454,13 @@ impl Config {
     }
 
     /// Cross-field checks; each error names the key.
+    /// The configuration as TOML that loads back to itself, every secret (the
+    /// rule of `crate::secrets`) shown as `***`: what `tally config` prints.
+    pub fn effective_toml(&self) -> Result<String, ConfigError> {
+        let text = toml::to_string(self).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        Ok(crate::secrets::redact(&text).into_owned())
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.window.size.0 <= 0 {
             return Err(invalid("window.size", "must be greater than 0"));
@@ -678,6 +693,24 @@ mod tests {
         // Prices are optional for the sink and the broker, required to price.
         let bare = load("", &[]).unwrap();
         assert!(bare.engine().unwrap_err().to_string().contains("prices"));
+    }
+
+    /// `tally config` prints TOML that loads back to the same configuration, with
+    /// secrets masked.
+    #[test]
+    fn the_effective_config_loads_back_and_masks_secrets() {
+        let text = format!(
+            "[kafka]\n\"sasl.password\" = \"UNIT-CANARY-eff\"\n\"session.timeout.ms\" = 7000\n\
+             [sink]\ndatabase_url = \"postgres://u:UNIT-CANARY-url@db/tally\"\n[watermark]\nidle_timeout = \"2m\"\n{PRICES}"
+        );
+        let cfg = load(&text, &[("TALLY_WINDOW__SIZE", "5m")]).unwrap();
+        let printed = cfg.effective_toml().unwrap();
+        assert!(!printed.contains("UNIT-CANARY"), "{printed}");
+        assert!(printed.contains("\"sasl.password\" = \"***\""), "{printed}");
+        let again = load(&printed, &[]).unwrap();
+        assert_eq!(again.effective_toml().unwrap(), printed);
+        assert_eq!(again.window.size.0, 300_000);
+        assert_eq!(again.kafka.properties["session.timeout.ms"], "7000");
     }
 
     /// The example file documents the defaults: every value it sets (but the

@@ -5,5 +5,6 @@
 
 pub mod bench;
 pub mod bench_kafka;
+pub mod certs;
 pub mod chaos;
 pub mod support;

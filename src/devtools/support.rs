@@ -64,6 +64,15 @@ impl DevBroker {
     /// Starts a broker with exactly `topics` (name, partitions) and waits (30 s at
     /// most) until it publishes its address.
     pub fn start(tally: &Path, topics: &[(&str, i32)]) -> anyhow::Result<Self> {
+        Self::start_with(tally, topics, &[])
+    }
+
+    /// Like `start`, with more `tally dev-broker` arguments (the TLS mode's).
+    pub fn start_with(
+        tally: &Path,
+        topics: &[(&str, i32)],
+        extra: &[&std::ffi::OsStr],
+    ) -> anyhow::Result<Self> {
         let dir = TempDir::new("broker");
         let file = dir.path().join("bootstrap");
         let mut cmd = Command::new(tally);
@@ -72,6 +81,7 @@ impl DevBroker {
         for (t, n) in topics {
             cmd.arg("--topic").arg(format!("{t}:{n}"));
         }
+        cmd.args(extra);
         let mut child = cmd
             .env("TALLY_LOG", "warn")
             .stdout(Stdio::null())

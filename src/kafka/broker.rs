@@ -19,6 +19,7 @@
 #![allow(unsafe_code)] // FFI: librdkafka's mock-cluster C API.
 
 use std::ffi::{CStr, CString};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -26,6 +27,7 @@ use rdkafka::bindings as rd;
 use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::ClientConfig;
 
+use super::tls_listener::{self, TlsFiles};
 use super::KafkaIoError;
 
 /// A running mock cluster; it serves until dropped.
@@ -42,6 +44,22 @@ impl DevBroker {
     fn mock(&self) -> *mut rd::rd_kafka_mock_cluster_t {
         // SAFETY: the handle was created with test.mock.num.brokers and lives as long as self.
         unsafe { rd::rd_kafka_handle_mock_cluster(self.handle.client().native_ptr()) }
+    }
+
+    /// Puts a TLS listener in front of the (single) mock broker and advertises
+    /// it instead of the plaintext one; returns the new bootstrap address.
+    fn behind_tls(&self, files: &TlsFiles) -> Result<String, KafkaIoError> {
+        let plain: SocketAddr = self.bootstrap.parse().map_err(|e| {
+            KafkaIoError::Fatal(format!("mock bootstrap {:?}: {e}", self.bootstrap))
+        })?;
+        let host = plain.ip().to_string();
+        let port = tls_listener::start(files, &host, plain).map_err(KafkaIoError::Fatal)?;
+        let c_host = CString::new(host.clone()).expect("an IP address has no NUL");
+        // SAFETY: valid mock pointer, NUL-terminated host; broker 1 is the only one.
+        unsafe {
+            rd::rd_kafka_mock_broker_set_host_port(self.mock(), 1, c_host.as_ptr(), port.into())
+        };
+        Ok(format!("{host}:{port}"))
     }
 
     pub fn create_topic(&self, name: &str, partitions: i32) -> Result<(), KafkaIoError> {
@@ -83,10 +101,12 @@ impl Default for GroupTimings {
 
 /// Starts the mock cluster, creates `topics` (name, partitions), writes the
 /// bootstrap address to `address_file` (atomically) and returns the cluster.
+/// With `tls`, clients reach it only through a TLS listener (`tls_listener`).
 pub fn start(
     topics: &[(String, i32)],
     address_file: Option<&Path>,
     timings: GroupTimings,
+    tls: Option<&TlsFiles>,
 ) -> Result<DevBroker, KafkaIoError> {
     let handle: BaseProducer = ClientConfig::new()
         .set("test.mock.num.brokers", "1")
@@ -116,7 +136,10 @@ pub fn start(
             .to_string_lossy()
             .into_owned()
     };
-    let broker = DevBroker { handle, bootstrap };
+    let mut broker = DevBroker { handle, bootstrap };
+    if let Some(files) = tls {
+        broker.bootstrap = broker.behind_tls(files)?;
+    }
     for (name, partitions) in topics {
         broker.create_topic(name, *partitions)?;
     }

@@ -3,13 +3,51 @@
 //! producer and the other way round. tally passes the `[kafka]` properties to
 //! every client it creates, on purpose (one place to configure security), so
 //! those warnings say nothing to act on and are logged at debug.
+//!
+//! The last error librdkafka reported (its error callback and its `FAIL` log
+//! lines: a failed TLS handshake, an authentication failure, a broker that
+//! refuses or drops the connection)
+//! is kept, so that a command that gives up waiting for the cluster can say why
+//! (`super::await_cluster`).
+
+use std::sync::Mutex;
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::ConsumerContext;
+use rdkafka::error::KafkaError;
+
+static LAST_ERROR: Mutex<Option<String>> = Mutex::new(None);
+
+/// Logs an error librdkafka reported and keeps it as the last one — unless it
+/// is only the summary "all brokers are down", which would hide the reason.
+pub fn error(error: &KafkaError, reason: &str) {
+    tracing::error!(target: "librdkafka", "librdkafka: {error}: {reason}");
+    let summary =
+        error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::AllBrokersDown);
+    if summary && last_error().is_some() {
+        return;
+    }
+    keep(&format!("{error}: {reason}"));
+}
+
+fn keep(reason: &str) {
+    if let Ok(mut last) = LAST_ERROR.lock() {
+        *last = Some(reason.to_string());
+    }
+}
+
+/// The last error librdkafka reported in this process, if any.
+pub fn last_error() -> Option<String> {
+    LAST_ERROR.lock().ok().and_then(|l| l.clone())
+}
 
 /// Logs one librdkafka line (see the module header).
 pub fn log(level: RDKafkaLogLevel, fac: &str, msg: &str) {
+    // A broker connection that failed, with its reason (logged at info by librdkafka).
+    if fac == "FAIL" {
+        keep(msg);
+    }
     let expected = fac == "CONFWARN" && msg.contains("will be ignored by this");
     match level {
         _ if expected => tracing::debug!(target: "librdkafka", "librdkafka: {fac} {msg}"),
@@ -34,6 +72,9 @@ pub struct Logged;
 impl ClientContext for Logged {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, msg: &str) {
         log(level, fac, msg);
+    }
+    fn error(&self, e: KafkaError, reason: &str) {
+        error(&e, reason);
     }
 }
 

@@ -83,6 +83,9 @@ impl ClientContext for DeliveryTracker {
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, msg: &str) {
         super::logging::log(level, fac, msg);
     }
+    fn error(&self, e: rdkafka::error::KafkaError, reason: &str) {
+        super::logging::error(&e, reason);
+    }
 }
 
 impl ProducerContext for DeliveryTracker {

@@ -76,6 +76,9 @@ impl ClientContext for SourceContext {
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, msg: &str) {
         super::logging::log(level, fac, msg);
     }
+    fn error(&self, e: rdkafka::error::KafkaError, reason: &str) {
+        super::logging::error(&e, reason);
+    }
 }
 
 impl ConsumerContext for SourceContext {

@@ -5,6 +5,7 @@
 //! - `run`: the consume loop.
 
 pub mod apply;
+pub mod connect;
 pub mod migrate;
 pub mod run;
 
@@ -18,11 +19,23 @@ pub enum SinkError {
     Kafka(#[from] crate::kafka::KafkaIoError),
     #[error("{0}")]
     Other(String),
+    /// Continuing would skip or double-apply results: an operator must act.
+    #[error("{0}")]
+    Refused(String),
+    /// `sink.database_url` cannot be used as given (a configuration error).
+    #[error("{0}")]
+    Url(String),
 }
 
-/// Connects and drives the connection on the current runtime.
+/// Connects (with libpq's TLS parameters, `connect`) and drives the connection
+/// on the current runtime.
 pub async fn connect(url: &str) -> Result<tokio_postgres::Client, SinkError> {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+    let (url, tls) = connect::split_tls(url).map_err(SinkError::Url)?;
+    let tls = connect::connector(&tls).map_err(SinkError::Url)?;
+    let config: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e| SinkError::Url(format!("database URL: {e}")))?;
+    let (client, conn) = config.connect(tls).await?;
     tokio::spawn(async move {
         if let Err(e) = conn.await {
             tracing::error!(error = %e, "postgres connection closed");

@@ -77,6 +77,7 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
     let consumer: BaseConsumer<Logged> = ccfg
         .create_with_context(Logged)
         .map_err(KafkaIoError::client("creating the sink consumer"))?;
+    crate::kafka::await_cluster(&consumer, &cfg.kafka, topic)?;
     let partitions = wait_for_partitions(&consumer, topic)?;
     let stored = applied_offsets(&client, topic).await?;
     let mut tpl = TopicPartitionList::new();
@@ -93,7 +94,7 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
             )))?;
         if let Some(s) = start {
             if s < low || s > high {
-                return Err(SinkError::Other(format!(
+                return Err(SinkError::Refused(format!(
                     "sink_offsets says {topic}/{p} resumes at {s}, but the log holds offsets {low}..{high}: \
                      results were deleted before they were applied, or the topic was recreated. Refusing \
                      to skip silently; after checking, delete that row from sink_offsets to start over."

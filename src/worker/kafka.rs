@@ -95,6 +95,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
     let consumer: Source = consumer_config(&cfg.kafka)
         .create_with_context(SourceContext::new(core.clone()))
         .map_err(KafkaIoError::client("creating the consumer"))?;
+    crate::kafka::await_cluster(&consumer, &cfg.kafka, &cfg.topics.input)?;
     consumer
         .subscribe(&[&cfg.topics.input])
         .map_err(KafkaIoError::client(format!(

@@ -13,3 +13,4 @@ mod scaleout;
 mod semantics;
 mod service;
 mod state_budget;
+mod tls;

@@ -61,7 +61,7 @@ fn secrets_never_reach_an_output() {
         std::fs::write(&p, text).unwrap();
         p.to_str().unwrap().to_string()
     };
-    // librdkafka refuses the SASL_SSL build option and quotes properties.
+    // SASL over TLS to a port where nothing listens.
     let tls = write(
         "tls.toml",
         &format!("{base}\n[kafka.x]\n")
@@ -118,6 +118,12 @@ fn secrets_never_reach_an_output() {
             &debug,
             Duration::from_secs(60),
         ),
+        // The effective config, which holds every secret.
+        tally(
+            &["config", "--config", &plain],
+            &debug,
+            Duration::from_secs(60),
+        ),
         // The same secret from the environment.
         tally(
             &["gen", "--config", &plain, "--count", "1"],
@@ -129,6 +135,11 @@ fn secrets_never_reach_an_output() {
         ),
     ];
     assert!(!runs[0].status.success() && !runs[2].status.success() && !runs[3].status.success());
+    let effective = String::from_utf8_lossy(&runs[5].stdout);
+    assert!(
+        effective.contains("\"sasl.password\" = \"***\""),
+        "{effective}"
+    );
     assert!(
         runs[4].status.success(),
         "{}",

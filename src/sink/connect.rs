@@ -1,0 +1,268 @@
+//! Opening PostgreSQL with libpq's TLS parameters (docs/reference/configuration.md,
+//! `sink.database_url`).
+//!
+//! tokio-postgres knows `sslmode` = disable | prefer | require and nothing of
+//! certificates, so the libpq parameters are taken out of the URL here
+//! (`split_tls`, pure) and turned into an OpenSSL connector (`connector`). Their
+//! meanings are libpq's:
+//!
+//! | sslmode       | TLS        | server certificate checked against | host name checked |
+//! |---------------|------------|------------------------------------|-------------------|
+//! | `disable`     | never      | –                                  | –                 |
+//! | `allow`, `prefer` (default) | if the server offers it | not checked | no     |
+//! | `require`     | always     | `sslrootcert` if there is one, else not checked | no   |
+//! | `verify-ca`   | always     | `sslrootcert`                      | no                |
+//! | `verify-full` | always     | `sslrootcert`                      | yes (DNS or IP SAN) |
+//!
+//! - `sslrootcert` is a PEM file of trusted CAs, or `system` for the system's
+//!   trust store. As in libpq, it defaults to `~/.postgresql/root.crt`; verify-ca
+//!   and verify-full without any root certificate are a configuration error.
+//! - `sslcert` / `sslkey`: the client certificate and key (PEM) for certificate
+//!   authentication; default `~/.postgresql/postgresql.crt` / `.key` when present.
+//! - `allow` is treated as `prefer` (TLS first): tokio-postgres cannot try
+//!   plaintext first, and the stricter order loses nothing.
+//! - Only the URL form (`postgres://…?sslmode=…`) carries these parameters; the
+//!   rest of the URL is tokio-postgres's.
+
+use std::path::{Path, PathBuf};
+
+use openssl::ssl::{SslConnector, SslFiletype, SslMethod, SslVerifyMode};
+use postgres_openssl::MakeTlsConnector;
+
+/// libpq's `sslmode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SslMode {
+    Disable,
+    Prefer,
+    Require,
+    VerifyCa,
+    VerifyFull,
+}
+
+/// Where the server certificate's issuer must come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RootCert {
+    File(PathBuf),
+    System,
+}
+
+/// The TLS part of a database URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsParams {
+    pub mode: SslMode,
+    pub root_cert: Option<RootCert>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+}
+
+/// Splits libpq's TLS parameters out of `url`: the URL tokio-postgres is given
+/// (with `sslmode` mapped to one it knows), and the parameters. Errors name the
+/// parameter.
+pub fn split_tls(url: &str) -> Result<(String, TlsParams), String> {
+    let mut params = TlsParams {
+        mode: SslMode::Prefer,
+        root_cert: None,
+        cert: None,
+        key: None,
+    };
+    let Some((base, query)) = url.split_once('?').filter(|_| url.contains("://")) else {
+        return Ok((url.to_string(), params));
+    };
+    let mut kept: Vec<&str> = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_decode(v)
+            .ok_or_else(|| format!("database URL: `{k}` is not valid percent-encoding"))?;
+        match k {
+            "sslmode" => {
+                params.mode = match value.as_str() {
+                    "disable" => SslMode::Disable,
+                    "allow" | "prefer" => SslMode::Prefer,
+                    "require" => SslMode::Require,
+                    "verify-ca" => SslMode::VerifyCa,
+                    "verify-full" => SslMode::VerifyFull,
+                    other => {
+                        return Err(format!(
+                            "database URL: sslmode `{other}` is not one of disable, allow, prefer, require, verify-ca, verify-full"
+                        ))
+                    }
+                }
+            }
+            "sslrootcert" if value == "system" => params.root_cert = Some(RootCert::System),
+            "sslrootcert" => params.root_cert = Some(RootCert::File(value.into())),
+            "sslcert" => params.cert = Some(value.into()),
+            "sslkey" => params.key = Some(value.into()),
+            _ => kept.push(pair),
+        }
+    }
+    kept.push(match params.mode {
+        SslMode::Disable => "sslmode=disable",
+        SslMode::Prefer => "sslmode=prefer",
+        _ => "sslmode=require",
+    });
+    Ok((format!("{base}?{}", kept.join("&")), params))
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The OpenSSL connector for `params`, with libpq's defaults under
+/// `$HOME/.postgresql/`. Errors name the file and the parameter.
+pub fn connector(params: &TlsParams) -> Result<MakeTlsConnector, String> {
+    connector_in(
+        params,
+        std::env::var_os("HOME").map(PathBuf::from).as_deref(),
+    )
+}
+
+fn connector_in(params: &TlsParams, home: Option<&Path>) -> Result<MakeTlsConnector, String> {
+    let default_file = |name: &str| {
+        let p = home?.join(".postgresql").join(name);
+        p.exists().then_some(p)
+    };
+    let mut b = SslConnector::builder(SslMethod::tls_client())
+        .map_err(|e| format!("cannot set up TLS for PostgreSQL: {e}"))?;
+    let root = params
+        .root_cert
+        .clone()
+        .or_else(|| default_file("root.crt").map(RootCert::File));
+    let verify = match params.mode {
+        SslMode::Disable | SslMode::Prefer => false,
+        SslMode::Require => root.is_some(),
+        SslMode::VerifyCa | SslMode::VerifyFull => true,
+    };
+    if verify {
+        match &root {
+            Some(RootCert::System) => b.set_default_verify_paths(),
+            Some(RootCert::File(p)) => b.set_ca_file(p),
+            None => {
+                return Err(format!(
+                    "database URL: sslmode={} needs a root certificate: set sslrootcert=<file> (or sslrootcert=system); ~/.postgresql/root.crt does not exist",
+                    if params.mode == SslMode::VerifyFull { "verify-full" } else { "verify-ca" }
+                ))
+            }
+        }
+        .map_err(|e| format!("database URL: sslrootcert {}: {e}", describe(root.as_ref())))?;
+        b.set_verify(SslVerifyMode::PEER);
+    } else {
+        b.set_verify(SslVerifyMode::NONE);
+    }
+    let cert = params
+        .cert
+        .clone()
+        .or_else(|| default_file("postgresql.crt"));
+    let key = params
+        .key
+        .clone()
+        .or_else(|| default_file("postgresql.key"));
+    if let Some(cert) = &cert {
+        b.set_certificate_chain_file(cert)
+            .map_err(|e| format!("database URL: sslcert {}: {e}", cert.display()))?;
+        let key = key.as_ref().ok_or_else(|| {
+            format!(
+                "database URL: sslcert {} is set but sslkey is not",
+                cert.display()
+            )
+        })?;
+        b.set_private_key_file(key, SslFiletype::PEM)
+            .map_err(|e| format!("database URL: sslkey {}: {e}", key.display()))?;
+    }
+    let mut tls = MakeTlsConnector::new(b.build());
+    let full = params.mode == SslMode::VerifyFull;
+    tls.set_callback(move |config, _domain| {
+        config.set_verify_hostname(full);
+        Ok(())
+    });
+    Ok(tls)
+}
+
+fn describe(root: Option<&RootCert>) -> String {
+    match root {
+        Some(RootCert::File(p)) => p.display().to_string(),
+        Some(RootCert::System) => "system".into(),
+        None => "(none)".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn takes_libpq_tls_parameters_out_of_the_url() {
+        let (url, p) = split_tls(
+            "postgres://u:pw@db.example:5432/billing?application_name=tally&sslmode=verify-full&sslrootcert=%2Fetc%2Fca.pem&sslcert=/c.pem&sslkey=/k.pem",
+        )
+        .unwrap();
+        assert_eq!(
+            url,
+            "postgres://u:pw@db.example:5432/billing?application_name=tally&sslmode=require"
+        );
+        assert_eq!(p.mode, SslMode::VerifyFull);
+        assert_eq!(p.root_cert, Some(RootCert::File("/etc/ca.pem".into())));
+        assert_eq!(p.cert.as_deref(), Some(Path::new("/c.pem")));
+        assert_eq!(p.key.as_deref(), Some(Path::new("/k.pem")));
+    }
+
+    #[test]
+    fn modes_map_to_what_tokio_postgres_knows() {
+        for (given, mode, passed) in [
+            ("disable", SslMode::Disable, "sslmode=disable"),
+            ("allow", SslMode::Prefer, "sslmode=prefer"),
+            ("prefer", SslMode::Prefer, "sslmode=prefer"),
+            ("require", SslMode::Require, "sslmode=require"),
+            ("verify-ca", SslMode::VerifyCa, "sslmode=require"),
+        ] {
+            let (url, p) = split_tls(&format!("postgres://h/db?sslmode={given}")).unwrap();
+            assert_eq!(p.mode, mode, "{given}");
+            assert!(url.ends_with(passed), "{given}: {url}");
+        }
+        let (url, p) = split_tls("postgres://h/db").unwrap();
+        assert_eq!((url.as_str(), p.mode), ("postgres://h/db", SslMode::Prefer));
+        let (_, p) = split_tls("postgres://h/db?sslrootcert=system").unwrap();
+        assert_eq!(p.root_cert, Some(RootCert::System));
+    }
+
+    #[test]
+    fn unknown_sslmode_is_named() {
+        let e = split_tls("postgres://h/db?sslmode=verify").unwrap_err();
+        assert!(e.contains("sslmode `verify`"), "{e}");
+        let e = split_tls("postgres://h/db?sslrootcert=%zz").unwrap_err();
+        assert!(e.contains("sslrootcert"), "{e}");
+    }
+
+    #[test]
+    fn verify_without_a_root_certificate_is_a_config_error() {
+        let (_, p) = split_tls("postgres://h/db?sslmode=verify-full").unwrap();
+        let e = connector_in(&p, None).err().unwrap();
+        assert!(
+            e.contains("sslmode=verify-full needs a root certificate"),
+            "{e}"
+        );
+        let (_, p) =
+            split_tls("postgres://h/db?sslmode=verify-ca&sslrootcert=/no/such.pem").unwrap();
+        let e = connector_in(&p, None).err().unwrap();
+        assert!(e.contains("sslrootcert /no/such.pem"), "{e}");
+    }
+}
