@@ -16,11 +16,12 @@ use super::{
     io_err, CheckpointError, CheckpointId, Manifest, OffsetLedger, PartitionEntry, MANIFEST_FORMAT,
 };
 use crate::engine::Counters;
+use crate::model::Partition;
 use crate::state::{NextOffset, StateStore};
 
 /// One partition as the barrier cut it.
 pub struct ExportPartition {
-    pub partition: i32,
+    pub partition: Partition,
     pub next_offset: NextOffset,
     pub watermark: Option<i64>,
     pub counters: Counters,

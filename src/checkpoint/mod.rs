@@ -37,6 +37,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::engine::{Counters, EngineConfig};
+use crate::model::Partition;
 use crate::state::NextOffset;
 pub use ledger::OffsetLedger;
 
@@ -86,7 +87,7 @@ pub struct Manifest {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionEntry {
-    pub partition: i32,
+    pub partition: Partition,
     pub next_offset: NextOffset,
     pub watermark: Option<i64>,
     pub counters: Counters,
@@ -99,7 +100,7 @@ pub struct PartitionEntry {
 }
 
 impl Manifest {
-    pub fn entry(&self, p: i32) -> Option<&PartitionEntry> {
+    pub fn entry(&self, p: Partition) -> Option<&PartitionEntry> {
         self.partitions.iter().find(|e| e.partition == p)
     }
 }

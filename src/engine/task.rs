@@ -28,7 +28,7 @@ use super::spill::{SpillStore, Spilled, WINDOW_BYTES};
 use super::{Counters, EngineConfig, RecordIn, Route, TimeSource};
 use crate::metrics::Histogram;
 use crate::model::event::MIN_MILLIS_TS;
-use crate::model::{event, DeadLetterReason, Event, Pico, PriceError};
+use crate::model::{event, DeadLetterReason, Event, Partition, Pico, PriceError};
 use crate::time::Watermark;
 use crate::time::Window;
 
@@ -101,7 +101,7 @@ pub struct TaskSnapshot {
 }
 
 pub struct PartitionTask {
-    partition: i32,
+    partition: Partition,
     cfg: Arc<EngineConfig>,
     watermark: Watermark,
     open: Windows,
@@ -121,11 +121,11 @@ pub struct PartitionTask {
 }
 
 impl PartitionTask {
-    pub fn new(partition: i32, cfg: Arc<EngineConfig>) -> Self {
+    pub fn new(partition: Partition, cfg: Arc<EngineConfig>) -> Self {
         Self::restore(partition, cfg, TaskSnapshot::default())
     }
 
-    pub fn restore(partition: i32, cfg: Arc<EngineConfig>, snap: TaskSnapshot) -> Self {
+    pub fn restore(partition: Partition, cfg: Arc<EngineConfig>, snap: TaskSnapshot) -> Self {
         let collect = |list: Vec<(WindowKey, WindowAcc)>| {
             let mut m = Windows::new();
             for ((end, tenant), acc) in list {
@@ -159,7 +159,7 @@ impl PartitionTask {
         }
     }
 
-    pub fn partition(&self) -> i32 {
+    pub fn partition(&self) -> Partition {
         self.partition
     }
 
@@ -532,7 +532,7 @@ impl PartitionTask {
     }
 
     fn pane(
-        partition: i32,
+        partition: Partition,
         cfg: &EngineConfig,
         end: i64,
         tenant: &str,
@@ -552,7 +552,7 @@ impl PartitionTask {
             requests: acc.version,
             prompt_tokens: acc.prompt_tokens,
             completion_tokens: acc.completion_tokens,
-            source_partition: partition,
+            source_partition: partition.0,
             version: acc.version,
             pane: kind,
             pane_index,

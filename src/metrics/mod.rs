@@ -30,11 +30,12 @@ pub use histogram::Histogram;
 
 use crate::checkpoint::OffsetLedger;
 use crate::engine::Counters;
+use crate::model::Partition;
 use crate::state::NextOffset;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PartitionReport {
-    pub partition: i32,
+    pub partition: Partition,
     pub watermark: Option<i64>,
     pub max_ts: Option<i64>,
     pub next_offset: i64,
@@ -78,7 +79,7 @@ impl WorkerReport {
     }
 
     /// The minimum watermark over active partitions, and the partition holding it.
-    pub fn job_watermark(&self) -> Option<(i64, i32)> {
+    pub fn job_watermark(&self) -> Option<(i64, Partition)> {
         self.active()
             .filter_map(|p| p.watermark.map(|w| (w, p.partition)))
             .min()
@@ -346,7 +347,7 @@ mod tests {
             h.record(*d);
         }
         PartitionReport {
-            partition: p,
+            partition: Partition(p),
             watermark: w,
             max_ts: w,
             next_offset: 3,
@@ -382,7 +383,7 @@ mod tests {
             ],
             pane_ack_us: Histogram::default(),
         };
-        assert_eq!(r.job_watermark(), Some((1_500, 3)));
+        assert_eq!(r.job_watermark(), Some((1_500, Partition(3))));
         let text = r.render_prometheus();
         assert!(text.contains("tally_job_watermark_partition 3"));
         assert!(text.contains("tally_partition_watermark_lag_ms{partition=\"1\"} 8000"));

@@ -43,7 +43,7 @@ impl Publisher {
         if let Some((w, p)) = report.job_watermark() {
             info!(
                 job_watermark = %crate::config::duration::format_utc_ms(w),
-                held_by = p,
+                held_by = p.0,
                 lag_ms = report.at_ms - w,
                 recommended_bound_ms = report.recommended_bound_ms().unwrap_or(0),
                 "time"

@@ -526,7 +526,7 @@ impl Retention {
             .ok()?
             .into_iter()
             .filter_map(|l| l.manifest.and_then(Result::ok))
-            .filter_map(|m| m.entry(0).cloned())
+            .filter_map(|m| m.entry(tally::model::Partition(0)).cloned())
             .max_by_key(|e| e.next_offset)
     }
 
