@@ -78,7 +78,7 @@ fn manifest_body() -> Vec<u8> {
         partitions: vec![PartitionEntry {
             partition: Partition(0),
             next_offset: NextOffset(10),
-            watermark: Some(7),
+            watermark: Some(crate::time::EventTime(7)),
             counters: Counters {
                 consumed: 10,
                 folded: 10,

@@ -18,12 +18,13 @@ use super::{
 use crate::engine::Counters;
 use crate::model::Partition;
 use crate::state::{NextOffset, StateStore};
+use crate::time::EventTime;
 
 /// One partition as the barrier cut it.
 pub struct ExportPartition {
     pub partition: Partition,
     pub next_offset: NextOffset,
-    pub watermark: Option<i64>,
+    pub watermark: Option<EventTime>,
     pub counters: Counters,
     pub offsets: OffsetLedger,
 }

@@ -39,6 +39,7 @@ use sha2::{Digest, Sha256};
 use crate::engine::{Counters, EngineConfig};
 use crate::model::Partition;
 use crate::state::NextOffset;
+use crate::time::EventTime;
 pub use ledger::OffsetLedger;
 
 #[derive(Debug, thiserror::Error)]
@@ -89,7 +90,7 @@ pub struct Manifest {
 pub struct PartitionEntry {
     pub partition: Partition,
     pub next_offset: NextOffset,
-    pub watermark: Option<i64>,
+    pub watermark: Option<EventTime>,
     pub counters: Counters,
     pub file: String,
     pub bytes: u64,

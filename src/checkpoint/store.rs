@@ -15,6 +15,7 @@ use super::{
 use crate::engine::{Counters, TaskSnapshot};
 use crate::model::Partition;
 use crate::state::{decode_partition, NextOffset, StateStore};
+use crate::time::EventTime;
 
 pub const MANIFEST: &str = "MANIFEST";
 
@@ -477,7 +478,7 @@ struct ManifestV1 {
 struct PartitionEntryV1 {
     partition: Partition,
     next_offset: NextOffset,
-    watermark: Option<i64>,
+    watermark: Option<EventTime>,
     counters: Counters,
     file: String,
     bytes: u64,
@@ -624,7 +625,7 @@ mod tests {
         let e = m.entry(Partition(3)).unwrap();
         assert_eq!(
             (e.next_offset, e.bytes, e.watermark),
-            (NextOffset(100), 10, Some(5))
+            (NextOffset(100), 10, Some(EventTime(5)))
         );
         assert_eq!(e.offsets, OffsetLedger::without_gaps(90, NextOffset(100)));
 
@@ -822,8 +823,8 @@ mod tests {
             Box::new(|m| m.created_at_ms = i64::MIN),
             Box::new(|m| m.partitions[0].next_offset = NextOffset(i64::MAX)),
             Box::new(|m| m.partitions[0].next_offset = NextOffset(0)),
-            Box::new(|m| m.partitions[0].watermark = Some(i64::MIN)),
-            Box::new(|m| m.partitions[0].watermark = Some(i64::MAX)),
+            Box::new(|m| m.partitions[0].watermark = Some(EventTime(i64::MIN))),
+            Box::new(|m| m.partitions[0].watermark = Some(EventTime(i64::MAX))),
             Box::new(move |m| m.partitions[0].counters = max),
             Box::new(|m| m.partitions[0].bytes = 0),
             Box::new(|m| m.partitions[0].bytes = u64::MAX),

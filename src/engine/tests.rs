@@ -185,7 +185,7 @@ fn dead_letters_never_move_the_watermark() {
             "oversized_record"
         ]
     );
-    assert_eq!(task.watermark(), T10 - 5 * S);
+    assert_eq!(task.watermark(), crate::time::EventTime(T10 - 5 * S));
     assert!(task.counters().balanced());
 }
 

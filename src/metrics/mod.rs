@@ -32,12 +32,13 @@ use crate::checkpoint::OffsetLedger;
 use crate::engine::Counters;
 use crate::model::Partition;
 use crate::state::NextOffset;
+use crate::time::EventTime;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PartitionReport {
     pub partition: Partition,
-    pub watermark: Option<i64>,
-    pub max_ts: Option<i64>,
+    pub watermark: Option<EventTime>,
+    pub max_ts: Option<EventTime>,
     pub next_offset: i64,
     /// Wall-clock ms since this partition's last record.
     pub idle_ms: u64,
@@ -79,7 +80,7 @@ impl WorkerReport {
     }
 
     /// The minimum watermark over active partitions, and the partition holding it.
-    pub fn job_watermark(&self) -> Option<(i64, Partition)> {
+    pub fn job_watermark(&self) -> Option<(EventTime, Partition)> {
         self.active()
             .filter_map(|p| p.watermark.map(|w| (w, p.partition)))
             .min()
@@ -138,7 +139,7 @@ impl WorkerReport {
                     s,
                     "tally_partition_watermark_lag_ms{{partition=\"{}\"}} {}",
                     p.partition,
-                    self.at_ms - w
+                    self.at_ms - w.0
                 );
             }
         }
@@ -297,10 +298,10 @@ impl WorkerReport {
         for p in &self.partitions {
             let wm = p
                 .watermark
-                .map_or("-".into(), crate::config::duration::format_utc_ms);
+                .map_or("-".into(), |w| crate::config::duration::format_utc_ms(w.0));
             let lag = p
                 .watermark
-                .map_or("-".into(), |w| (self.at_ms - w).to_string());
+                .map_or("-".into(), |w| (self.at_ms - w.0).to_string());
             let _ = writeln!(
                 s,
                 "{:>4} {:>24} {:>12} {:>9}  {:<28} {:<28}",
@@ -322,7 +323,7 @@ impl WorkerReport {
             let _ = writeln!(
                 s,
                 "job watermark {} held by partition {p}",
-                crate::config::duration::format_utc_ms(w)
+                crate::config::duration::format_utc_ms(w.0)
             );
         }
         match self.recommended_bound_ms() {
@@ -348,8 +349,8 @@ mod tests {
         }
         PartitionReport {
             partition: Partition(p),
-            watermark: w,
-            max_ts: w,
+            watermark: w.map(EventTime),
+            max_ts: w.map(EventTime),
             next_offset: 3,
             idle_ms,
             idle_advances: 0,
@@ -383,7 +384,7 @@ mod tests {
             ],
             pane_ack_us: Histogram::default(),
         };
-        assert_eq!(r.job_watermark(), Some((1_500, Partition(3))));
+        assert_eq!(r.job_watermark(), Some((EventTime(1_500), Partition(3))));
         let text = r.render_prometheus();
         assert!(text.contains("tally_job_watermark_partition 3"));
         assert!(text.contains("tally_partition_watermark_lag_ms{partition=\"1\"} 8000"));

@@ -49,6 +49,7 @@ use crate::kafka::{now_ms, KafkaIoError};
 use crate::metrics::{PartitionReport, WorkerReport};
 use crate::model::Partition;
 use crate::state::{NextOffset, PartitionCommit, StateStore};
+use crate::time::EventTime;
 
 pub struct Slot {
     pub task: PartitionTask,
@@ -262,7 +263,7 @@ impl Core {
             else {
                 continue;
             };
-            let forced = max_ts - self.engine.max_out_of_orderness_ms + silence;
+            let forced = EventTime(max_ts.0 - self.engine.max_out_of_orderness_ms + silence);
             if silence >= idle && forced >= deadline {
                 slot.task.force_watermark(forced, &mut self.panes);
                 if let Some(e) = slot.task.take_spill_error() {
@@ -271,7 +272,7 @@ impl Core {
                 info!(
                     partition = slot.task.partition().0,
                     silence_ms = silence,
-                    watermark = forced,
+                    watermark = forced.0,
                     "idle partition: watermark advanced by wall clock"
                 );
             }
