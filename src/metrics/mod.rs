@@ -39,7 +39,7 @@ pub struct PartitionReport {
     pub partition: Partition,
     pub watermark: Option<EventTime>,
     pub max_ts: Option<EventTime>,
-    pub next_offset: i64,
+    pub next_offset: NextOffset,
     /// Wall-clock ms since this partition's last record.
     pub idle_ms: u64,
     pub idle_advances: u64,
@@ -103,9 +103,7 @@ impl WorkerReport {
 
     pub fn balanced(&self) -> bool {
         self.partitions.iter().all(|p| {
-            p.counters.balanced()
-                && p.offsets
-                    .balanced(p.counters.consumed, NextOffset(p.next_offset))
+            p.counters.balanced() && p.offsets.balanced(p.counters.consumed, p.next_offset)
         })
     }
 
@@ -351,7 +349,7 @@ mod tests {
             partition: Partition(p),
             watermark: w.map(EventTime),
             max_ts: w.map(EventTime),
-            next_offset: 3,
+            next_offset: NextOffset(3),
             idle_ms,
             idle_advances: 0,
             counters: Counters {

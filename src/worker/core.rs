@@ -670,7 +670,7 @@ impl Core {
                     partition: *p,
                     watermark: s.task.max_ts().map(|_| s.task.watermark()),
                     max_ts: s.task.max_ts(),
-                    next_offset: s.next.0,
+                    next_offset: s.next,
                     offsets: s.offsets.clone(),
                     idle_ms: (clock::mono_ms() - s.last_record).max(0) as u64,
                     idle_advances: s.task.counters().idle_advances,
