@@ -312,7 +312,7 @@ impl Iterator for Generator<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{NanoPer1k, PriceEntry};
+    use crate::model::{NanoPer1k, Partition, PriceEntry};
 
     fn prices() -> PriceTable {
         let mut t = PriceTable::default();
@@ -389,7 +389,7 @@ mod tests {
         for r in &records {
             let task = tasks
                 .entry(r.partition)
-                .or_insert_with(|| PartitionTask::new(r.partition, cfg.clone()));
+                .or_insert_with(|| PartitionTask::new(Partition(r.partition), cfg.clone()));
             let route = task.process(
                 RecordIn {
                     payload: r.payload.as_bytes(),

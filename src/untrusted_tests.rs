@@ -19,7 +19,7 @@ use crate::checkpoint::store::decode_manifest;
 use crate::checkpoint::{CheckpointId, Manifest, OffsetLedger, PartitionEntry, MANIFEST_FORMAT};
 use crate::config::Config;
 use crate::engine::{validate, Counters, RecordIn};
-use crate::model::event;
+use crate::model::{event, Partition};
 use crate::state::{decode_partition, NextOffset};
 
 const RECORD: &str = r#"{"request_id":"r-1","tenant_id":"acme","model":"small","prompt_tokens":1000,"completion_tokens":500,"completed_ts":1767261600000}"#;
@@ -61,8 +61,8 @@ fn all_parsers(bytes: &[u8]) {
 }
 
 fn snapshot(bytes: &[u8]) {
-    if let Ok(entries) = parse_snapshot(bytes, 0, Path::new("fuzz")) {
-        let _ = decode_partition(0, entries.iter().copied());
+    if let Ok(entries) = parse_snapshot(bytes, Partition(0), Path::new("fuzz")) {
+        let _ = decode_partition(Partition(0), entries.iter().copied());
     }
 }
 
@@ -76,9 +76,9 @@ fn manifest_body() -> Vec<u8> {
         topic: "requests".into(),
         fingerprint: "ab".repeat(32),
         partitions: vec![PartitionEntry {
-            partition: 0,
+            partition: Partition(0),
             next_offset: NextOffset(10),
-            watermark: Some(7),
+            watermark: Some(crate::time::EventTime(7)),
             counters: Counters {
                 consumed: 10,
                 folded: 10,
@@ -100,7 +100,7 @@ fn snapshot_bytes() -> Vec<u8> {
     let dir = std::env::temp_dir().join(format!("tally-fuzz-{}-{call}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("p-000000.state");
-    let mut w = SnapshotWriter::create(&path, 0).unwrap();
+    let mut w = SnapshotWriter::create(&path, Partition(0)).unwrap();
     let mut meta = vec![b'M'];
     meta.extend_from_slice(&0x8000_0000u32.to_be_bytes());
     w.entry(&meta, &[10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0])
@@ -153,7 +153,7 @@ fn the_valid_encodings_decode() {
     assert!(event::parse(RECORD.as_bytes()).is_ok());
     assert!(decode_manifest(&manifest_body()).is_ok());
     let snap = snapshot_bytes();
-    let entries = parse_snapshot(&snap, 0, Path::new("fuzz")).unwrap();
+    let entries = parse_snapshot(&snap, Partition(0), Path::new("fuzz")).unwrap();
     assert_eq!(entries.len(), 2);
 }
 

@@ -16,13 +16,15 @@ use super::{
     io_err, CheckpointError, CheckpointId, Manifest, OffsetLedger, PartitionEntry, MANIFEST_FORMAT,
 };
 use crate::engine::Counters;
+use crate::model::Partition;
 use crate::state::{NextOffset, StateStore};
+use crate::time::EventTime;
 
 /// One partition as the barrier cut it.
 pub struct ExportPartition {
-    pub partition: i32,
+    pub partition: Partition,
     pub next_offset: NextOffset,
-    pub watermark: Option<i64>,
+    pub watermark: Option<EventTime>,
     pub counters: Counters,
     pub offsets: OffsetLedger,
 }

@@ -16,6 +16,7 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 
 use super::{hex, io_err, CheckpointError};
+use crate::model::Partition;
 
 const MAGIC: &[u8; 8] = b"TALLYPS2";
 const MAGIC_V1: &[u8; 8] = b"TALLYPS1";
@@ -48,7 +49,7 @@ pub struct SnapshotWriter {
 }
 
 impl SnapshotWriter {
-    pub fn create(path: &Path, partition: i32) -> Result<Self, CheckpointError> {
+    pub fn create(path: &Path, partition: Partition) -> Result<Self, CheckpointError> {
         let f = File::create(path).map_err(io_err(path))?;
         let mut w = HashingWriter {
             inner: BufWriter::with_capacity(1 << 20, f),
@@ -56,7 +57,7 @@ impl SnapshotWriter {
             bytes: 0,
         };
         w.write_all(MAGIC)
-            .and_then(|_| w.write_all(&partition.to_be_bytes()))
+            .and_then(|_| w.write_all(&partition.0.to_be_bytes()))
             .map_err(io_err(path))?;
         Ok(Self { w })
     }
@@ -144,7 +145,7 @@ pub fn hash_file(path: &Path, limit: u64) -> Result<(u64, String), CheckpointErr
 /// entries borrow from `buf`.
 pub fn parse_snapshot<'b>(
     buf: &'b [u8],
-    partition: i32,
+    partition: Partition,
     path: &Path,
 ) -> Result<Vec<EntryRef<'b>>, CheckpointError> {
     let corrupt = |msg: &str| CheckpointError::Corrupt {
@@ -160,7 +161,7 @@ pub fn parse_snapshot<'b>(
     if buf.len() < 12 || &buf[..8] != MAGIC {
         return Err(corrupt("not a tally partition snapshot"));
     }
-    if buf[8..12] != partition.to_be_bytes() {
+    if buf[8..12] != partition.0.to_be_bytes() {
         return Err(corrupt("snapshot of another partition"));
     }
     let mut at = 12;
@@ -197,21 +198,26 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("tally-snapshot-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("p-000003.state");
-        let mut w = SnapshotWriter::create(&path, 3).unwrap();
+        let mut w = SnapshotWriter::create(&path, Partition(3)).unwrap();
         w.entry(b"k1", b"v1").unwrap();
         w.entry(b"k2", b"").unwrap();
         w.finish(&path).unwrap();
         let buf = std::fs::read(&path).unwrap();
-        let entries = parse_snapshot(&buf, 3, &path).unwrap();
+        let entries = parse_snapshot(&buf, Partition(3), &path).unwrap();
         assert_eq!(
             entries,
             vec![(&b"k1"[..], &b"v1"[..]), (&b"k2"[..], &b""[..])]
         );
-        assert!(parse_snapshot(&buf, 4, &path).is_err(), "another partition");
+        assert!(
+            parse_snapshot(&buf, Partition(4), &path).is_err(),
+            "another partition"
+        );
 
         let mut old = buf.clone();
         old[..8].copy_from_slice(MAGIC_V1);
-        let err = parse_snapshot(&old, 3, &path).unwrap_err().to_string();
+        let err = parse_snapshot(&old, Partition(3), &path)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("format 1") && err.contains("--reset-state earliest"),
             "{err}"

@@ -37,7 +37,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::engine::{Counters, EngineConfig};
+use crate::model::Partition;
 use crate::state::NextOffset;
+use crate::time::EventTime;
 pub use ledger::OffsetLedger;
 
 #[derive(Debug, thiserror::Error)]
@@ -86,9 +88,9 @@ pub struct Manifest {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionEntry {
-    pub partition: i32,
+    pub partition: Partition,
     pub next_offset: NextOffset,
-    pub watermark: Option<i64>,
+    pub watermark: Option<EventTime>,
     pub counters: Counters,
     pub file: String,
     pub bytes: u64,
@@ -99,7 +101,7 @@ pub struct PartitionEntry {
 }
 
 impl Manifest {
-    pub fn entry(&self, p: i32) -> Option<&PartitionEntry> {
+    pub fn entry(&self, p: Partition) -> Option<&PartitionEntry> {
         self.partitions.iter().find(|e| e.partition == p)
     }
 }

@@ -13,7 +13,9 @@ use super::{
     io_err, CheckpointError, CheckpointId, Manifest, OffsetLedger, PartitionEntry, MANIFEST_FORMAT,
 };
 use crate::engine::{Counters, TaskSnapshot};
+use crate::model::Partition;
 use crate::state::{decode_partition, NextOffset, StateStore};
+use crate::time::EventTime;
 
 pub const MANIFEST: &str = "MANIFEST";
 
@@ -28,7 +30,7 @@ fn manifest_codec() -> impl bincode::config::Config {
 
 /// The partition file name of `p` in a checkpoint directory; a manifest naming
 /// any other file (a path out of the directory, say) is damaged.
-pub fn partition_file(p: i32) -> String {
+pub fn partition_file(p: Partition) -> String {
     format!("p-{p:06}.state")
 }
 
@@ -179,7 +181,7 @@ impl CheckpointStore {
     }
 
     /// Complete checkpoints holding `p`, best first: greatest next offset, then id.
-    fn candidates(&self, p: i32) -> Result<Vec<(Manifest, PathBuf)>, CheckpointError> {
+    fn candidates(&self, p: Partition) -> Result<Vec<(Manifest, PathBuf)>, CheckpointError> {
         let mut c: Vec<(Manifest, PathBuf)> = Vec::new();
         for l in self.list()? {
             match l.manifest {
@@ -198,7 +200,7 @@ impl CheckpointStore {
     /// `Ok(None)`: no checkpoint holds `p`.
     pub fn restore_partition(
         &self,
-        p: i32,
+        p: Partition,
         fingerprint: &str,
         state: &StateStore,
     ) -> Result<Option<Restored>, CheckpointError> {
@@ -225,9 +227,9 @@ impl CheckpointStore {
             match load_snapshot(&file, entry, p, state) {
                 Ok(snapshot) => {
                     if skipped > 0 {
-                        error!(partition = p, checkpoint = %dir.display(), skipped, "RESTORED FROM AN OLDER CHECKPOINT: newer ones are damaged");
+                        error!(partition = p.0, checkpoint = %dir.display(), skipped, "RESTORED FROM AN OLDER CHECKPOINT: newer ones are damaged");
                     }
-                    info!(partition = p, checkpoint = %dir.display(), next_offset = entry.next_offset.0, "restored");
+                    info!(partition = p.0, checkpoint = %dir.display(), next_offset = entry.next_offset.0, "restored");
                     return Ok(Some(Restored {
                         checkpoint: dir.clone(),
                         next_offset: entry.next_offset,
@@ -254,7 +256,7 @@ impl CheckpointStore {
     /// hashing, decoding and imports are independent).
     pub fn restore_many(
         &self,
-        partitions: &[i32],
+        partitions: &[Partition],
         fingerprint: &str,
         state: &StateStore,
     ) -> Vec<Result<Option<Restored>, CheckpointError>> {
@@ -355,7 +357,7 @@ impl CheckpointStore {
 fn load_snapshot(
     file: &Path,
     entry: &PartitionEntry,
-    p: i32,
+    p: Partition,
     state: &StateStore,
 ) -> Result<TaskSnapshot, CheckpointError> {
     let corrupt = |msg: String| CheckpointError::Corrupt {
@@ -439,7 +441,7 @@ pub fn decode_manifest(body: &[u8]) -> Result<Manifest, String> {
 fn check_manifest(m: &Manifest) -> Result<(), String> {
     for e in &m.partitions {
         let p = e.partition;
-        if p < 0 {
+        if p.0 < 0 {
             return Err(format!("partition {p}: a negative partition number"));
         }
         if e.file != partition_file(p) {
@@ -474,9 +476,9 @@ struct ManifestV1 {
 
 #[derive(serde::Deserialize)]
 struct PartitionEntryV1 {
-    partition: i32,
+    partition: Partition,
     next_offset: NextOffset,
-    watermark: Option<i64>,
+    watermark: Option<EventTime>,
     counters: Counters,
     file: String,
     bytes: u64,
@@ -620,10 +622,10 @@ mod tests {
         let body = bincode::serde::encode_to_vec(&v1, bincode::config::standard()).unwrap();
         let m = read_manifest(&write_raw(&dir, &body)).unwrap();
         assert_eq!(m.format, MANIFEST_FORMAT);
-        let e = m.entry(3).unwrap();
+        let e = m.entry(Partition(3)).unwrap();
         assert_eq!(
             (e.next_offset, e.bytes, e.watermark),
-            (NextOffset(100), 10, Some(5))
+            (NextOffset(100), 10, Some(EventTime(5)))
         );
         assert_eq!(e.offsets, OffsetLedger::without_gaps(90, NextOffset(100)));
 
@@ -657,7 +659,7 @@ mod tests {
             topic: "t".into(),
             fingerprint: "f".into(),
             partitions: vec![PartitionEntry {
-                partition: p,
+                partition: Partition(p),
                 next_offset: NextOffset(next),
                 watermark: None,
                 counters: Counters::default(),
@@ -698,10 +700,10 @@ mod tests {
             e.contains("field `file`") && e.contains("p-000000.state"),
             "{e}"
         );
-        manifest(&d, 1, 0, -3, partition_file(0), 1, "00".into());
+        manifest(&d, 1, 0, -3, partition_file(Partition(0)), 1, "00".into());
         let e = read_manifest(&d.join(MANIFEST)).unwrap_err().to_string();
         assert!(e.contains("field `next_offset` is -3"), "{e}");
-        manifest(&d, 1, -1, 0, partition_file(-1), 1, "00".into());
+        manifest(&d, 1, -1, 0, partition_file(Partition(-1)), 1, "00".into());
         assert!(read_manifest(&d.join(MANIFEST)).is_err());
         // Group ids that are not one directory name.
         for g in ["..", "a/b", "/abs", "."] {
@@ -724,8 +726,8 @@ mod tests {
         // A real (empty-state) partition snapshot for the older checkpoint.
         let good = store.dir_for(CheckpointId(1));
         fs::create_dir_all(&good).unwrap();
-        let path = good.join(partition_file(0));
-        let mut w = super::super::file::SnapshotWriter::create(&path, 0).unwrap();
+        let path = good.join(partition_file(Partition(0)));
+        let mut w = super::super::file::SnapshotWriter::create(&path, Partition(0)).unwrap();
         let meta_key = {
             let mut k = vec![b'M'];
             k.extend_from_slice(&0x8000_0000u32.to_be_bytes());
@@ -739,16 +741,27 @@ mod tests {
         let v = bincode::serde::encode_to_vec(meta, bincode::config::standard()).unwrap();
         w.entry(&meta_key, &v).unwrap();
         let (bytes, sha) = w.finish(&path).unwrap();
-        manifest(&good, 1, 0, 10, partition_file(0), bytes, sha.clone());
+        manifest(
+            &good,
+            1,
+            0,
+            10,
+            partition_file(Partition(0)),
+            bytes,
+            sha.clone(),
+        );
         // The newer one's file is /dev/zero.
         let bad = store.dir_for(CheckpointId(2));
         fs::create_dir_all(&bad).unwrap();
-        std::os::unix::fs::symlink("/dev/zero", bad.join(partition_file(0))).unwrap();
-        manifest(&bad, 2, 0, 20, partition_file(0), bytes, sha);
+        std::os::unix::fs::symlink("/dev/zero", bad.join(partition_file(Partition(0)))).unwrap();
+        manifest(&bad, 2, 0, 20, partition_file(Partition(0)), bytes, sha);
         let problems = store.verify().unwrap();
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].contains("not a regular file"), "{problems:?}");
-        let restored = store.restore_partition(0, "f", &state).unwrap().unwrap();
+        let restored = store
+            .restore_partition(Partition(0), "f", &state)
+            .unwrap()
+            .unwrap();
         assert_eq!(
             (restored.next_offset, restored.skipped),
             (NextOffset(10), 1)
@@ -772,7 +785,7 @@ mod tests {
             let d = store.dir_for(CheckpointId(id));
             fs::create_dir_all(&d).unwrap();
             let bytes = file.unwrap_or(b"TALLYPS2\0\0\0\0\xFF\xFF\xFF\xFF");
-            fs::write(d.join(partition_file(0)), bytes).unwrap();
+            fs::write(d.join(partition_file(Partition(0))), bytes).unwrap();
             let mut m = Manifest {
                 format: MANIFEST_FORMAT,
                 id: CheckpointId(id),
@@ -782,11 +795,11 @@ mod tests {
                 topic: "t".into(),
                 fingerprint: "f".into(),
                 partitions: vec![PartitionEntry {
-                    partition: 0,
+                    partition: Partition(0),
                     next_offset: NextOffset(1),
                     watermark: None,
                     counters: Counters::default(),
-                    file: partition_file(0),
+                    file: partition_file(Partition(0)),
                     bytes: bytes.len() as u64,
                     sha256: super::super::hex(&Sha256::digest(bytes)),
                     offsets: OffsetLedger::default(),
@@ -810,8 +823,8 @@ mod tests {
             Box::new(|m| m.created_at_ms = i64::MIN),
             Box::new(|m| m.partitions[0].next_offset = NextOffset(i64::MAX)),
             Box::new(|m| m.partitions[0].next_offset = NextOffset(0)),
-            Box::new(|m| m.partitions[0].watermark = Some(i64::MIN)),
-            Box::new(|m| m.partitions[0].watermark = Some(i64::MAX)),
+            Box::new(|m| m.partitions[0].watermark = Some(EventTime(i64::MIN))),
+            Box::new(|m| m.partitions[0].watermark = Some(EventTime(i64::MAX))),
             Box::new(move |m| m.partitions[0].counters = max),
             Box::new(|m| m.partitions[0].bytes = 0),
             Box::new(|m| m.partitions[0].bytes = u64::MAX),
@@ -828,8 +841,8 @@ mod tests {
                     1000
                 ]
             }),
-            Box::new(|m| m.partitions[0].partition = i32::MAX),
-            Box::new(|m| m.partitions[0].partition = -1),
+            Box::new(|m| m.partitions[0].partition = Partition(i32::MAX)),
+            Box::new(|m| m.partitions[0].partition = Partition(-1)),
             Box::new(|m| m.partitions.clear()),
             Box::new(|m| m.fingerprint = "x".repeat(100_000)),
         ];
@@ -854,11 +867,11 @@ mod tests {
         let _ = store.list().unwrap();
         // A restore of partition 0 takes the best usable candidate or refuses;
         // either way it returns.
-        match store.restore_partition(0, "f", &state) {
+        match store.restore_partition(Partition(0), "f", &state) {
             Ok(_) => {}
             Err(e) => assert!(e.to_string().contains("partition 0"), "{e}"),
         }
-        let _ = store.restore_partition(i32::MAX, "f", &state);
+        let _ = store.restore_partition(Partition(i32::MAX), "f", &state);
         drop(state);
         fs::remove_dir_all(&dir).unwrap();
     }

@@ -23,6 +23,7 @@ use crate::engine::RecordIn;
 use crate::kafka::logging::Logged;
 use crate::kafka::outputs::{source_coords, Outputs};
 use crate::kafka::{client_config, headers, now_ms};
+use crate::model::Partition;
 use crate::reprocess::{Outcome, Reprocessor};
 use crate::worker::shutdown;
 
@@ -166,7 +167,7 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
         summary.read += 1;
         crate::failpoint::hit("reprocess_record");
         let payload = m.payload().unwrap_or_default();
-        let late_coords = source_coords(&topic, p, o);
+        let late_coords = source_coords(&topic, Partition(p), o);
         let source = m
             .headers()
             .and_then(|h| {

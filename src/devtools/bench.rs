@@ -15,7 +15,7 @@ use crate::checkpoint::export::{self, ExportJob, ExportPartition, JobIdentity};
 use crate::checkpoint::store::CheckpointStore;
 use crate::checkpoint::{CheckpointId, OffsetLedger};
 use crate::engine::{EngineConfig, PartitionTask, RecordIn, TimeSource};
-use crate::model::{NanoPer1k, PriceEntry, PriceTable};
+use crate::model::{NanoPer1k, Partition, PriceEntry, PriceTable};
 use crate::state::{NextOffset, PartitionCommit, StateStore};
 use crate::time::WindowSpec;
 
@@ -92,7 +92,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         let checkpoints = CheckpointStore::open(&a.dir.join("checkpoints"), "bench", "bench", 2)?;
         let per = n / a.partitions as usize;
         let mut tasks: Vec<PartitionTask> = (0..a.partitions)
-            .map(|p| PartitionTask::new(p, engine()))
+            .map(|p| PartitionTask::new(Partition(p), engine()))
             .collect();
         for (p, t) in tasks.iter_mut().enumerate() {
             feed(t, p * per..(p + 1) * per, 0);
@@ -164,7 +164,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         // Restore every partition into a fresh store, as a worker does on assignment.
         let fresh = StateStore::open_fresh(&a.dir.join("restore"))?;
         let started = Instant::now();
-        let parts: Vec<i32> = (0..a.partitions).collect();
+        let parts: Vec<Partition> = (0..a.partitions).map(Partition).collect();
         let mut restored = 0;
         for (p, r) in parts
             .iter()

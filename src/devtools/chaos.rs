@@ -301,7 +301,7 @@ pub fn run(a: ChaosArgs) -> anyhow::Result<()> {
                     r.at_ms > 0
                         && r.partitions
                             .iter()
-                            .any(|x| x.partition == *p && x.next_offset > *o)
+                            .any(|x| x.partition.0 == *p && x.next_offset.0 > *o)
                 })
             });
             if recovered {
@@ -332,7 +332,7 @@ pub fn run(a: ChaosArgs) -> anyhow::Result<()> {
                     .map(|r| {
                         r.partitions
                             .iter()
-                            .map(|p| (p.partition, p.next_offset))
+                            .map(|p| (p.partition.0, p.next_offset.0))
                             .collect()
                     })
                     .unwrap_or_default();
@@ -374,7 +374,7 @@ pub fn run(a: ChaosArgs) -> anyhow::Result<()> {
             reports.iter().any(|r| {
                 r.partitions
                     .iter()
-                    .any(|x| x.partition == *p && x.next_offset >= *end)
+                    .any(|x| x.partition.0 == *p && x.next_offset.0 >= *end)
             })
         });
         if done || Instant::now() > drain_deadline {

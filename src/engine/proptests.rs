@@ -7,7 +7,7 @@ use proptest::prelude::*;
 
 use super::spill::WINDOW_BYTES;
 use super::*;
-use crate::model::{NanoPer1k, PriceEntry, PriceTable};
+use crate::model::{NanoPer1k, Partition, PriceEntry, PriceTable};
 use crate::time::WindowSpec;
 
 const T0: i64 = 1_767_261_600_000;
@@ -151,10 +151,10 @@ impl MirrorStore {
 }
 
 impl spill::SpillStore for MirrorStore {
-    fn window(&self, _: i32, end: i64, tenant: &str) -> Result<Option<WindowAcc>, String> {
+    fn window(&self, _: Partition, end: i64, tenant: &str) -> Result<Option<WindowAcc>, String> {
         Ok(self.0.lock().unwrap().get(&(end, tenant.into())).copied())
     }
-    fn windows_ending(&self, _: i32, end: i64) -> Result<Vec<(Box<str>, WindowAcc)>, String> {
+    fn windows_ending(&self, _: Partition, end: i64) -> Result<Vec<(Box<str>, WindowAcc)>, String> {
         let m = self.0.lock().unwrap();
         Ok(m.iter()
             .filter(|((e, _), _)| *e == end)
@@ -169,7 +169,7 @@ proptest! {
     /// Every record takes exactly one route, and the audit balances after each.
     #[test]
     fn one_route_per_record_and_the_audit_balances(recs in records(), lateness in prop::sample::select(vec![0i64, 30_000])) {
-        let mut task = PartitionTask::new(0, cfg(lateness));
+        let mut task = PartitionTask::new(Partition(0), cfg(lateness));
         let mut out = Vec::new();
         for (i, r) in recs.iter().enumerate() {
             task.process(RecordIn { payload: r.as_bytes(), kafka_ts: None, now_ms: T0 }, &mut out);
@@ -182,7 +182,7 @@ proptest! {
     /// The watermark never decreases, and no pane is emitted twice with one version.
     #[test]
     fn watermark_is_monotone_and_versions_grow(recs in records()) {
-        let mut task = PartitionTask::new(0, cfg(30_000));
+        let mut task = PartitionTask::new(Partition(0), cfg(30_000));
         let mut out = Vec::new();
         let mut last = task.watermark();
         for r in &recs {
@@ -202,7 +202,7 @@ proptest! {
     #[test]
     fn money_is_conserved(recs in records(), lateness in prop::sample::select(vec![0i64, 30_000])) {
         let c = cfg(lateness);
-        let mut task = PartitionTask::new(0, c.clone());
+        let mut task = PartitionTask::new(Partition(0), c.clone());
         let (routes, mut panes) = run(&mut task, &recs);
         task.end_of_input(&mut panes);
         let billed: u128 = finals(&panes).values().map(|p| p.cost_pico.0).sum();
@@ -227,11 +227,11 @@ proptest! {
     #[test]
     fn snapshot_and_resume_is_invisible(recs in records(), split in 0usize..300) {
         let split = split.min(recs.len());
-        let mut whole = PartitionTask::new(0, cfg(30_000));
+        let mut whole = PartitionTask::new(Partition(0), cfg(30_000));
         let (routes, panes) = run(&mut whole, &recs);
-        let mut first = PartitionTask::new(0, cfg(30_000));
+        let mut first = PartitionTask::new(Partition(0), cfg(30_000));
         let (mut r1, mut p1) = run(&mut first, &recs[..split]);
-        let mut second = PartitionTask::restore(0, cfg(30_000), first.snapshot());
+        let mut second = PartitionTask::restore(Partition(0), cfg(30_000), first.snapshot());
         let (r2, p2) = run(&mut second, &recs[split..]);
         r1.extend(r2);
         p1.extend(p2);
@@ -249,12 +249,12 @@ proptest! {
         every in 1usize..20,
         keep in 0usize..3,
     ) {
-        let mut plain = PartitionTask::new(0, cfg(lateness));
+        let mut plain = PartitionTask::new(Partition(0), cfg(lateness));
         let (want_routes, mut want) = run(&mut plain, &recs);
         plain.end_of_input(&mut want);
 
         let store = Arc::new(MirrorStore::default());
-        let mut t = PartitionTask::new(0, cfg(lateness));
+        let mut t = PartitionTask::new(Partition(0), cfg(lateness));
         t.attach_spill(store.clone());
         let (mut routes, mut panes) = (Vec::new(), Vec::new());
         for chunk in recs.chunks(every) {
@@ -292,7 +292,7 @@ proptest! {
             }
         }
         let finals_of = |recs: &[String]| {
-            let mut t = PartitionTask::new(0, cfg(0));
+            let mut t = PartitionTask::new(Partition(0), cfg(0));
             let (routes, mut panes) = run(&mut t, recs);
             t.end_of_input(&mut panes);
             assert!(routes.iter().all(|r| *r == Route::Window));
@@ -308,7 +308,7 @@ proptest! {
 fn the_memory_budget_holds_for_long_tenant_ids() {
     let budget = 1 << 20;
     let store = Arc::new(MirrorStore::default());
-    let mut t = PartitionTask::new(0, cfg(60_000));
+    let mut t = PartitionTask::new(Partition(0), cfg(60_000));
     t.attach_spill(store.clone());
     let long = |i: usize| format!("{i:05}{}", "t".repeat(10_000));
     let recs: Vec<String> = (0..2_000)

@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::{WindowAcc, WindowPhase};
+use crate::model::Partition;
 
 /// Memory one window takes while in memory (hash-map slot with its tenant key and
 /// accumulator, the tenant string, map overhead, and its share of a checkpoint's
@@ -33,11 +34,16 @@ pub const WINDOW_BYTES: usize = 160;
 /// Read access to a partition's stored windows (the state store, in a worker).
 pub trait SpillStore: Send + Sync {
     /// The stored accumulator of `(end, tenant)`, if any.
-    fn window(&self, partition: i32, end: i64, tenant: &str) -> Result<Option<WindowAcc>, String>;
+    fn window(
+        &self,
+        partition: Partition,
+        end: i64,
+        tenant: &str,
+    ) -> Result<Option<WindowAcc>, String>;
     /// Every stored window ending at `end`, in tenant order.
     fn windows_ending(
         &self,
-        partition: i32,
+        partition: Partition,
         end: i64,
     ) -> Result<Vec<(Box<str>, WindowAcc)>, String>;
 }
@@ -77,7 +83,7 @@ impl Spilled {
     /// status) and the store holds it.
     pub fn take_one(
         &mut self,
-        partition: i32,
+        partition: Partition,
         phase: WindowPhase,
         end: i64,
         tenant: &str,
@@ -106,7 +112,7 @@ impl Spilled {
 
     /// Reads back every stored window of open end `end` (the caller keeps its
     /// in-memory copies, which are never older). Empty if `end` has none evicted.
-    pub fn take_open_end(&mut self, partition: i32, end: i64) -> Vec<(Box<str>, WindowAcc)> {
+    pub fn take_open_end(&mut self, partition: Partition, end: i64) -> Vec<(Box<str>, WindowAcc)> {
         if self.open.remove(&end).is_none() {
             return Vec::new();
         }

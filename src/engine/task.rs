@@ -28,9 +28,9 @@ use super::spill::{SpillStore, Spilled, WINDOW_BYTES};
 use super::{Counters, EngineConfig, RecordIn, Route, TimeSource};
 use crate::metrics::Histogram;
 use crate::model::event::MIN_MILLIS_TS;
-use crate::model::{event, DeadLetterReason, Event, Pico, PriceError};
+use crate::model::{event, DeadLetterReason, Event, Partition, Pico, PriceError};
 use crate::time::Watermark;
-use crate::time::Window;
+use crate::time::{EventTime, Window};
 
 /// The accumulator of one `(tenant, window)`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,7 +101,7 @@ pub struct TaskSnapshot {
 }
 
 pub struct PartitionTask {
-    partition: i32,
+    partition: Partition,
     cfg: Arc<EngineConfig>,
     watermark: Watermark,
     open: Windows,
@@ -121,11 +121,11 @@ pub struct PartitionTask {
 }
 
 impl PartitionTask {
-    pub fn new(partition: i32, cfg: Arc<EngineConfig>) -> Self {
+    pub fn new(partition: Partition, cfg: Arc<EngineConfig>) -> Self {
         Self::restore(partition, cfg, TaskSnapshot::default())
     }
 
-    pub fn restore(partition: i32, cfg: Arc<EngineConfig>, snap: TaskSnapshot) -> Self {
+    pub fn restore(partition: Partition, cfg: Arc<EngineConfig>, snap: TaskSnapshot) -> Self {
         let collect = |list: Vec<(WindowKey, WindowAcc)>| {
             let mut m = Windows::new();
             for ((end, tenant), acc) in list {
@@ -159,12 +159,12 @@ impl PartitionTask {
         }
     }
 
-    pub fn partition(&self) -> i32 {
+    pub fn partition(&self) -> Partition {
         self.partition
     }
 
-    pub fn watermark(&self) -> i64 {
-        self.watermark.current()
+    pub fn watermark(&self) -> EventTime {
+        EventTime(self.watermark.current())
     }
 
     pub fn watermark_state(&self) -> Watermark {
@@ -175,8 +175,8 @@ impl PartitionTask {
         self.counters
     }
 
-    pub fn max_ts(&self) -> Option<i64> {
-        self.watermark.max_ts()
+    pub fn max_ts(&self) -> Option<EventTime> {
+        self.watermark.max_ts().map(EventTime)
     }
 
     pub fn dedup_ids(&self) -> usize {
@@ -193,8 +193,8 @@ impl PartitionTask {
 
     /// Idleness: advances the watermark to `to` without data (wall-clock driven),
     /// firing and purging as if an event had moved it. Returns whether it moved.
-    pub fn force_watermark(&mut self, to: i64, out: &mut Vec<ResultRecord>) -> bool {
-        if !self.watermark.force(to) {
+    pub fn force_watermark(&mut self, to: EventTime, out: &mut Vec<ResultRecord>) -> bool {
+        if !self.watermark.force(to.0) {
             return false;
         }
         self.counters.idle_advances += 1;
@@ -203,7 +203,7 @@ impl PartitionTask {
     }
 
     /// The lowest watermark at which something would fire or purge, if any.
-    pub fn next_deadline(&self) -> Option<i64> {
+    pub fn next_deadline(&self) -> Option<EventTime> {
         let first = |a: &Windows, b: &BTreeMap<i64, u64>| {
             a.keys()
                 .next()
@@ -215,7 +215,7 @@ impl PartitionTask {
         let fire = first(&self.open, &self.spilled.open).map(|end| end - 1);
         let purge = first(&self.fired, &self.spilled.fired)
             .map(|end| (end - 1).saturating_add(self.cfg.allowed_lateness_ms));
-        fire.into_iter().chain(purge).min()
+        fire.into_iter().chain(purge).min().map(EventTime)
     }
 
     /// Windows held, in memory or evicted to the state store.
@@ -532,7 +532,7 @@ impl PartitionTask {
     }
 
     fn pane(
-        partition: i32,
+        partition: Partition,
         cfg: &EngineConfig,
         end: i64,
         tenant: &str,
@@ -552,7 +552,7 @@ impl PartitionTask {
             requests: acc.version,
             prompt_tokens: acc.prompt_tokens,
             completion_tokens: acc.completion_tokens,
-            source_partition: partition,
+            source_partition: partition.0,
             version: acc.version,
             pane: kind,
             pane_index,

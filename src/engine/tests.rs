@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::model::{NanoPer1k, PriceEntry, PriceTable};
+use crate::model::{NanoPer1k, Partition, PriceEntry, PriceTable};
 use crate::time::WindowSpec;
 
 const T10: i64 = 1_767_261_600_000; // 2026-01-01T10:00:00Z
@@ -72,7 +72,7 @@ fn run(task: &mut PartitionTask, records: &[String]) -> (Vec<Route>, Vec<ResultR
 
 #[test]
 fn burst_without_lateness_fires_once_and_routes_the_burst_late() {
-    let mut task = PartitionTask::new(0, cfg(0));
+    let mut task = PartitionTask::new(Partition(0), cfg(0));
     let (routes, panes) = run(&mut task, &burst());
     assert!(
         matches!(routes[3], Route::TooLate { window_end, watermark } if window_end == T10 + MIN && watermark == T10 + 64 * S)
@@ -95,7 +95,7 @@ fn burst_without_lateness_fires_once_and_routes_the_burst_late() {
 
 #[test]
 fn burst_with_lateness_emits_one_late_pane_per_late_event() {
-    let mut task = PartitionTask::new(3, cfg(30 * S));
+    let mut task = PartitionTask::new(Partition(3), cfg(30 * S));
     let (routes, panes) = run(&mut task, &burst());
     assert!(routes.iter().all(|r| *r == Route::Window));
     let summary: Vec<_> = panes
@@ -120,7 +120,7 @@ fn burst_with_lateness_emits_one_late_pane_per_late_event() {
 
 #[test]
 fn window_created_after_its_end_emits_a_late_pane_at_once() {
-    let mut task = PartitionTask::new(0, cfg(30 * S));
+    let mut task = PartitionTask::new(Partition(0), cfg(30 * S));
     let recs = [ev("a", "acme", T10 + 70 * S), ev("b", "zeta", T10 + 50 * S)];
     let (_, panes) = run(&mut task, &recs);
     assert_eq!(panes.len(), 1);
@@ -136,7 +136,7 @@ fn window_created_after_its_end_emits_a_late_pane_at_once() {
 
 #[test]
 fn duplicates_are_counted_once_even_after_purge() {
-    let mut task = PartitionTask::new(0, cfg(0));
+    let mut task = PartitionTask::new(Partition(0), cfg(0));
     let recs = [
         ev("x", "acme", T10),
         ev("x", "acme", T10),
@@ -158,7 +158,7 @@ fn duplicates_are_counted_once_even_after_purge() {
 
 #[test]
 fn dead_letters_never_move_the_watermark() {
-    let mut task = PartitionTask::new(0, cfg(0));
+    let mut task = PartitionTask::new(Partition(0), cfg(0));
     let recs = [
         ev("a", "acme", T10),
         ev("s", "acme", 1_767_261_600),       // seconds, not ms
@@ -185,19 +185,19 @@ fn dead_letters_never_move_the_watermark() {
             "oversized_record"
         ]
     );
-    assert_eq!(task.watermark(), T10 - 5 * S);
+    assert_eq!(task.watermark(), crate::time::EventTime(T10 - 5 * S));
     assert!(task.counters().balanced());
 }
 
 #[test]
 fn snapshot_restore_continues_identically() {
     let records = burst();
-    let mut whole = PartitionTask::new(0, cfg(30 * S));
+    let mut whole = PartitionTask::new(Partition(0), cfg(30 * S));
     let (_, expected) = run(&mut whole, &records);
     for split in 0..=records.len() {
-        let mut first = PartitionTask::new(0, cfg(30 * S));
+        let mut first = PartitionTask::new(Partition(0), cfg(30 * S));
         let (_, mut got) = run(&mut first, &records[..split]);
-        let mut second = PartitionTask::restore(0, cfg(30 * S), first.snapshot());
+        let mut second = PartitionTask::restore(Partition(0), cfg(30 * S), first.snapshot());
         got.extend(run(&mut second, &records[split..]).1);
         assert_eq!(got, expected, "split at {split}");
     }
@@ -205,7 +205,7 @@ fn snapshot_restore_continues_identically() {
 
 #[test]
 fn end_of_input_flushes_open_windows_in_order() {
-    let mut task = PartitionTask::new(0, cfg(0));
+    let mut task = PartitionTask::new(Partition(0), cfg(0));
     let (_, panes) = run(&mut task, &[ev("a", "zeta", T10), ev("b", "acme", T10 + 1)]);
     assert!(panes.is_empty());
     let mut out = Vec::new();
@@ -224,7 +224,7 @@ fn ev_tokens(id: &str, ts: i64, prompt: u64) -> String {
 /// overflow must not make its corrected re-send a duplicate.
 #[test]
 fn a_dead_lettered_record_never_makes_its_resend_a_duplicate() {
-    let mut task = PartitionTask::new(0, cfg(0));
+    let mut task = PartitionTask::new(Partition(0), cfg(0));
     let (routes, _) = run(
         &mut task,
         &[
@@ -249,7 +249,7 @@ fn a_dead_lettered_record_never_makes_its_resend_a_duplicate() {
 fn an_unrepresentable_window_is_a_dead_letter() {
     let mut c = (*cfg(0)).clone();
     c.max_future_ms = None;
-    let mut task = PartitionTask::new(0, Arc::new(c));
+    let mut task = PartitionTask::new(Partition(0), Arc::new(c));
     let (routes, panes) = run(
         &mut task,
         &[

@@ -22,7 +22,7 @@ use super::{client_config, headers, KafkaIoError, PRODUCER_DEFAULTS};
 use crate::config::{KafkaConfig, TopicsConfig};
 use crate::engine::{PaneKind, ResultRecord};
 use crate::metrics::Histogram;
-use crate::model::DeadLetterReason;
+use crate::model::{DeadLetterReason, Partition};
 
 /// Counts failed deliveries and keeps the first error; times acknowledgements of
 /// the records sent with a `sent_at` opaque (0 = untimed).
@@ -130,7 +130,7 @@ pub struct Outputs {
 }
 
 /// Where a record came from: `topic/partition/offset`.
-pub fn source_coords(topic: &str, partition: i32, offset: i64) -> String {
+pub fn source_coords(topic: &str, partition: Partition, offset: i64) -> String {
     format!("{topic}/{partition}/{offset}")
 }
 

@@ -19,6 +19,7 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::ClientContext;
 use tracing::{error, info, warn};
 
+use crate::model::Partition;
 use crate::state::NextOffset;
 
 /// Options for partitions without any checkpoint.
@@ -39,10 +40,10 @@ pub trait RebalanceHandler: Send {
     fn on_assign(
         &mut self,
         consumer: &Source,
-        partitions: &[i32],
-    ) -> Result<Vec<(i32, NextOffset)>, String>;
+        partitions: &[Partition],
+    ) -> Result<Vec<(Partition, NextOffset)>, String>;
     /// Checkpoints and releases `partitions`.
-    fn on_revoke(&mut self, consumer: &Source, partitions: &[i32]) -> Result<(), String>;
+    fn on_revoke(&mut self, consumer: &Source, partitions: &[Partition]) -> Result<(), String>;
 }
 
 pub struct SourceContext {
@@ -92,7 +93,11 @@ impl ConsumerContext for SourceContext {
             consumer.rebalance_protocol(),
             RebalanceProtocol::Cooperative
         );
-        let partitions: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
+        let partitions: Vec<Partition> = tpl
+            .elements()
+            .iter()
+            .map(|e| Partition(e.partition()))
+            .collect();
         let topic = tpl
             .elements()
             .first()
@@ -107,9 +112,9 @@ impl ConsumerContext for SourceContext {
                 match handler.on_assign(consumer, &partitions) {
                     Ok(starts) => {
                         for (p, start) in &starts {
-                            let _ = tpl.set_partition_offset(&topic, *p, Offset::Offset(start.0));
+                            let _ = tpl.set_partition_offset(&topic, p.0, Offset::Offset(start.0));
                         }
-                        let at: Vec<(i32, i64)> = starts.iter().map(|(p, o)| (*p, o.0)).collect();
+                        let at: Vec<(i32, i64)> = starts.iter().map(|(p, o)| (p.0, o.0)).collect();
                         info!(partitions = ?at, "assigned");
                         if cooperative {
                             consumer.incremental_assign(tpl)
@@ -124,7 +129,8 @@ impl ConsumerContext for SourceContext {
                 }
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
-                info!(partitions = ?partitions, "revoked");
+                let at: Vec<i32> = partitions.iter().map(|p| p.0).collect();
+                info!(partitions = ?at, "revoked");
                 if let Err(msg) = handler.on_revoke(consumer, &partitions) {
                     self.fail(msg);
                 }
@@ -147,7 +153,7 @@ impl ConsumerContext for SourceContext {
 
 /// The log start of `topic`/`partition` as librdkafka last saw it in a fetch
 /// response (no network round trip); `None` before the first fetch.
-pub fn cached_log_start(consumer: &Source, topic: &str, partition: i32) -> Option<i64> {
+pub fn cached_log_start(consumer: &Source, topic: &str, partition: Partition) -> Option<i64> {
     let topic = CString::new(topic).ok()?;
     let (mut low, mut high) = (-1i64, -1i64);
     // SAFETY: a live client handle, a NUL-terminated topic name, and two valid
@@ -156,7 +162,7 @@ pub fn cached_log_start(consumer: &Source, topic: &str, partition: i32) -> Optio
         rdkafka::bindings::rd_kafka_get_watermark_offsets(
             consumer.client().native_ptr(),
             topic.as_ptr(),
-            partition,
+            partition.0,
             &mut low,
             &mut high,
         )

@@ -30,14 +30,16 @@ pub use histogram::Histogram;
 
 use crate::checkpoint::OffsetLedger;
 use crate::engine::Counters;
+use crate::model::Partition;
 use crate::state::NextOffset;
+use crate::time::EventTime;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PartitionReport {
-    pub partition: i32,
-    pub watermark: Option<i64>,
-    pub max_ts: Option<i64>,
-    pub next_offset: i64,
+    pub partition: Partition,
+    pub watermark: Option<EventTime>,
+    pub max_ts: Option<EventTime>,
+    pub next_offset: NextOffset,
     /// Wall-clock ms since this partition's last record.
     pub idle_ms: u64,
     pub idle_advances: u64,
@@ -78,7 +80,7 @@ impl WorkerReport {
     }
 
     /// The minimum watermark over active partitions, and the partition holding it.
-    pub fn job_watermark(&self) -> Option<(i64, i32)> {
+    pub fn job_watermark(&self) -> Option<(EventTime, Partition)> {
         self.active()
             .filter_map(|p| p.watermark.map(|w| (w, p.partition)))
             .min()
@@ -101,9 +103,7 @@ impl WorkerReport {
 
     pub fn balanced(&self) -> bool {
         self.partitions.iter().all(|p| {
-            p.counters.balanced()
-                && p.offsets
-                    .balanced(p.counters.consumed, NextOffset(p.next_offset))
+            p.counters.balanced() && p.offsets.balanced(p.counters.consumed, p.next_offset)
         })
     }
 
@@ -137,7 +137,7 @@ impl WorkerReport {
                     s,
                     "tally_partition_watermark_lag_ms{{partition=\"{}\"}} {}",
                     p.partition,
-                    self.at_ms - w
+                    self.at_ms - w.0
                 );
             }
         }
@@ -296,10 +296,10 @@ impl WorkerReport {
         for p in &self.partitions {
             let wm = p
                 .watermark
-                .map_or("-".into(), crate::config::duration::format_utc_ms);
+                .map_or("-".into(), |w| crate::config::duration::format_utc_ms(w.0));
             let lag = p
                 .watermark
-                .map_or("-".into(), |w| (self.at_ms - w).to_string());
+                .map_or("-".into(), |w| (self.at_ms - w.0).to_string());
             let _ = writeln!(
                 s,
                 "{:>4} {:>24} {:>12} {:>9}  {:<28} {:<28}",
@@ -321,7 +321,7 @@ impl WorkerReport {
             let _ = writeln!(
                 s,
                 "job watermark {} held by partition {p}",
-                crate::config::duration::format_utc_ms(w)
+                crate::config::duration::format_utc_ms(w.0)
             );
         }
         match self.recommended_bound_ms() {
@@ -346,10 +346,10 @@ mod tests {
             h.record(*d);
         }
         PartitionReport {
-            partition: p,
-            watermark: w,
-            max_ts: w,
-            next_offset: 3,
+            partition: Partition(p),
+            watermark: w.map(EventTime),
+            max_ts: w.map(EventTime),
+            next_offset: NextOffset(3),
             idle_ms,
             idle_advances: 0,
             counters: Counters {
@@ -382,7 +382,7 @@ mod tests {
             ],
             pane_ack_us: Histogram::default(),
         };
-        assert_eq!(r.job_watermark(), Some((1_500, 3)));
+        assert_eq!(r.job_watermark(), Some((EventTime(1_500), Partition(3))));
         let text = r.render_prometheus();
         assert!(text.contains("tally_job_watermark_partition 3"));
         assert!(text.contains("tally_partition_watermark_lag_ms{partition=\"1\"} 8000"));

@@ -1,9 +1,11 @@
-//! Domain types: events, prices and money. Pure; no I/O.
+//! Domain types: events, prices, money and partitions. Pure; no I/O.
 
 pub mod event;
 pub mod money;
+pub mod partition;
 pub mod price;
 
 pub use event::{DeadLetterReason, Event};
 pub use money::{NanoPer1k, Pico};
+pub use partition::Partition;
 pub use price::{PriceEntry, PriceError, PriceTable};

@@ -13,6 +13,8 @@ use tokio_postgres::Client;
 
 use super::SinkError;
 use crate::engine::SinkRecord;
+use crate::model::Partition;
+use crate::state::NextOffset;
 
 const UPSERT_PARTIAL: &str = "
 INSERT INTO tenant_cost_partial AS t
@@ -48,11 +50,12 @@ pub struct Applied {
     pub stale_ignored: u64,
 }
 
-/// Applies `records` and records `offsets` (topic → partition → next offset) atomically.
+/// Applies `records` and records `offsets` (topic and partition → the next offset to
+/// read there) atomically.
 pub async fn apply_batch(
     client: &mut Client,
     records: &[SinkRecord],
-    offsets: &BTreeMap<(String, i32), i64>,
+    offsets: &BTreeMap<(String, Partition), NextOffset>,
 ) -> Result<Applied, SinkError> {
     let tx = client.transaction().await?;
     let upsert = tx.prepare(UPSERT_PARTIAL).await?;
@@ -119,18 +122,18 @@ pub async fn apply_batch(
         }
     }
     for ((topic, p), next) in offsets {
-        tx.execute(UPSERT_OFFSET, &[topic, p, next]).await?;
+        tx.execute(UPSERT_OFFSET, &[topic, &p.0, &next.0]).await?;
     }
     crate::failpoint::hit("sink_before_commit");
     tx.commit().await?;
     Ok(applied)
 }
 
-/// The offsets the sink applied last, per partition of `topic`.
+/// The next offset to read, per partition of `topic`, as the sink last applied it.
 pub async fn applied_offsets(
     client: &Client,
     topic: &str,
-) -> Result<BTreeMap<i32, i64>, SinkError> {
+) -> Result<BTreeMap<Partition, NextOffset>, SinkError> {
     let rows = client
         .query(
             "SELECT partition, next_offset FROM sink_offsets WHERE topic = $1",
@@ -139,6 +142,11 @@ pub async fn applied_offsets(
         .await?;
     Ok(rows
         .iter()
-        .map(|r| (r.get::<_, i32>(0), r.get::<_, i64>(1)))
+        .map(|r| {
+            (
+                Partition(r.get::<_, i32>(0)),
+                NextOffset(r.get::<_, i64>(1)),
+            )
+        })
         .collect())
 }

@@ -23,6 +23,8 @@ use crate::config::Config;
 use crate::engine::SinkRecord;
 use crate::kafka::logging::Logged;
 use crate::kafka::{client_config, KafkaIoError};
+use crate::model::Partition;
+use crate::state::NextOffset;
 use crate::worker::shutdown;
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -84,7 +86,7 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
     let mut ends = BTreeMap::new();
     let mut next: BTreeMap<i32, i64> = BTreeMap::new();
     for p in 0..partitions {
-        let start = stored.get(&p).copied();
+        let start = stored.get(&Partition(p)).map(|o| o.0);
         tpl.add_partition_offset(topic, p, start.map_or(Offset::Beginning, Offset::Offset))
             .map_err(KafkaIoError::client("building the assignment"))?;
         let (low, high) = consumer
@@ -107,7 +109,9 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
     consumer
         .assign(&tpl)
         .map_err(KafkaIoError::client("assigning the results topic"))?;
-    info!(topic, partitions, resume = ?stored, "sink started");
+    // Bare numbers in the log (the newtypes' Debug would say `Partition(0)`).
+    let resume: BTreeMap<i32, i64> = stored.iter().map(|(p, o)| (p.0, o.0)).collect();
+    info!(topic, partitions, resume = ?resume, "sink started");
     let mut summary = SinkSummary::default();
     let mut last_log = Instant::now();
     loop {
@@ -138,7 +142,7 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
                     error!(source = %format!("{topic}/{p}/{o}"), error = %e, "not a result record; skipped");
                 }
             }
-            offsets.insert((topic.to_string(), p), o + 1);
+            offsets.insert((topic.to_string(), Partition(p)), NextOffset(o + 1));
             next.insert(p, o + 1);
         }
         if offsets.is_empty() {

@@ -41,6 +41,7 @@ use serde::{Deserialize, Serialize};
 use crate::engine::dedup::{unpack, Fingerprint};
 use crate::engine::spill::SpillStore;
 use crate::engine::{Counters, StateDelta, TaskSnapshot, WindowAcc, WindowPhase};
+use crate::model::Partition;
 use crate::time::Watermark;
 
 #[derive(Debug, thiserror::Error)]
@@ -85,7 +86,7 @@ struct StoredWindow {
 
 /// One partition's part of a commit.
 pub struct PartitionCommit {
-    pub partition: i32,
+    pub partition: Partition,
     pub next_offset: NextOffset,
     pub delta: StateDelta,
 }
@@ -160,8 +161,8 @@ pub fn describe_key(k: &[u8]) -> String {
 const COMMIT_BATCH: usize = 65_536;
 
 impl SpillStore for StateStore {
-    fn window(&self, p: i32, end: i64, tenant: &str) -> Result<Option<WindowAcc>, String> {
-        let k = key(b'W', p, &[&end_bytes(end), tenant.as_bytes()]);
+    fn window(&self, p: Partition, end: i64, tenant: &str) -> Result<Option<WindowAcc>, String> {
+        let k = key(b'W', p.0, &[&end_bytes(end), tenant.as_bytes()]);
         match self.db.get_pinned(&k).map_err(|e| e.to_string())? {
             Some(v) => decode::<StoredWindow>(&k, &v)
                 .map(|w| Some(w.acc))
@@ -170,8 +171,8 @@ impl SpillStore for StateStore {
         }
     }
 
-    fn windows_ending(&self, p: i32, end: i64) -> Result<Vec<(Box<str>, WindowAcc)>, String> {
-        let prefix = key(b'W', p, &[&end_bytes(end)]);
+    fn windows_ending(&self, p: Partition, end: i64) -> Result<Vec<(Box<str>, WindowAcc)>, String> {
+        let prefix = key(b'W', p.0, &[&end_bytes(end)]);
         let mut out = Vec::new();
         for item in self
             .db
@@ -215,7 +216,7 @@ impl StateStore {
     pub fn commit(&self, parts: Vec<PartitionCommit>) -> Result<(), StateError> {
         let mut batch = WriteBatch::default();
         for PartitionCommit {
-            partition: p,
+            partition: Partition(p),
             next_offset,
             delta,
         } in parts
@@ -274,7 +275,7 @@ impl StateStore {
     /// Streams every key of partition `p` (meta, windows, dedup) to `visit`, in key order.
     pub fn export_partition(
         &self,
-        p: i32,
+        Partition(p): Partition,
         mut visit: impl FnMut(&[u8], &[u8]) -> std::io::Result<()>,
     ) -> Result<u64, StateError> {
         let mut n = 0;
@@ -301,10 +302,10 @@ impl StateStore {
     /// Replaces everything of partition `p` with `entries` (from a checkpoint file).
     pub fn import_partition<'a>(
         &self,
-        p: i32,
+        Partition(p): Partition,
         entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
     ) -> Result<(), StateError> {
-        self.drop_partition(p)?;
+        self.drop_partition(Partition(p))?;
         let mut batch = WriteBatch::default();
         for (k, v) in entries {
             if k.get(1..5) != Some(&p_bytes(p)[..]) {
@@ -329,7 +330,7 @@ impl StateStore {
     }
 
     /// Deletes every key of partition `p`.
-    pub fn drop_partition(&self, p: i32) -> Result<(), StateError> {
+    pub fn drop_partition(&self, Partition(p): Partition) -> Result<(), StateError> {
         let mut batch = WriteBatch::default();
         for kind in [b'D', b'M', b'W'] {
             let (from, to) = (key(kind, p, &[]), key(kind, p.wrapping_add(1), &[]));
@@ -342,7 +343,7 @@ impl StateStore {
         self.write(batch)
     }
 
-    pub fn meta(&self, p: i32) -> Result<Option<PartitionMeta>, StateError> {
+    pub fn meta(&self, Partition(p): Partition) -> Result<Option<PartitionMeta>, StateError> {
         let k = key(b'M', p, &[]);
         match self.db.get_pinned(&k).map_err(StateError::Read)? {
             Some(v) => decode(&k, &v).map(Some),
@@ -351,10 +352,10 @@ impl StateStore {
     }
 
     /// Loads partition `p`: its snapshot and next offset, or `None` if it has no state.
-    pub fn load(&self, p: i32) -> Result<Option<(TaskSnapshot, NextOffset)>, StateError> {
+    pub fn load(&self, p: Partition) -> Result<Option<(TaskSnapshot, NextOffset)>, StateError> {
         let mut entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         for kind in [b'D', b'M', b'W'] {
-            self.scan(kind, p, |_, v, k| {
+            self.scan(kind, p.0, |_, v, k| {
                 entries.push((k.to_vec(), v.to_vec()));
                 Ok(())
             })?;
@@ -386,7 +387,7 @@ impl StateStore {
 /// Builds partition `p`'s snapshot and next offset from its state-store entries
 /// (as stored in RocksDB or in a checkpoint file); `None` without a meta entry.
 pub fn decode_partition<'a>(
-    p: i32,
+    Partition(p): Partition,
     entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
 ) -> Result<Option<(TaskSnapshot, NextOffset)>, StateError> {
     let corrupt = |k: &[u8], msg: String| StateError::Corrupt {

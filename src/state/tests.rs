@@ -2,7 +2,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::engine::{EngineConfig, PartitionTask, RecordIn, TimeSource};
-use crate::model::{NanoPer1k, PriceEntry, PriceTable};
+use crate::model::{NanoPer1k, Partition, PriceEntry, PriceTable};
 use crate::time::WindowSpec;
 
 fn cfg() -> Arc<EngineConfig> {
@@ -52,20 +52,20 @@ fn incremental_commits_reload_to_the_same_task() {
     let dir = std::env::temp_dir().join(format!("tally-state-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let store = StateStore::open(&dir).unwrap();
-    assert!(store.load(2).unwrap().is_none());
-    let mut task = PartitionTask::new(2, cfg());
+    assert!(store.load(Partition(2)).unwrap().is_none());
+    let mut task = PartitionTask::new(Partition(2), cfg());
     for (i, chunk) in [(0, 40), (40, 41), (41, 200)].into_iter().enumerate() {
         feed(&mut task, chunk.0, chunk.1);
         let delta = task.drain_changes();
         store
             .commit(vec![PartitionCommit {
-                partition: 2,
+                partition: Partition(2),
                 next_offset: NextOffset(i as i64 * 10),
                 delta,
             }])
             .unwrap();
     }
-    let (snap, next) = store.load(2).unwrap().unwrap();
+    let (snap, next) = store.load(Partition(2)).unwrap().unwrap();
     assert_eq!(next, NextOffset(20));
     assert_eq!(snap, task.snapshot());
     assert!(!snap.dedup.is_empty() && !snap.open.is_empty());

@@ -1,7 +1,10 @@
-//! Event time: window assignment and watermarks. Pure; no I/O, no wall clock.
+//! Event time: the `EventTime` instant, window assignment and watermarks. Pure; no
+//! I/O, no wall clock.
 
+pub mod event_time;
 pub mod watermark;
 pub mod window;
 
+pub use event_time::EventTime;
 pub use watermark::Watermark;
 pub use window::{Window, WindowSpec};

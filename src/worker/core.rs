@@ -47,7 +47,9 @@ use crate::kafka::outputs::{source_coords, Outputs};
 use crate::kafka::source::{cached_log_start, RebalanceHandler, Source, StartPolicy};
 use crate::kafka::{now_ms, KafkaIoError};
 use crate::metrics::{PartitionReport, WorkerReport};
+use crate::model::Partition;
 use crate::state::{NextOffset, PartitionCommit, StateStore};
+use crate::time::EventTime;
 
 pub struct Slot {
     pub task: PartitionTask,
@@ -65,7 +67,7 @@ pub struct Slot {
 fn accept_gap(
     policy: StartPolicy,
     topic: &str,
-    p: i32,
+    p: Partition,
     gap: Gap,
     ledger: &mut OffsetLedger,
     how: &str,
@@ -84,7 +86,7 @@ fn accept_gap(
         )));
     }
     error!(
-        partition = p,
+        partition = p.0,
         from = gap.from,
         to = gap.to,
         records = gap.len(),
@@ -102,7 +104,7 @@ pub struct Core {
     pub store: Arc<StateStore>,
     pub checkpoints: CheckpointStore,
     pub outputs: Outputs,
-    pub slots: BTreeMap<i32, Slot>,
+    pub slots: BTreeMap<Partition, Slot>,
     pub panes: Vec<ResultRecord>,
     pub policy: StartPolicy,
     pub assigned_once: bool,
@@ -147,7 +149,7 @@ impl Core {
                 .iter()
                 .take_while(|m| m.partition() == p)
                 .count();
-            self.process_run(consumer, p, &msgs[start..start + run])?;
+            self.process_run(consumer, Partition(p), &msgs[start..start + run])?;
             start += run;
         }
         Ok(())
@@ -157,12 +159,12 @@ impl Core {
     fn process_run(
         &mut self,
         consumer: &Source,
-        p: i32,
+        p: Partition,
         msgs: &[BorrowedMessage<'_>],
     ) -> Result<(), WorkerError> {
         let Some(slot) = self.slots.get_mut(&p) else {
             warn!(
-                partition = p,
+                partition = p.0,
                 records = msgs.len(),
                 "records from an unassigned partition; skipped"
             );
@@ -261,16 +263,16 @@ impl Core {
             else {
                 continue;
             };
-            let forced = max_ts - self.engine.max_out_of_orderness_ms + silence;
+            let forced = EventTime(max_ts.0 - self.engine.max_out_of_orderness_ms + silence);
             if silence >= idle && forced >= deadline {
                 slot.task.force_watermark(forced, &mut self.panes);
                 if let Some(e) = slot.task.take_spill_error() {
                     return Err(WorkerError::Refused(e));
                 }
                 info!(
-                    partition = slot.task.partition(),
+                    partition = slot.task.partition().0,
                     silence_ms = silence,
-                    watermark = forced,
+                    watermark = forced.0,
                     "idle partition: watermark advanced by wall clock"
                 );
             }
@@ -354,7 +356,7 @@ impl Core {
         for e in &manifest.partitions {
             tpl.add_partition_offset(
                 &self.job.topic,
-                e.partition,
+                e.partition.0,
                 Offset::Offset(e.next_offset.0),
             )
             .map_err(KafkaIoError::client("building the offset list"))?;
@@ -377,7 +379,7 @@ impl Core {
             pause_ms = self.pauses_ms.last().copied().unwrap_or(0),
             duration_ms = started.elapsed().as_millis() as u64,
             bytes = manifest.partitions.iter().map(|e| e.bytes).sum::<u64>(),
-            offsets = ?manifest.partitions.iter().map(|e| (e.partition, e.next_offset.0)).collect::<Vec<_>>(),
+            offsets = ?manifest.partitions.iter().map(|e| (e.partition.0, e.next_offset.0)).collect::<Vec<_>>(),
             gap_offsets = manifest.partitions.iter().map(|e| e.offsets.gap_offsets).sum::<u64>(),
             consumed = total.consumed, folded = total.folded, too_late = total.too_late,
             dead_letter = total.dead_letter, duplicate = total.duplicate, panes = total.panes,
@@ -400,7 +402,10 @@ impl Core {
     }
 
     /// Restores `partitions` from the checkpoint store (in parallel).
-    fn restore_all(&self, partitions: &[i32]) -> Vec<Result<Option<Restored>, CheckpointError>> {
+    fn restore_all(
+        &self,
+        partitions: &[Partition],
+    ) -> Vec<Result<Option<Restored>, CheckpointError>> {
         if self.policy.reset_state_earliest {
             return partitions.iter().map(|_| Ok(None)).collect();
         }
@@ -411,12 +416,12 @@ impl Core {
     fn restore(
         &mut self,
         consumer: &Source,
-        p: i32,
+        p: Partition,
         restored: Result<Option<Restored>, CheckpointError>,
     ) -> Result<NextOffset, WorkerError> {
         let timeout = Duration::from_secs(10);
         let (low, high) = consumer
-            .fetch_watermarks(&self.job.topic, p, timeout)
+            .fetch_watermarks(&self.job.topic, p.0, timeout)
             .map_err(KafkaIoError::client(format!(
                 "reading the log range of {}/{p}",
                 self.job.topic
@@ -436,11 +441,11 @@ impl Core {
             None => {
                 self.store.drop_partition(p)?;
                 let mut tpl = TopicPartitionList::new();
-                tpl.add_partition(topic, p);
+                tpl.add_partition(topic, p.0);
                 let committed = consumer
                     .committed_offsets(tpl, timeout)
                     .map_err(KafkaIoError::client("reading committed offsets"))?;
-                let group_offset = committed.find_partition(topic, p).map(|e| e.offset());
+                let group_offset = committed.find_partition(topic, p.0).map(|e| e.offset());
                 if let Some(Offset::Offset(o)) = group_offset {
                     if !self.policy.reset_state_earliest {
                         return Err(WorkerError::Refused(format!(
@@ -453,7 +458,7 @@ impl Core {
                         )));
                     }
                     warn!(
-                        partition = p,
+                        partition = p.0,
                         committed = o,
                         "rebuilding from the log start as requested (--reset-state earliest)"
                     );
@@ -558,10 +563,10 @@ impl Core {
         for (p, s) in &self.slots {
             let c = s.task.counters();
             if !c.balanced() {
-                error!(partition = p, ?c, "CONSERVATION AUDIT FAILED: consumed != folded + too_late + dead_letter + duplicate");
+                error!(partition = p.0, ?c, "CONSERVATION AUDIT FAILED: consumed != folded + too_late + dead_letter + duplicate");
             }
             if !s.offsets.balanced(c.consumed, s.next) {
-                error!(partition = p, consumed = c.consumed, next_offset = s.next.0, offsets = ?s.offsets, "OFFSET AUDIT FAILED: consumed + empty_offsets + gap_offsets != next_offset");
+                error!(partition = p.0, consumed = c.consumed, next_offset = s.next.0, offsets = ?s.offsets, "OFFSET AUDIT FAILED: consumed + empty_offsets + gap_offsets != next_offset");
             }
             total.add(&c);
         }
@@ -590,7 +595,7 @@ impl Core {
         let mut moved = false;
         for (p, slot) in self.slots.iter_mut() {
             let (low, high) = consumer
-                .fetch_watermarks(&self.job.topic, *p, timeout)
+                .fetch_watermarks(&self.job.topic, p.0, timeout)
                 .map_err(KafkaIoError::client(format!(
                     "reading the log range of {}/{p}",
                     self.job.topic
@@ -631,7 +636,7 @@ impl Core {
         // partitions are assigned again, each at its next offset.
         let mut tpl = TopicPartitionList::new();
         for (p, slot) in &self.slots {
-            tpl.add_partition_offset(&self.job.topic, *p, Offset::Offset(slot.next.0))
+            tpl.add_partition_offset(&self.job.topic, p.0, Offset::Offset(slot.next.0))
                 .map_err(KafkaIoError::client("building the assignment"))?;
         }
         let reassigned = if matches!(
@@ -647,7 +652,7 @@ impl Core {
         reassigned.map_err(KafkaIoError::client(
             "fetching on after an offset out of range",
         ))?;
-        info!(partitions = ?self.slots.iter().map(|(p, s)| (*p, s.next.0)).collect::<Vec<_>>(), "fetching on");
+        info!(partitions = ?self.slots.iter().map(|(p, s)| (p.0, s.next.0)).collect::<Vec<_>>(), "fetching on");
         Ok(())
     }
 
@@ -665,7 +670,7 @@ impl Core {
                     partition: *p,
                     watermark: s.task.max_ts().map(|_| s.task.watermark()),
                     max_ts: s.task.max_ts(),
-                    next_offset: s.next.0,
+                    next_offset: s.next,
                     offsets: s.offsets.clone(),
                     idle_ms: (clock::mono_ms() - s.last_record).max(0) as u64,
                     idle_advances: s.task.counters().idle_advances,
@@ -686,8 +691,8 @@ impl RebalanceHandler for Core {
     fn on_assign(
         &mut self,
         consumer: &Source,
-        partitions: &[i32],
-    ) -> Result<Vec<(i32, NextOffset)>, String> {
+        partitions: &[Partition],
+    ) -> Result<Vec<(Partition, NextOffset)>, String> {
         // The store must not be written while an export reads it.
         self.finish_export(consumer).map_err(|e| e.to_string())?;
         self.assigned_once = true;
@@ -705,7 +710,7 @@ impl RebalanceHandler for Core {
         starts
     }
 
-    fn on_revoke(&mut self, consumer: &Source, partitions: &[i32]) -> Result<(), String> {
+    fn on_revoke(&mut self, consumer: &Source, partitions: &[Partition]) -> Result<(), String> {
         // Hand over cleanly: checkpoint (and commit) before Kafka moves them.
         if !self.closed {
             self.checkpoint(consumer, true).map_err(|e| e.to_string())?;

@@ -182,7 +182,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
             && c.slots.len() < topic_partitions
             && last_waiting_log.elapsed() >= Duration::from_secs(5)
         {
-            let owned: Vec<i32> = c.slots.keys().copied().collect();
+            let owned: Vec<i32> = c.slots.keys().map(|p| p.0).collect();
             warn!(?owned, topic_partitions, "bounded run: waiting to own every partition of the input topic (another member holds the rest)");
             last_waiting_log = Instant::now();
         }

@@ -526,7 +526,7 @@ impl Retention {
             .ok()?
             .into_iter()
             .filter_map(|l| l.manifest.and_then(Result::ok))
-            .filter_map(|m| m.entry(0).cloned())
+            .filter_map(|m| m.entry(tally::model::Partition(0)).cloned())
             .max_by_key(|e| e.next_offset)
     }
 
@@ -558,7 +558,7 @@ impl Retention {
             "the worker to own the partition and reach the log end",
             || {
                 tally::worker::report::read(&self.state())
-                    .is_ok_and(|r| r.partitions.first().is_some_and(|p| p.next_offset == end))
+                    .is_ok_and(|r| r.partitions.first().is_some_and(|p| p.next_offset.0 == end))
             },
         );
         wait_until("a checkpoint at the log end", || {
@@ -651,7 +651,7 @@ fn records_deleted_before_tally_read_them_are_refused_or_accepted_as_a_counted_g
     let gap1 = (low - 1_000) as u64;
     let report = tally::worker::report::read(&job.state()).unwrap();
     let p = &report.partitions[0];
-    assert_eq!(p.next_offset, 121_000);
+    assert_eq!(p.next_offset.0, 121_000);
     assert_eq!(p.offsets.gap_offsets, gap1);
     assert_eq!(p.offsets.empty_offsets, 0);
     assert_eq!(p.counters.consumed, 121_000 - gap1);
@@ -687,7 +687,7 @@ fn records_deleted_before_tally_read_them_are_refused_or_accepted_as_a_counted_g
     let low2 = job.pause_past_retention(&worker, 120_000);
     let deadline = Instant::now() + Duration::from_secs(120);
     while !tally::worker::report::read(&job.state())
-        .is_ok_and(|r| r.partitions[0].next_offset == 241_000)
+        .is_ok_and(|r| r.partitions[0].next_offset.0 == 241_000)
     {
         let log = job.log("w2.log");
         assert!(

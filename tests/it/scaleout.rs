@@ -63,7 +63,7 @@ fn spawn_worker_with(cfg: &Path, state: &Path, envs: &[(&str, &str)]) -> Child {
 
 fn owned(state: &Path) -> Vec<i32> {
     tally::worker::report::read(state)
-        .map(|r| r.partitions.iter().map(|p| p.partition).collect())
+        .map(|r| r.partitions.iter().map(|p| p.partition.0).collect())
         .unwrap_or_default()
 }
 

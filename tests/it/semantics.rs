@@ -326,7 +326,11 @@ fn a_silent_partition_never_holds_back_another_and_idleness_closes_its_windows()
     signal(on.id(), libc::SIGTERM);
     assert!(on.wait().unwrap().success());
     let report = tally::worker::report::read(&dir.path().join("state-on")).unwrap();
-    let p0 = report.partitions.iter().find(|p| p.partition == 0).unwrap();
+    let p0 = report
+        .partitions
+        .iter()
+        .find(|p| p.partition.0 == 0)
+        .unwrap();
     assert!(
         p0.idle_advances >= 1,
         "the forced advance is recorded: {p0:?}"

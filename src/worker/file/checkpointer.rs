@@ -16,6 +16,7 @@ use crate::checkpoint::OffsetLedger;
 use crate::config::Config;
 use crate::engine::PartitionTask;
 use crate::kafka::now_ms;
+use crate::model::Partition;
 use crate::state::{NextOffset, PartitionCommit, StateStore};
 use crate::worker::WorkerError;
 
@@ -88,7 +89,7 @@ impl Checkpointer {
     fn commit(&mut self, task: &mut PartitionTask, lines: u64) -> Result<(), WorkerError> {
         self.finish()?;
         self.store.commit(vec![PartitionCommit {
-            partition: 0,
+            partition: Partition(0),
             next_offset: NextOffset(lines as i64),
             delta: task.drain_changes(),
         }])?;
@@ -126,7 +127,7 @@ impl Checkpointer {
                 job: self.job.clone(),
                 created_at_ms: now_ms(),
                 partitions: vec![ExportPartition {
-                    partition: 0,
+                    partition: Partition(0),
                     next_offset: NextOffset(lines as i64),
                     watermark: wm,
                     counters: task.counters(),

@@ -52,6 +52,7 @@ use crate::config::Config;
 use crate::engine::{Counters, PartitionTask, RecordIn, Route, TimeSource};
 use crate::kafka::now_ms;
 use crate::model::event::DeadLetterReason;
+use crate::model::Partition;
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> WorkerError + '_ {
     move |source| WorkerError::Io {
@@ -135,7 +136,7 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
     let limit = engine.max_record_bytes;
     let source = Source::open(input, shutdown::requested).map_err(io_err(input))?;
     let mut reader = Lines::new(source, limit);
-    let mut task = PartitionTask::new(0, engine);
+    let mut task = PartitionTask::new(Partition(0), engine);
     let mut checkpointer = Checkpointer::open(cfg, input)?;
     task.attach_spill(checkpointer.store.clone());
     let budget = cfg.state.memory_budget_bytes();
