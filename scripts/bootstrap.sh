@@ -21,6 +21,7 @@ command -v make >/dev/null 2>&1 || need+=(make)
 # clang builds RocksDB's C++ about a third faster than g++ (scripts/toolchain/).
 command -v clang++ >/dev/null 2>&1 || need+=(clang)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "bootstrap: installing ${need[*]}" >&2
