@@ -2,6 +2,8 @@
 # A throw-away PostgreSQL cluster in a directory of ours, on a free port.
 #   scripts/pg.sh start DIR   -> initdb + pg_ctl start; writes DIR/url
 #   scripts/pg.sh stop DIR    -> pg_ctl stop (immediate) and removes DIR
+#   scripts/pg.sh restart DIR -> pg_ctl restart (fast; same port): clients lose
+#                                their connections (the sink's retry test)
 # As root, the server runs as the `postgres` user (initdb refuses root).
 #
 # TLS mode (for the TLS tests): with PG_TLS_DIR (server.pem, server.key, e.g.
@@ -10,8 +12,8 @@
 # socket stays trust, for setting the password). DIR/url has no password.
 set -euo pipefail
 
-cmd=${1:?usage: pg.sh start|stop DIR}
-dir=${2:?usage: pg.sh start|stop DIR}
+cmd=${1:?usage: pg.sh start|stop|restart DIR}
+dir=${2:?usage: pg.sh start|stop|restart DIR}
 PGBIN=${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)}
 [ -x "$PGBIN/initdb" ] || { echo "pg.sh: no PostgreSQL binaries found (run scripts/bootstrap.sh)" >&2; exit 1; }
 
@@ -60,11 +62,15 @@ case "$cmd" in
     echo "postgres://postgres@127.0.0.1:$port/postgres" >"$dir/url"
     echo "pg.sh: PostgreSQL running at $(cat "$dir/url")" >&2
     ;;
+  restart)
+    as_pg "$PGBIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -m fast -w -t 60 restart >/dev/null \
+      || { cat "$dir/server.log" >&2; exit 1; }
+    ;;
   stop)
     if [ -d "$dir/data" ]; then
       as_pg "$PGBIN/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1 || true
     fi
     rm -rf "$dir"
     ;;
-  *) echo "usage: pg.sh start|stop DIR" >&2; exit 2 ;;
+  *) echo "usage: pg.sh start|stop|restart DIR" >&2; exit 2 ;;
 esac

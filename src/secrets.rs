@@ -35,7 +35,15 @@ pub fn register(value: &str) {
     if value.len() < 4 {
         return;
     }
+    // The JSON log format writes a value escaped: mask that form too.
+    let json = serde_json::to_string(value).unwrap_or_default();
+    let escaped = json
+        .get(1..json.len().saturating_sub(1))
+        .unwrap_or_default();
     if let Ok(mut s) = SECRETS.write() {
+        if escaped != value && !escaped.is_empty() && !s.iter().any(|v| v == escaped) {
+            s.push(escaped.to_string());
+        }
         if !s.iter().any(|v| v == value) {
             s.push(value.to_string());
             // Longest first, so a secret containing another is masked whole.

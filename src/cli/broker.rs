@@ -94,7 +94,7 @@ pub fn run(a: BrokerArgs) -> anyhow::Result<()> {
     });
     let cluster = broker::start(&topics, Some(&a.address_file), timings, tls.as_ref())?;
     println!("{}", cluster.bootstrap_servers());
-    tracing::info!(bootstrap = %cluster.bootstrap_servers(), topics = ?topics, file = %a.address_file.display(),
+    tracing::info!(bootstrap = %cluster.bootstrap_servers(), topics = %crate::logfmt::pairs(topics.iter().map(|(t, n)| (t, n))), file = %a.address_file.display(),
         "dev broker ready (in-memory; keeps the newest 5 MiB per partition)");
     while !shutdown::requested() {
         std::thread::sleep(Duration::from_millis(100));

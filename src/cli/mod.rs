@@ -144,12 +144,28 @@ pub fn init_logging() {
             tracing_subscriber::EnvFilter::new("info,librdkafka=warn,rdkafka=warn")
         });
     use std::io::IsTerminal;
-    tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(|| crate::secrets::RedactingWriter(std::io::stderr()))
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
-        .init();
+        .with_writer(|| crate::secrets::RedactingWriter(std::io::stderr()));
+    // TALLY_LOG_FORMAT=json: one JSON object per line, for log shippers.
+    match std::env::var("TALLY_LOG_FORMAT").as_deref() {
+        Ok("json") => fmt
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .init(),
+        other => {
+            fmt.with_ansi(std::io::stderr().is_terminal())
+                .with_target(false)
+                .init();
+            if let Ok(v) = other {
+                if v != "text" {
+                    tracing::warn!(value = v, "TALLY_LOG_FORMAT is json or text; logging text");
+                }
+            }
+        }
+    }
 }
 
 pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
@@ -165,7 +181,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
                 },
             )
             .context("sink failed")?;
-            eprintln!("sink: {summary:?}");
+            eprintln!("sink: {summary}");
             Ok(())
         }
         Command::Migrate(c) => {

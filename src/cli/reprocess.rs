@@ -139,6 +139,13 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
         tpl.add_partition_offset(&topic, *p, Offset::Offset(*o))?;
     }
     consumer.assign(&tpl)?;
+    // --follow is a long-running service: the endpoints of metrics.listen.
+    let service = std::sync::Arc::new(crate::service::State::new(crate::kafka::now_ms()));
+    if let (true, Some(addr)) = (a.follow, &cfg.metrics.listen) {
+        crate::service::http::serve(addr, service.clone())
+            .with_context(|| format!("metrics.listen {addr}"))?;
+    }
+    service.set_ready();
     let total: i64 = end.iter().map(|(p, e)| (e - start[p]).max(0)).sum();
     let mut next = start.clone();
     let mut done: BTreeMap<i32, bool> = next.iter().map(|(p, n)| (*p, *n >= end[p])).collect();
@@ -151,6 +158,7 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
             break;
         }
         progress.show(&summary, false);
+        service.beat(crate::kafka::now_ms());
         let Some(msg) = consumer.poll(Duration::from_millis(200)) else {
             continue;
         };

@@ -299,6 +299,9 @@ pub struct SinkConfig {
     pub database_url: String,
     /// Consumer group of the sink on the results topic.
     pub group_id: String,
+    /// How long the sink keeps retrying PostgreSQL while it is unreachable (a
+    /// restart, a failover) before it exits 4.
+    pub retry_budget: Millis,
 }
 
 impl Default for SinkConfig {
@@ -306,6 +309,7 @@ impl Default for SinkConfig {
         Self {
             database_url: "postgres://postgres@127.0.0.1:5432/tally".into(),
             group_id: "tally-sink".into(),
+            retry_budget: Millis(300_000),
         }
     }
 }
@@ -313,7 +317,8 @@ impl Default for SinkConfig {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MetricsConfig {
-    /// Serve Prometheus text at `http://<listen>/metrics` (e.g. "127.0.0.1:9464");
+    /// Serve `/metrics`, `/healthz` and `/readyz` at `http://<listen>/` (e.g.
+    /// "127.0.0.1:9464"; `crate::service`);
     /// absent = off. A JSON report is always written to `<state.dir>/report.json`.
     pub listen: Option<String>,
 }
@@ -403,6 +408,20 @@ impl Config {
             let Some(path) = name.strip_prefix("TALLY_") else {
                 continue;
             };
+            // TALLY_X__Y_FILE=/path: the value of TALLY_X__Y, read from a file.
+            let (name, path, value) = match path.strip_suffix("_FILE").filter(|p| p.contains("__"))
+            {
+                Some(base) => {
+                    let read =
+                        read_secret_file(Path::new(&value)).map_err(|msg| ConfigError::Env {
+                            var: name.clone(),
+                            key: base.to_ascii_lowercase().replace("__", "."),
+                            msg,
+                        })?;
+                    (format!("TALLY_{base}"), base.to_string(), read)
+                }
+                None => (name.clone(), path.to_string(), value),
+            };
             let parts: Vec<String> = path.split("__").map(str::to_ascii_lowercase).collect();
             if parts.len() < 2 || parts.iter().any(String::is_empty) {
                 continue;
@@ -411,6 +430,7 @@ impl Config {
                 applied.push((name, key, value));
             }
         }
+        resolve_files(&mut root, "")?;
         // Before anything can print a value (see `secrets`).
         crate::secrets::register_from(&root);
         let parse = |t: toml::Table| Config::deserialize(toml::Value::Table(t));
@@ -453,7 +473,6 @@ impl Config {
         Ok(cfg)
     }
 
-    /// Cross-field checks; each error names the key.
     /// The configuration as TOML that loads back to itself, every secret (the
     /// rule of `crate::secrets`) shown as `***`: what `tally config` prints.
     pub fn effective_toml(&self) -> Result<String, ConfigError> {
@@ -461,6 +480,7 @@ impl Config {
         Ok(crate::secrets::redact(&text).into_owned())
     }
 
+    /// Cross-field checks; each error names the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.window.size.0 <= 0 {
             return Err(invalid("window.size", "must be greater than 0"));
@@ -593,6 +613,42 @@ impl Config {
     }
 }
 
+/// A file's contents as a config value: one trailing newline dropped (as
+/// `echo` writes it), nothing else changed.
+fn read_secret_file(path: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = text.strip_suffix('\n').unwrap_or(&text);
+    Ok(text.strip_suffix('\r').unwrap_or(text).to_string())
+}
+
+/// Replaces every value written `{ file = "/path" }` (inside a section) with the
+/// file's contents: secrets from Kubernetes secret mounts.
+fn resolve_files(t: &mut toml::Table, prefix: &str) -> Result<(), ConfigError> {
+    for (k, v) in t.iter_mut() {
+        let key = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        let toml::Value::Table(inner) = v else {
+            continue;
+        };
+        match inner.get("file") {
+            Some(toml::Value::String(path)) if inner.len() == 1 && !prefix.is_empty() => {
+                let text =
+                    read_secret_file(Path::new(path)).map_err(|msg| ConfigError::Invalid {
+                        key: key.clone(),
+                        msg,
+                    })?;
+                *v = toml::Value::String(text);
+            }
+            _ => resolve_files(inner, &key)?,
+        }
+    }
+    Ok(())
+}
+
 /// Sets `path` (lower-cased from the variable's name) to `value`; returns the
 /// dotted key it set. Names are matched to the file's keys without regard to
 /// case, so `TALLY_PRICES__GPT4O__INPUT_PER_1K` overrides `[prices.GPT4o]` rather
@@ -621,7 +677,10 @@ fn apply_override(table: &mut toml::Table, path: &[String], value: String) -> Op
     let mut key = last.clone();
     if parents.len() == 1
         && parents[0] == "kafka"
-        && !matches!(key.as_str(), "bootstrap_servers" | "group_id")
+        && !matches!(
+            key.as_str(),
+            "bootstrap_servers" | "group_id" | "connect_timeout"
+        )
     {
         key = key.replace('_', ".");
     }
@@ -693,6 +752,50 @@ mod tests {
         // Prices are optional for the sink and the broker, required to price.
         let bare = load("", &[]).unwrap();
         assert!(bare.engine().unwrap_err().to_string().contains("prices"));
+    }
+
+    /// Secrets from files (Kubernetes secret mounts): `{ file = "…" }` in the
+    /// TOML, `TALLY_…_FILE` in the environment; masked like any secret.
+    #[test]
+    fn secrets_are_read_from_files() {
+        let dir = std::env::temp_dir().join(format!("tally-secret-files-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("sasl"), "UNIT-CANARY-file-sasl\n").unwrap();
+        std::fs::write(
+            dir.join("url"),
+            "postgres://u:UNIT-CANARY-file-url@db/tally",
+        )
+        .unwrap();
+        let text = format!(
+            "[kafka]\n\"sasl.password\" = {{ file = \"{}\" }}\n{PRICES}",
+            dir.join("sasl").display()
+        );
+        let url_file = dir.join("url").display().to_string();
+        let cfg = load(&text, &[("TALLY_SINK__DATABASE_URL_FILE", &url_file)]).unwrap();
+        assert_eq!(
+            cfg.kafka.properties["sasl.password"],
+            "UNIT-CANARY-file-sasl"
+        );
+        assert_eq!(
+            cfg.sink.database_url,
+            "postgres://u:UNIT-CANARY-file-url@db/tally"
+        );
+        let printed = cfg.effective_toml().unwrap();
+        assert!(!printed.contains("UNIT-CANARY"), "{printed}");
+        let missing = format!(
+            "[sink]\ndatabase_url = {{ file = \"{}/nope\" }}\n",
+            dir.display()
+        );
+        let e = load(&missing, &[]).unwrap_err().to_string();
+        assert!(e.contains("sink.database_url") && e.contains("nope"), "{e}");
+        let e = load("", &[("TALLY_SINK__DATABASE_URL_FILE", "/no/such")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("TALLY_SINK__DATABASE_URL_FILE") && e.contains("/no/such"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// `tally config` prints TOML that loads back to the same configuration, with

@@ -114,8 +114,8 @@ impl ConsumerContext for SourceContext {
                         for (p, start) in &starts {
                             let _ = tpl.set_partition_offset(&topic, p.0, Offset::Offset(start.0));
                         }
-                        let at: Vec<(i32, i64)> = starts.iter().map(|(p, o)| (p.0, o.0)).collect();
-                        info!(partitions = ?at, "assigned");
+                        let at = crate::logfmt::pairs(starts.iter().map(|(p, o)| (p.0, o.0)));
+                        info!(partitions = %at, "assigned");
                         if cooperative {
                             consumer.incremental_assign(tpl)
                         } else {
@@ -130,7 +130,7 @@ impl ConsumerContext for SourceContext {
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 let at: Vec<i32> = partitions.iter().map(|p| p.0).collect();
-                info!(partitions = ?at, "revoked");
+                info!(partitions = %crate::logfmt::list(&at), "revoked");
                 if let Err(msg) = handler.on_revoke(consumer, &partitions) {
                     self.fail(msg);
                 }
@@ -141,7 +141,7 @@ impl ConsumerContext for SourceContext {
                 }
             }
             other => {
-                warn!(error = ?other, "rebalance error");
+                warn!(error = %rdkafka::types::RDKafkaErrorCode::from(other), "rebalance error");
                 consumer.unassign()
             }
         };
@@ -154,7 +154,25 @@ impl ConsumerContext for SourceContext {
 /// The log start of `topic`/`partition` as librdkafka last saw it in a fetch
 /// response (no network round trip); `None` before the first fetch.
 pub fn cached_log_start(consumer: &Source, topic: &str, partition: Partition) -> Option<i64> {
-    let topic = CString::new(topic).ok()?;
+    cached_watermarks(consumer, topic, partition).0
+}
+
+/// The log end (high watermark) of `topic`/`partition` as librdkafka last saw it
+/// in a fetch response (no network round trip); `None` before the first fetch.
+pub fn cached_log_end(consumer: &Source, topic: &str, partition: Partition) -> Option<i64> {
+    cached_watermarks(consumer, topic, partition).1
+}
+
+/// The log start and end of `topic`/`partition` from librdkafka's cache (the
+/// last fetch response), for any consumer.
+pub fn cached_watermarks<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    partition: Partition,
+) -> (Option<i64>, Option<i64>) {
+    let Ok(topic) = CString::new(topic) else {
+        return (None, None);
+    };
     let (mut low, mut high) = (-1i64, -1i64);
     // SAFETY: a live client handle, a NUL-terminated topic name, and two valid
     // out-pointers; the call only reads librdkafka's cached partition state.
@@ -167,6 +185,8 @@ pub fn cached_log_start(consumer: &Source, topic: &str, partition: Partition) ->
             &mut high,
         )
     };
-    (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && low >= 0)
-        .then_some(low)
+    if err != rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+        return (None, None);
+    }
+    ((low >= 0).then_some(low), (high >= 0).then_some(high))
 }

@@ -16,6 +16,9 @@ pub struct Histogram {
     counts: Box<[u64; BUCKETS]>,
     total: u64,
     max: u64,
+    /// Sum of the recorded values (Prometheus's `_sum`).
+    #[serde(default)]
+    sum: u64,
 }
 
 impl Default for Histogram {
@@ -24,6 +27,7 @@ impl Default for Histogram {
             counts: Box::new([0; BUCKETS]),
             total: 0,
             max: 0,
+            sum: 0,
         }
     }
 }
@@ -55,6 +59,7 @@ impl Histogram {
         self.counts[bucket(v)] += 1;
         self.total += 1;
         self.max = self.max.max(v);
+        self.sum = self.sum.saturating_add(v);
     }
 
     pub fn count(&self) -> u64 {
@@ -71,6 +76,27 @@ impl Histogram {
         }
         self.total += other.total;
         self.max = self.max.max(other.max);
+        self.sum = self.sum.saturating_add(other.sum);
+    }
+
+    pub fn sum(&self) -> u64 {
+        self.sum
+    }
+
+    /// Counts per upper bound `bounds[i]` (ascending, same unit as the values),
+    /// not cumulative, for a Prometheus histogram: a bucket of ours is counted
+    /// under the first bound at or above its upper end, so a value is never
+    /// reported below a bound it exceeds (it may be reported one bound higher,
+    /// within this histogram's 12.5%). What lies above the last bound is left
+    /// for `+Inf` (`count()`).
+    pub fn counts_by_bound(&self, bounds: &[u64]) -> Vec<u64> {
+        let mut out = vec![0; bounds.len()];
+        for (b, c) in self.counts.iter().enumerate().filter(|(_, c)| **c > 0) {
+            if let Some(i) = bounds.iter().position(|bound| upper(b) <= *bound) {
+                out[i] += c;
+            }
+        }
+        out
     }
 
     /// The value at quantile `per_mille / 1000` (e.g. 990 = p99), as a bucket upper
@@ -145,6 +171,21 @@ mod tests {
         h.record(-5);
         assert_eq!(h.count(), 1001);
         assert_eq!(Histogram::default().quantile(500), None);
+    }
+
+    #[test]
+    fn counts_by_bound_never_report_a_value_below_its_bound() {
+        let mut h = Histogram::default();
+        for v in [0, 3, 5, 9, 10, 11, 999, 1000, 1001, 5000, 90_000] {
+            h.record(v);
+        }
+        // 999..1001 share an internal bucket ending above 1000: all go to 2000.
+        assert_eq!(
+            h.counts_by_bound(&[5, 10, 1000, 2000, 60_000]),
+            [3, 2, 1, 3, 1]
+        );
+        assert_eq!(h.sum(), 98_038);
+        assert_eq!(h.count(), 11);
     }
 
     #[test]

@@ -1,31 +1,17 @@
 //! Observability of time and of the audit: what a worker reports, and how it is
 //! rendered (Prometheus text, the `tally delays` table). Pure; the worker does the I/O.
 //!
-//! Metric names (stable; documented in docs/reference/metrics.md):
-//! - `tally_partition_watermark_ms{partition}` — partition watermark (event time, ms)
-//! - `tally_partition_watermark_lag_ms{partition}` — wall clock minus watermark
-//! - `tally_job_watermark_ms`, `tally_job_watermark_partition` — min over active partitions
-//! - `tally_records_total{partition,route}` — consumed, folded, too_late, dead_letter, duplicate
-//! - `tally_panes_total{partition}`, `tally_open_windows{partition}`, `tally_dedup_ids{partition}`
-//! - `tally_spilled_windows{partition}` — windows evicted to RocksDB (memory budget)
-//! - `tally_idle_advances_total{partition}`
-//! - `tally_offsets_gap_total{partition}` — offsets deleted before tally read them,
-//!   accepted with `--allow-truncated-log` (never billed)
-//! - `tally_offsets_empty_total{partition}` — offsets without a record (transaction
-//!   markers, aborted or compacted records)
-//! - `tally_event_delay_ms{partition,quantile}` — wall clock at ingest minus event time
-//! - `tally_event_disorder_ms{partition,quantile}` — partition max event time minus event time
-//! - `tally_pane_ack_latency_us{quantile}` — on-time pane: the watermark passing the
-//!   window end → the pane acknowledged by Kafka (this worker process, µs)
-//! - `tally_audit_balanced` — 1 when consumed = folded + too_late + dead_letter + duplicate
-//!   and consumed + empty + gap offsets = next offset, everywhere
+//! The Prometheus names and their units are in `exposition` (the list:
+//! `exposition::EXPORTED`; the meanings: docs/reference/metrics.md).
 
+pub mod exposition;
 pub mod histogram;
 
 use std::fmt::Write;
 
 use serde::{Deserialize, Serialize};
 
+pub use exposition::EXPORTED;
 pub use histogram::Histogram;
 
 use crate::checkpoint::OffsetLedger;
@@ -54,6 +40,22 @@ pub struct PartitionReport {
     pub dedup_ids: usize,
     pub delay: Histogram,
     pub disorder: Histogram,
+    /// The input log end as of librdkafka's last fetch (consumer lag = log_end −
+    /// next_offset); `None` before the first fetch.
+    #[serde(default)]
+    pub log_end: Option<i64>,
+}
+
+/// The checkpoints of this worker process.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CheckpointStats {
+    pub completed: u64,
+    /// Wall clock, ms, when the last one completed.
+    pub last_success_ms: Option<i64>,
+    /// Barrier to manifest, ms.
+    pub last_duration_ms: i64,
+    /// Bytes of its partition files.
+    pub last_bytes: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -62,6 +64,14 @@ pub struct WorkerReport {
     pub topic: String,
     pub group: String,
     pub bound_ms: i64,
+    /// `window.allowed_lateness`, ms.
+    #[serde(default)]
+    pub allowed_lateness_ms: i64,
+    /// `checkpoint.interval`, ms.
+    #[serde(default)]
+    pub checkpoint_interval_ms: i64,
+    #[serde(default)]
+    pub checkpoint: CheckpointStats,
     /// A partition silent this long is not "active" for the job watermark.
     pub idle_ms: Option<i64>,
     pub partitions: Vec<PartitionReport>,
@@ -107,165 +117,9 @@ impl WorkerReport {
         })
     }
 
+    /// The Prometheus text of this report (`exposition`).
     pub fn render_prometheus(&self) -> String {
-        let mut s = String::new();
-        let g = |s: &mut String, name: &str, help: &str| {
-            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge");
-        };
-        g(
-            &mut s,
-            "tally_partition_watermark_ms",
-            "Partition watermark, event time ms.",
-        );
-        for p in &self.partitions {
-            if let Some(w) = p.watermark {
-                let _ = writeln!(
-                    s,
-                    "tally_partition_watermark_ms{{partition=\"{}\"}} {w}",
-                    p.partition
-                );
-            }
-        }
-        g(
-            &mut s,
-            "tally_partition_watermark_lag_ms",
-            "Wall clock minus partition watermark.",
-        );
-        for p in &self.partitions {
-            if let Some(w) = p.watermark {
-                let _ = writeln!(
-                    s,
-                    "tally_partition_watermark_lag_ms{{partition=\"{}\"}} {}",
-                    p.partition,
-                    self.at_ms - w.0
-                );
-            }
-        }
-        if let Some((w, p)) = self.job_watermark() {
-            g(
-                &mut s,
-                "tally_job_watermark_ms",
-                "Minimum watermark over active partitions.",
-            );
-            let _ = writeln!(s, "tally_job_watermark_ms {w}");
-            g(
-                &mut s,
-                "tally_job_watermark_partition",
-                "Partition holding the job watermark.",
-            );
-            let _ = writeln!(s, "tally_job_watermark_partition {p}");
-        }
-        let _ = writeln!(s, "# HELP tally_records_total Input records by route.\n# TYPE tally_records_total counter");
-        for p in &self.partitions {
-            let c = &p.counters;
-            for (route, n) in [
-                ("consumed", c.consumed),
-                ("folded", c.folded),
-                ("too_late", c.too_late),
-                ("dead_letter", c.dead_letter),
-                ("duplicate", c.duplicate),
-            ] {
-                let _ = writeln!(
-                    s,
-                    "tally_records_total{{partition=\"{}\",route=\"{route}\"}} {n}",
-                    p.partition
-                );
-            }
-        }
-        for (name, help, f) in [
-            (
-                "tally_panes_total",
-                "Result panes emitted.",
-                (|p: &PartitionReport| p.counters.panes) as fn(&PartitionReport) -> u64,
-            ),
-            ("tally_open_windows", "Windows held in state.", |p| {
-                p.open_windows as u64
-            }),
-            (
-                "tally_spilled_windows",
-                "Windows held only in RocksDB (memory budget).",
-                |p| p.spilled_windows as u64,
-            ),
-            (
-                "tally_dedup_ids",
-                "Request ids remembered for dedup.",
-                |p| p.dedup_ids as u64,
-            ),
-            (
-                "tally_idle_advances_total",
-                "Watermark advances forced by idleness.",
-                |p| p.idle_advances,
-            ),
-            (
-                "tally_offsets_gap_total",
-                "Offsets deleted before tally read them, accepted with --allow-truncated-log (not billed).",
-                |p| p.offsets.gap_offsets,
-            ),
-            (
-                "tally_offsets_empty_total",
-                "Offsets without a record: transaction markers, aborted or compacted records.",
-                |p| p.offsets.empty_offsets,
-            ),
-        ] {
-            let kind = if name.ends_with("_total") {
-                "counter"
-            } else {
-                "gauge"
-            };
-            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for p in &self.partitions {
-                let _ = writeln!(s, "{name}{{partition=\"{}\"}} {}", p.partition, f(p));
-            }
-        }
-        for (name, help, f) in [
-            (
-                "tally_event_delay_ms",
-                "Wall clock at ingest minus event time.",
-                (|p: &PartitionReport| &p.delay) as fn(&PartitionReport) -> &Histogram,
-            ),
-            (
-                "tally_event_disorder_ms",
-                "Partition max event time minus event time.",
-                |p| &p.disorder,
-            ),
-        ] {
-            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} summary");
-            for p in &self.partitions {
-                for (q, label) in QUANTILES {
-                    if let Some(v) = f(p).quantile(q) {
-                        let _ = writeln!(
-                            s,
-                            "{name}{{partition=\"{}\",quantile=\"{label}\"}} {v}",
-                            p.partition
-                        );
-                    }
-                }
-                let _ = writeln!(
-                    s,
-                    "{name}_count{{partition=\"{}\"}} {}",
-                    p.partition,
-                    f(p).count()
-                );
-            }
-        }
-        let name = "tally_pane_ack_latency_us";
-        let _ = writeln!(
-            s,
-            "# HELP {name} On-time pane: watermark past the window end to Kafka ack.\n# TYPE {name} summary"
-        );
-        for (q, label) in QUANTILES {
-            if let Some(v) = self.pane_ack_us.quantile(q) {
-                let _ = writeln!(s, "{name}{{quantile=\"{label}\"}} {v}");
-            }
-        }
-        let _ = writeln!(s, "{name}_count {}", self.pane_ack_us.count());
-        g(
-            &mut s,
-            "tally_audit_balanced",
-            "1 when every record is accounted for.",
-        );
-        let _ = writeln!(s, "tally_audit_balanced {}", u8::from(self.balanced()));
-        s
+        exposition::worker(self)
     }
 
     /// The `tally delays` table.
@@ -363,6 +217,7 @@ mod tests {
             dedup_ids: 3,
             delay: Histogram::default(),
             disorder: h,
+            log_end: Some(10),
         }
     }
 
@@ -373,6 +228,9 @@ mod tests {
             topic: "requests".into(),
             group: "g".into(),
             bound_ms: 5_000,
+            allowed_lateness_ms: 30_000,
+            checkpoint_interval_ms: 1_000,
+            checkpoint: CheckpointStats::default(),
             idle_ms: Some(30_000),
             partitions: vec![
                 part(0, Some(900), 60_000, &[]),
@@ -384,9 +242,16 @@ mod tests {
         };
         assert_eq!(r.job_watermark(), Some((EventTime(1_500), Partition(3))));
         let text = r.render_prometheus();
-        assert!(text.contains("tally_job_watermark_partition 3"));
-        assert!(text.contains("tally_partition_watermark_lag_ms{partition=\"1\"} 8000"));
-        assert!(text.contains("tally_audit_balanced 1"));
+        assert!(text.contains("tally_job_watermark_partition 3.0"), "{text}");
+        assert!(
+            text.contains("tally_partition_watermark_lag_seconds{partition=\"1\"} 8.0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tally_consumer_lag_records{partition=\"1\"} 7.0"),
+            "{text}"
+        );
+        assert!(text.contains("tally_audit_balanced 1.0"), "{text}");
     }
 
     #[test]
@@ -399,6 +264,9 @@ mod tests {
             topic: "t".into(),
             group: "g".into(),
             bound_ms: 5_000,
+            allowed_lateness_ms: 30_000,
+            checkpoint_interval_ms: 1_000,
+            checkpoint: CheckpointStats::default(),
             idle_ms: None,
             partitions: vec![part(0, Some(0), 0, &disorder)],
             pane_ack_us: Histogram::default(),

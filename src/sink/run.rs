@@ -10,20 +10,24 @@
 //! `rejected`, and skipped (a poison record must not stop billing).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use super::apply::{applied_offsets, apply_batch};
 use super::{connect, migrate, SinkError};
 use crate::config::Config;
 use crate::engine::SinkRecord;
 use crate::kafka::logging::Logged;
-use crate::kafka::{client_config, KafkaIoError};
+use crate::kafka::source::cached_watermarks;
+use crate::kafka::{client_config, now_ms, KafkaIoError};
+use crate::metrics::exposition::{self, SinkFigures};
 use crate::model::Partition;
+use crate::service::State;
 use crate::state::NextOffset;
 use crate::worker::shutdown;
 
@@ -39,6 +43,16 @@ pub struct SinkSummary {
     pub rows_changed: u64,
     pub stale_ignored: u64,
     pub rejected: u64,
+}
+
+impl std::fmt::Display for SinkSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "records: {}, rows_changed: {}, stale_ignored: {}, rejected: {}",
+            self.records, self.rows_changed, self.stale_ignored, self.rejected
+        )
+    }
 }
 
 const MAX_BATCH: usize = 2_000;
@@ -64,7 +78,14 @@ fn runtime() -> Result<tokio::runtime::Runtime, SinkError> {
 
 async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkError> {
     let topic = cfg.topics.results.as_str();
-    let mut client = connect(&cfg.sink.database_url).await?;
+    let service = Arc::new(State::new(now_ms()));
+    if let Some(addr) = &cfg.metrics.listen {
+        crate::service::http::serve(addr, service.clone())
+            .map_err(|e| SinkError::Other(format!("metrics.listen {addr}: {e}")))?;
+    }
+    service.set_not_ready("connecting to PostgreSQL");
+    let budget = Duration::from_millis(cfg.sink.retry_budget.0.max(0) as u64);
+    let mut client = reconnect(&cfg.sink.database_url, budget).await?;
     migrate::run(&mut client).await?;
     let mut ccfg = client_config(
         &cfg.kafka,
@@ -111,10 +132,29 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
         .map_err(KafkaIoError::client("assigning the results topic"))?;
     // Bare numbers in the log (the newtypes' Debug would say `Partition(0)`).
     let resume: BTreeMap<i32, i64> = stored.iter().map(|(p, o)| (p.0, o.0)).collect();
-    info!(topic, partitions, resume = ?resume, "sink started");
+    info!(topic, partitions, resume = %crate::logfmt::pairs(&resume), "sink started");
+    service.set_ready();
     let mut summary = SinkSummary::default();
     let mut last_log = Instant::now();
+    let mut last_publish = Instant::now();
+    let mut last_apply_ms = None;
     loop {
+        service.beat(now_ms());
+        if last_publish.elapsed() >= Duration::from_millis(500) {
+            service.set_metrics(exposition::sink(&SinkFigures {
+                applied_records: summary.records,
+                rows_changed: summary.rows_changed,
+                lag: next
+                    .iter()
+                    .filter_map(|(p, n)| {
+                        let end = cached_watermarks(&consumer, topic, Partition(*p)).1?;
+                        Some((*p, (end - n).max(0)))
+                    })
+                    .collect(),
+                last_apply_ms,
+            }));
+            last_publish = Instant::now();
+        }
         if shutdown::requested() || (opts.until_end && next.iter().all(|(p, n)| *n >= ends[p])) {
             break;
         }
@@ -148,16 +188,87 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
         if offsets.is_empty() {
             continue;
         }
-        let a = apply_batch(&mut client, &records, &offsets).await?;
+        let a = loop {
+            match apply_batch(&mut client, &records, &offsets).await {
+                Ok(a) => break a,
+                Err(SinkError::Postgres(e)) if transient(&e) => {
+                    warn!(error = %e, "PostgreSQL lost; reconnecting to apply the batch again");
+                    service.set_not_ready("reconnecting to PostgreSQL");
+                    client = reconnect(&cfg.sink.database_url, budget).await?;
+                    info!(
+                        records = records.len(),
+                        "reconnected to PostgreSQL; applying the batch again"
+                    );
+                    service.set_ready();
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        last_apply_ms = Some(now_ms());
         summary.rows_changed += a.rows_changed;
         summary.stale_ignored += a.stale_ignored;
         if last_log.elapsed() >= Duration::from_secs(5) {
-            info!(?summary, "sink progress");
+            info!(
+                records = summary.records,
+                rows_changed = summary.rows_changed,
+                stale_ignored = summary.stale_ignored,
+                rejected = summary.rejected,
+                "sink progress"
+            );
             last_log = Instant::now();
         }
     }
-    info!(?summary, "sink stopped");
+    info!(
+        records = summary.records,
+        rows_changed = summary.rows_changed,
+        stale_ignored = summary.stale_ignored,
+        rejected = summary.rejected,
+        "sink stopped"
+    );
     Ok(summary)
+}
+
+/// A failure that a reconnect may cure: the connection itself (no SQLSTATE),
+/// or the server going away or not yet accepting (class 08, 57P01–57P03).
+fn transient(e: &tokio_postgres::Error) -> bool {
+    match e.code() {
+        None => true,
+        Some(c) => {
+            let c = c.code();
+            c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03")
+        }
+    }
+}
+
+/// Connects, retrying transient failures with backoff (0.5 s doubling to 10 s)
+/// for at most `budget`; then the last error (exit 4).
+async fn reconnect(url: &str, budget: Duration) -> Result<tokio_postgres::Client, SinkError> {
+    let started = Instant::now();
+    let mut backoff = Duration::from_millis(500);
+    let mut attempts = 0u32;
+    loop {
+        match connect(url).await {
+            Ok(client) => {
+                if attempts > 0 {
+                    info!(
+                        attempts,
+                        waited_ms = started.elapsed().as_millis() as u64,
+                        "reconnected to PostgreSQL"
+                    );
+                }
+                return Ok(client);
+            }
+            Err(SinkError::Postgres(e))
+                if transient(&e) && started.elapsed() < budget && !shutdown::requested() =>
+            {
+                attempts += 1;
+                warn!(attempt = attempts, retry_in_ms = backoff.as_millis() as u64, error = %e, "PostgreSQL unavailable");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 fn wait_for_partitions(consumer: &BaseConsumer<Logged>, topic: &str) -> Result<i32, SinkError> {

@@ -160,6 +160,10 @@ pub fn describe_key(k: &[u8]) -> String {
 /// commit need not be one atomic batch.
 const COMMIT_BATCH: usize = 65_536;
 
+/// The RocksDB version the `rocksdb` crate bundles (`librocksdb-sys`'s version
+/// suffix; a test checks it against Cargo.lock). Reported in `tally_build_info`.
+pub const ROCKSDB_VERSION: &str = "11.8.1";
+
 impl SpillStore for StateStore {
     fn window(&self, p: Partition, end: i64, tenant: &str) -> Result<Option<WindowAcc>, String> {
         let k = key(b'W', p.0, &[&end_bytes(end), tenant.as_bytes()]);

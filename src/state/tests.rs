@@ -88,3 +88,16 @@ fn keys_are_described_for_people_not_as_bytes() {
     );
     assert_eq!(super::describe_key(b"Z"), "unrecognised key of 1 bytes");
 }
+
+#[test]
+fn rocksdb_version_is_the_bundled_one() {
+    let lock = include_str!("../../Cargo.lock");
+    let at = lock
+        .find("name = \"librocksdb-sys\"")
+        .expect("librocksdb-sys in Cargo.lock");
+    let version = lock[at..].lines().nth(1).unwrap();
+    assert!(
+        version.ends_with(&format!("+{ROCKSDB_VERSION}\"")),
+        "{version} vs {ROCKSDB_VERSION}"
+    );
+}

@@ -44,9 +44,11 @@ use crate::engine::{
 };
 use crate::failpoint;
 use crate::kafka::outputs::{source_coords, Outputs};
-use crate::kafka::source::{cached_log_start, RebalanceHandler, Source, StartPolicy};
+use crate::kafka::source::{
+    cached_log_end, cached_log_start, RebalanceHandler, Source, StartPolicy,
+};
 use crate::kafka::{now_ms, KafkaIoError};
-use crate::metrics::{PartitionReport, WorkerReport};
+use crate::metrics::{CheckpointStats, PartitionReport, WorkerReport};
 use crate::model::Partition;
 use crate::state::{NextOffset, PartitionCommit, StateStore};
 use crate::time::EventTime;
@@ -127,6 +129,10 @@ pub struct Core {
     pub since_memory_check: u32,
     /// Set when the windows in memory exceed the budget: spill now.
     pub spill_due: bool,
+    /// `checkpoint.interval`, ms (reported).
+    pub checkpoint_interval_ms: i64,
+    /// This process's checkpoints (reported).
+    pub checkpoint_stats: CheckpointStats,
 }
 
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -372,14 +378,20 @@ impl Core {
         failpoint::hit("after_offset_commit");
         self.checkpoints.retain(id)?;
         let total = self.audit();
-        let report = self.report();
+        self.checkpoint_stats = CheckpointStats {
+            completed: self.checkpoint_stats.completed + 1,
+            last_success_ms: Some(now_ms()),
+            last_duration_ms: started.elapsed().as_millis() as i64,
+            last_bytes: manifest.partitions.iter().map(|e| e.bytes).sum(),
+        };
+        let report = self.report_with(consumer);
         self.publisher.publish(&report);
         info!(
             checkpoint = id.0,
             pause_ms = self.pauses_ms.last().copied().unwrap_or(0),
             duration_ms = started.elapsed().as_millis() as u64,
             bytes = manifest.partitions.iter().map(|e| e.bytes).sum::<u64>(),
-            offsets = ?manifest.partitions.iter().map(|e| (e.partition.0, e.next_offset.0)).collect::<Vec<_>>(),
+            offsets = %crate::logfmt::pairs(manifest.partitions.iter().map(|e| (e.partition.0, e.next_offset.0))),
             gap_offsets = manifest.partitions.iter().map(|e| e.offsets.gap_offsets).sum::<u64>(),
             consumed = total.consumed, folded = total.folded, too_late = total.too_late,
             dead_letter = total.dead_letter, duplicate = total.duplicate, panes = total.panes,
@@ -563,10 +575,18 @@ impl Core {
         for (p, s) in &self.slots {
             let c = s.task.counters();
             if !c.balanced() {
-                error!(partition = p.0, ?c, "CONSERVATION AUDIT FAILED: consumed != folded + too_late + dead_letter + duplicate");
+                error!(partition = p.0, consumed = c.consumed, folded = c.folded, too_late = c.too_late,
+                    dead_letter = c.dead_letter, duplicate = c.duplicate, "CONSERVATION AUDIT FAILED: consumed != folded + too_late + dead_letter + duplicate");
             }
             if !s.offsets.balanced(c.consumed, s.next) {
-                error!(partition = p.0, consumed = c.consumed, next_offset = s.next.0, offsets = ?s.offsets, "OFFSET AUDIT FAILED: consumed + empty_offsets + gap_offsets != next_offset");
+                error!(
+                    partition = p.0,
+                    consumed = c.consumed,
+                    next_offset = s.next.0,
+                    empty_offsets = s.offsets.empty_offsets,
+                    gap_offsets = s.offsets.gap_offsets,
+                    "OFFSET AUDIT FAILED: consumed + empty_offsets + gap_offsets != next_offset"
+                );
             }
             total.add(&c);
         }
@@ -652,7 +672,7 @@ impl Core {
         reassigned.map_err(KafkaIoError::client(
             "fetching on after an offset out of range",
         ))?;
-        info!(partitions = ?self.slots.iter().map(|(p, s)| (p.0, s.next.0)).collect::<Vec<_>>(), "fetching on");
+        info!(partitions = %crate::logfmt::pairs(self.slots.iter().map(|(p, s)| (p.0, s.next.0))), "fetching on");
         Ok(())
     }
 
@@ -662,6 +682,9 @@ impl Core {
             topic: self.job.topic.clone(),
             group: self.job.group.clone(),
             bound_ms: self.engine.max_out_of_orderness_ms,
+            allowed_lateness_ms: self.engine.allowed_lateness_ms,
+            checkpoint_interval_ms: self.checkpoint_interval_ms,
+            checkpoint: self.checkpoint_stats.clone(),
             idle_ms: self.idle_ms,
             partitions: self
                 .slots
@@ -680,10 +703,20 @@ impl Core {
                     dedup_ids: s.task.dedup_ids(),
                     delay: s.task.delay().clone(),
                     disorder: s.task.disorder().clone(),
+                    log_end: None,
                 })
                 .collect(),
             pane_ack_us: self.outputs.pane_ack_latency_us(),
         }
+    }
+
+    /// `report`, with each partition's log end as librdkafka last fetched it.
+    pub fn report_with(&self, consumer: &Source) -> WorkerReport {
+        let mut r = self.report();
+        for p in &mut r.partitions {
+            p.log_end = cached_log_end(consumer, &self.job.topic, p.partition);
+        }
+        r
     }
 }
 
@@ -696,8 +729,11 @@ impl RebalanceHandler for Core {
         // The store must not be written while an export reads it.
         self.finish_export(consumer).map_err(|e| e.to_string())?;
         self.assigned_once = true;
+        self.publisher
+            .service()
+            .set_not_ready(format!("restoring {} partition(s)", partitions.len()));
         let restored = self.restore_all(partitions);
-        let starts = partitions
+        let starts: Result<Vec<_>, String> = partitions
             .iter()
             .zip(restored)
             .map(|(p, r)| {
@@ -707,6 +743,10 @@ impl RebalanceHandler for Core {
             })
             .collect();
         self.evict_to_budget();
+        if starts.is_ok() {
+            // Joined, and every assigned partition restored.
+            self.publisher.service().set_ready();
+        }
         starts
     }
 
@@ -718,6 +758,11 @@ impl RebalanceHandler for Core {
         for p in partitions {
             self.slots.remove(p);
             self.store.drop_partition(*p).map_err(|e| e.to_string())?;
+        }
+        if self.slots.is_empty() {
+            self.publisher
+                .service()
+                .set_not_ready("rebalancing: partitions revoked, waiting for an assignment");
         }
         Ok(())
     }

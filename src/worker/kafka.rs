@@ -91,6 +91,8 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         memory_budget: cfg.state.memory_budget_bytes(),
         since_memory_check: 0,
         spill_due: false,
+        checkpoint_interval_ms: cfg.checkpoint.interval.0,
+        checkpoint_stats: Default::default(),
     }));
     let consumer: Source = consumer_config(&cfg.kafka)
         .create_with_context(SourceContext::new(core.clone()))
@@ -102,6 +104,10 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
             "subscribing to {}",
             cfg.topics.input
         )))?;
+    lock(&core)?
+        .publisher
+        .service()
+        .set_not_ready("joining the consumer group");
     info!(topic = %cfg.topics.input, group = %cfg.kafka.group_id, checkpoints = %cfg.checkpoint.dir.display(), "worker started");
     let topic_partitions = if opts.until_end {
         input_partitions(&consumer, &cfg.topics.input)?
@@ -164,12 +170,13 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
             continue;
         }
         since_housekeeping = 0;
+        c.publisher.service().beat(crate::kafka::now_ms());
         if !opts.until_end {
             c.advance_idle()?;
         }
         c.poll_export(&consumer)?;
         if last_report.elapsed() >= REPORT_EVERY {
-            let report = c.report();
+            let report = c.report_with(&consumer);
             c.publisher.publish_quiet(&report);
             last_report = Instant::now();
         }
@@ -183,7 +190,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
             && last_waiting_log.elapsed() >= Duration::from_secs(5)
         {
             let owned: Vec<i32> = c.slots.keys().map(|p| p.0).collect();
-            warn!(?owned, topic_partitions, "bounded run: waiting to own every partition of the input topic (another member holds the rest)");
+            warn!(owned = %crate::logfmt::list(&owned), topic_partitions, "bounded run: waiting to own every partition of the input topic (another member holds the rest)");
             last_waiting_log = Instant::now();
         }
     }
@@ -231,7 +238,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         "worker stopped"
     );
     // The stop report carries the whole run's figures (benchmarks read it).
-    c.publisher.publish_quiet(&c.report());
+    c.publisher.publish_quiet(&c.report_with(&consumer));
     drop(c);
     // Closing the consumer leaves the group: the revoke callback runs and finds
     // nothing to do. No unsubscribe first — a static member (group.instance.id)

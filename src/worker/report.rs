@@ -1,40 +1,38 @@
 //! Publishing the worker's report: `<state.dir>/report.json` (read by `tally
-//! delays`), an optional Prometheus endpoint, and a log line.
-//!
-//! The HTTP endpoint is a minimal blocking server on its own thread: it answers
-//! every request with the latest rendered text; it never touches worker state.
+//! delays`), the service endpoints (`crate::service`: /metrics, /healthz,
+//! /readyz on `metrics.listen`), and a log line.
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tracing::{info, warn};
 
 use crate::metrics::WorkerReport;
+use crate::service::State;
 
 pub struct Publisher {
     json_path: PathBuf,
-    prometheus: Arc<Mutex<String>>,
+    service: Arc<State>,
 }
 
 pub const REPORT_FILE: &str = "report.json";
 
 impl Publisher {
     pub fn new(state_dir: &Path, listen: Option<&str>) -> std::io::Result<Self> {
-        let prometheus = Arc::new(Mutex::new(String::new()));
+        let service = Arc::new(State::new(crate::kafka::now_ms()));
         if let Some(addr) = listen {
-            let listener = TcpListener::bind(addr)?;
-            info!(addr, "serving metrics at /metrics");
-            let text = prometheus.clone();
-            std::thread::Builder::new()
-                .name("metrics-http".into())
-                .spawn(move || serve(listener, text))?;
+            crate::service::http::serve(addr, service.clone())?;
         }
         Ok(Self {
             json_path: state_dir.join(REPORT_FILE),
-            prometheus,
+            service,
         })
+    }
+
+    /// Health and readiness of this worker (the loop beats, the rebalance
+    /// callbacks set readiness).
+    pub fn service(&self) -> &State {
+        &self.service
     }
 
     /// Publishes and logs the time line (at checkpoints).
@@ -53,9 +51,7 @@ impl Publisher {
 
     /// Publishes without logging (between checkpoints).
     pub fn publish_quiet(&self, report: &WorkerReport) {
-        if let Ok(mut t) = self.prometheus.lock() {
-            *t = report.render_prometheus();
-        }
+        self.service.set_metrics(report.render_prometheus());
         let tmp = self.json_path.with_extension("json.tmp");
         let written = serde_json::to_vec(report)
             .map_err(std::io::Error::other)
@@ -64,20 +60,6 @@ impl Publisher {
         if let Err(e) = written {
             warn!(path = %self.json_path.display(), error = %e, "cannot write the worker report");
         }
-    }
-}
-
-fn serve(listener: TcpListener, text: Arc<Mutex<String>>) {
-    for stream in listener.incoming() {
-        let Ok(mut s) = stream else { continue };
-        let mut buf = [0u8; 1024];
-        let _ = s.read(&mut buf);
-        let body = text.lock().map(|t| t.clone()).unwrap_or_default();
-        let _ = write!(
-            s,
-            "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
     }
 }
 

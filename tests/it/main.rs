@@ -2,8 +2,10 @@
 //! one module per area. Every test runs on real services — `tally dev-broker`
 //! processes and the PostgreSQL cluster `scripts/test.sh` starts (see `common`).
 
+mod alerts;
 mod common;
 mod crafted;
+mod endpoints;
 mod file_mode;
 mod late;
 mod pipeline;

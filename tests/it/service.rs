@@ -124,6 +124,17 @@ fn secrets_never_reach_an_output() {
             &debug,
             Duration::from_secs(60),
         ),
+        // The log as JSON lines: a worker that cannot reach the cluster.
+        tally(
+            &["run", "--config", &plain],
+            &[
+                ("TALLY_LOG", "debug"),
+                ("TALLY_LOG_FORMAT", "json"),
+                ("TALLY_KAFKA__CONNECT_TIMEOUT", "2s"),
+                ("TALLY_STATE__DIR", &format!("{}/state-json", d.display())),
+            ],
+            Duration::from_secs(60),
+        ),
         // The same secret from the environment.
         tally(
             &["gen", "--config", &plain, "--count", "1"],
@@ -136,6 +147,16 @@ fn secrets_never_reach_an_output() {
     ];
     assert!(!runs[0].status.success() && !runs[2].status.success() && !runs[3].status.success());
     let effective = String::from_utf8_lossy(&runs[5].stdout);
+    let json_log = String::from_utf8_lossy(&runs[6].stderr);
+    let lines: Vec<&str> = json_log
+        .lines()
+        .filter(|l| !l.starts_with("tally: error"))
+        .collect();
+    assert!(lines.len() > 3, "{json_log}");
+    for l in lines {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        assert!(v["level"].is_string() && v["message"].is_string(), "{l}");
+    }
     assert!(
         effective.contains("\"sasl.password\" = \"***\""),
         "{effective}"
@@ -146,6 +167,40 @@ fn secrets_never_reach_an_output() {
         String::from_utf8_lossy(&runs[4].stderr)
     );
     let mut seen = String::new();
+    // The metrics of a worker waiting for its cluster.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut waiting = std::process::Command::new(tally_bin())
+        .args(["run", "--config", &plain])
+        .env("TALLY_METRICS__LISTEN", &listen)
+        .env("TALLY_STATE__DIR", format!("{}/state-metrics", d.display()))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut metrics = String::new();
+    for _ in 0..100 {
+        if let Ok(mut c) = std::net::TcpStream::connect(&listen) {
+            use std::io::{Read, Write};
+            let _ = write!(
+                c,
+                "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+            );
+            let _ = c.read_to_string(&mut metrics);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = waiting.kill();
+    let _ = waiting.wait();
+    assert!(
+        metrics.contains("tally_build_info"),
+        "no metrics scraped: {metrics}"
+    );
+    seen.push_str(&metrics);
     for r in &runs {
         seen.push_str(&String::from_utf8_lossy(&r.stdout));
         seen.push_str(&String::from_utf8_lossy(&r.stderr));
@@ -248,4 +303,107 @@ fn gen_stops_promptly_on_sigterm() {
         !out.status.success() && err.contains("interrupted by a signal"),
         "{err}"
     );
+}
+
+/// Issue 13, item 8: the sink survives a PostgreSQL restart mid-run — it
+/// reconnects within `sink.retry_budget`, applies the batch in flight again, and
+/// the invoice is exact.
+#[test]
+fn the_sink_survives_a_postgres_restart_with_exact_totals() {
+    use std::path::{Path, PathBuf};
+    use std::process::{Command, Stdio};
+    use std::time::Instant;
+
+    struct Pg(PathBuf);
+    impl Drop for Pg {
+        fn drop(&mut self) {
+            let _ = Command::new(pg_script()).arg("stop").arg(&self.0).status();
+        }
+    }
+    fn pg_script() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/pg.sh")
+    }
+    let dir = TempDir::new("pg-restart");
+    let d = dir.path();
+    let pg = Pg(d.join("pg"));
+    assert!(Command::new(pg_script())
+        .arg("start")
+        .arg(&pg.0)
+        .status()
+        .unwrap()
+        .success());
+    let url = std::fs::read_to_string(pg.0.join("url"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let broker = DevBroker::start(&[
+        ("requests", 4),
+        ("tenant-cost", 2),
+        ("requests.late", 1),
+        ("requests.dlq", 1),
+    ]);
+    let cfg = write_config(d, &broker, "pgr", "");
+    let cfg = cfg.to_str().unwrap();
+    let expected = generate(
+        Path::new(cfg),
+        d,
+        "expected",
+        &["--count", "100000", "--tenants", "20", "--seed", "3"],
+    );
+    let spawn = |args: &[&str], log: &str| {
+        Command::new(tally_bin())
+            .args(args)
+            .env("TALLY_SINK__DATABASE_URL", &url)
+            .env("TALLY_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(d.join(log)).unwrap())
+            .spawn()
+            .unwrap()
+    };
+    let mut sink = spawn(&["sink", "--config", cfg], "sink.log");
+    let mut worker = spawn(&["run", "--config", cfg, "--until-end"], "worker.log");
+    let read = |f: &str| std::fs::read_to_string(d.join(f)).unwrap_or_default();
+    // Restart once the sink has applied something, while the worker still produces.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while support_invoice(&url).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the sink never started:\n{}",
+            read("sink.log")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        worker.try_wait().unwrap().is_none(),
+        "the worker finished before the restart: the test would prove nothing"
+    );
+    assert!(Command::new(pg_script())
+        .arg("restart")
+        .arg(&pg.0)
+        .status()
+        .unwrap()
+        .success());
+    assert!(worker.wait().unwrap().success(), "{}", read("worker.log"));
+    let want = expected_rows(&expected);
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        if support_invoice(&url) == want {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the invoice never became exact:\n{}",
+            read("sink.log")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    signal(sink.id(), libc::SIGTERM);
+    assert!(sink.wait().unwrap().success(), "{}", read("sink.log"));
+    let log = read("sink.log");
+    assert!(log.contains("reconnected to PostgreSQL"), "{log}");
+}
+
+/// The invoice view, or nothing while PostgreSQL restarts.
+fn support_invoice(url: &str) -> Vec<InvoiceLine> {
+    tally::devtools::support::invoice(url).unwrap_or_default()
 }

@@ -1,0 +1,544 @@
+//! Prometheus exposition of what a process reports, through the
+//! `prometheus-client` encoder (text format 0.0.4). Pure: a snapshot in, text out.
+//!
+//! Conventions (Prometheus's): base units — seconds, bytes; a timestamp is
+//! `_timestamp_seconds` since the Unix epoch; counters end in `_total` (the
+//! encoder appends it); distributions are histograms with fixed bounds
+//! (`BOUNDS_MS`), so they can be summed across workers, not per-process
+//! quantiles. Every family is in `EXPORTED`; docs/reference/metrics.md explains
+//! each and lists the names they replace.
+
+use std::fmt;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+
+use super::{Histogram, PartitionReport, WorkerReport};
+
+/// Every metric family tally exports, as Prometheus shows it.
+pub const EXPORTED: &[&str] = &[
+    "tally_build_info",
+    // worker
+    "tally_partition_watermark_timestamp_seconds",
+    "tally_partition_watermark_lag_seconds",
+    "tally_job_watermark_timestamp_seconds",
+    "tally_job_watermark_lag_seconds",
+    "tally_job_watermark_partition",
+    "tally_watermark_bound_seconds",
+    "tally_allowed_lateness_seconds",
+    "tally_records_total",
+    "tally_panes_total",
+    "tally_open_windows",
+    "tally_spilled_windows",
+    "tally_dedup_ids",
+    "tally_idle_advances_total",
+    "tally_offsets_gap_total",
+    "tally_offsets_empty_total",
+    "tally_event_delay_seconds",
+    "tally_event_disorder_seconds",
+    "tally_pane_ack_latency_seconds",
+    "tally_audit_balanced",
+    "tally_consumer_lag_records",
+    "tally_checkpoints_total",
+    "tally_checkpoint_last_success_timestamp_seconds",
+    "tally_checkpoint_last_duration_seconds",
+    "tally_checkpoint_last_bytes",
+    "tally_checkpoint_interval_seconds",
+    // sink
+    "tally_sink_applied_records_total",
+    "tally_sink_rows_changed_total",
+    "tally_sink_lag_records",
+    "tally_sink_last_apply_timestamp_seconds",
+];
+
+/// Upper bounds of the delay, disorder and latency histograms, ms.
+pub const BOUNDS_MS: [u64; 16] = [
+    5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 300_000, 900_000,
+    3_600_000,
+];
+
+/// The Prometheus text of a worker's report.
+pub fn worker(report: &WorkerReport) -> String {
+    render(Box::new(Worker(report.clone())))
+}
+
+/// What the sink reports.
+#[derive(Debug, Clone, Default)]
+pub struct SinkFigures {
+    pub applied_records: u64,
+    pub rows_changed: u64,
+    /// (partition, results-topic log end minus the sink's next offset)
+    pub lag: Vec<(i32, i64)>,
+    pub last_apply_ms: Option<i64>,
+}
+
+/// The Prometheus text of the sink's figures.
+pub fn sink(figures: &SinkFigures) -> String {
+    render(Box::new(Sink(figures.clone())))
+}
+
+/// Only `tally_build_info` (processes with nothing else to report yet).
+pub fn build_info_only() -> String {
+    let mut reg = Registry::default();
+    reg.register_collector(Box::new(BuildInfo));
+    encode(&reg)
+}
+
+fn render(collector: Box<dyn Collector>) -> String {
+    let mut reg = Registry::default();
+    reg.register_collector(Box::new(BuildInfo));
+    reg.register_collector(collector);
+    encode(&reg)
+}
+
+fn encode(reg: &Registry) -> String {
+    let mut s = String::new();
+    // Writing to a String cannot fail.
+    let _ = prometheus_client::encoding::prometheus_text::encode(&mut s, reg);
+    s
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+fn partition(p: &PartitionReport) -> Labels {
+    vec![("partition", p.partition.to_string())]
+}
+
+fn secs(ms: i64) -> f64 {
+    ms as f64 / 1000.0
+}
+
+fn gauges(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    samples: impl IntoIterator<Item = (Labels, f64)>,
+) -> fmt::Result {
+    let mut m = e.encode_descriptor(name, help, unit, MetricType::Gauge)?;
+    for (labels, v) in samples {
+        m.encode_family(&labels)?.encode_gauge(&v)?;
+    }
+    Ok(())
+}
+
+fn gauge(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    v: f64,
+) -> fmt::Result {
+    e.encode_descriptor(name, help, unit, MetricType::Gauge)?
+        .encode_gauge(&v)
+}
+
+fn counters(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (Labels, u64)>,
+) -> fmt::Result {
+    let mut m = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, v) in samples {
+        m.encode_family(&labels)?
+            .encode_counter::<NoLabelSet, _, f64>(&v, None)?;
+    }
+    Ok(())
+}
+
+/// `h` (values in ms, or µs with `per_ms` = 1000) as a histogram in seconds.
+fn histograms<'a>(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    per_ms: u64,
+    samples: impl IntoIterator<Item = (Labels, &'a Histogram)>,
+) -> fmt::Result {
+    let mut m = e.encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Histogram)?;
+    let bounds: Vec<u64> = BOUNDS_MS.iter().map(|b| b * per_ms).collect();
+    for (labels, h) in samples {
+        let buckets: Vec<(f64, u64)> = h
+            .counts_by_bound(&bounds)
+            .into_iter()
+            .zip(BOUNDS_MS)
+            .map(|(n, b)| (secs(b as i64), n))
+            .collect();
+        let sum = h.sum() as f64 / (1000 * per_ms) as f64;
+        m.encode_family(&labels)?
+            .encode_histogram::<NoLabelSet>(sum, h.count(), &buckets, None)?;
+    }
+    Ok(())
+}
+
+#[derive(Debug)]
+struct BuildInfo;
+
+impl Collector for BuildInfo {
+    fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
+        let labels: Labels = vec![
+            ("version", env!("CARGO_PKG_VERSION").to_string()),
+            ("librdkafka", rdkafka::util::get_rdkafka_version().1),
+            ("rocksdb", crate::state::ROCKSDB_VERSION.to_string()),
+        ];
+        gauges(
+            &mut e,
+            "tally_build_info",
+            "The build: tally, librdkafka and RocksDB versions.",
+            None,
+            [(labels, 1.0)],
+        )
+    }
+}
+
+#[derive(Debug)]
+struct Worker(WorkerReport);
+
+impl Collector for Worker {
+    fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
+        let r = &self.0;
+        let ps = &r.partitions;
+        let with_wm = || ps.iter().filter_map(|p| p.watermark.map(|w| (p, w.0)));
+        gauges(
+            &mut e,
+            "tally_partition_watermark_timestamp",
+            "Partition watermark (event time).",
+            Some(&Unit::Seconds),
+            with_wm().map(|(p, w)| (partition(p), secs(w))),
+        )?;
+        gauges(
+            &mut e,
+            "tally_partition_watermark_lag",
+            "Wall clock minus the partition watermark.",
+            Some(&Unit::Seconds),
+            with_wm().map(|(p, w)| (partition(p), secs(r.at_ms - w))),
+        )?;
+        if let Some((w, p)) = r.job_watermark() {
+            gauge(
+                &mut e,
+                "tally_job_watermark_timestamp",
+                "Minimum watermark over active partitions.",
+                Some(&Unit::Seconds),
+                secs(w.0),
+            )?;
+            gauge(
+                &mut e,
+                "tally_job_watermark_lag",
+                "Wall clock minus the job watermark.",
+                Some(&Unit::Seconds),
+                secs(r.at_ms - w.0),
+            )?;
+            gauge(
+                &mut e,
+                "tally_job_watermark_partition",
+                "Partition holding the job watermark.",
+                None,
+                f64::from(p.0),
+            )?;
+        }
+        gauge(
+            &mut e,
+            "tally_watermark_bound",
+            "watermark.max_out_of_orderness.",
+            Some(&Unit::Seconds),
+            secs(r.bound_ms),
+        )?;
+        gauge(
+            &mut e,
+            "tally_allowed_lateness",
+            "window.allowed_lateness.",
+            Some(&Unit::Seconds),
+            secs(r.allowed_lateness_ms),
+        )?;
+        counters(
+            &mut e,
+            "tally_records",
+            "Input records by route (consumed = folded + too_late + dead_letter + duplicate).",
+            ps.iter().flat_map(|p| {
+                let c = &p.counters;
+                [
+                    ("consumed", c.consumed),
+                    ("folded", c.folded),
+                    ("too_late", c.too_late),
+                    ("dead_letter", c.dead_letter),
+                    ("duplicate", c.duplicate),
+                ]
+                .map(|(route, n)| {
+                    let mut l = partition(p);
+                    l.push(("route", route.to_string()));
+                    (l, n)
+                })
+            }),
+        )?;
+        let per = |f: fn(&PartitionReport) -> u64| ps.iter().map(move |p| (partition(p), f(p)));
+        counters(
+            &mut e,
+            "tally_panes",
+            "Result panes emitted.",
+            per(|p| p.counters.panes),
+        )?;
+        counters(
+            &mut e,
+            "tally_idle_advances",
+            "Watermark advances forced by idleness.",
+            per(|p| p.idle_advances),
+        )?;
+        counters(
+            &mut e,
+            "tally_offsets_gap",
+            "Offsets deleted before tally read them, accepted with --allow-truncated-log (never billed).",
+            per(|p| p.offsets.gap_offsets),
+        )?;
+        counters(
+            &mut e,
+            "tally_offsets_empty",
+            "Offsets without a record: transaction markers, aborted or compacted records.",
+            per(|p| p.offsets.empty_offsets),
+        )?;
+        let as_f =
+            |f: fn(&PartitionReport) -> u64| ps.iter().map(move |p| (partition(p), f(p) as f64));
+        gauges(
+            &mut e,
+            "tally_open_windows",
+            "Windows held in state.",
+            None,
+            as_f(|p| p.open_windows as u64),
+        )?;
+        gauges(
+            &mut e,
+            "tally_spilled_windows",
+            "Of the open windows, those held only in RocksDB (memory budget).",
+            None,
+            as_f(|p| p.spilled_windows as u64),
+        )?;
+        gauges(
+            &mut e,
+            "tally_dedup_ids",
+            "Request ids remembered for dedup.",
+            None,
+            as_f(|p| p.dedup_ids as u64),
+        )?;
+        gauges(
+            &mut e,
+            "tally_consumer_lag",
+            "Input log end minus this worker's position, as of the last fetch.",
+            Some(&Unit::Other("records".into())),
+            ps.iter().filter_map(|p| {
+                p.log_end
+                    .map(|end| (partition(p), (end - p.next_offset.0).max(0) as f64))
+            }),
+        )?;
+        histograms(
+            &mut e,
+            "tally_event_delay",
+            "Wall clock at ingest minus event time.",
+            1,
+            ps.iter().map(|p| (partition(p), &p.delay)),
+        )?;
+        histograms(
+            &mut e,
+            "tally_event_disorder",
+            "Partition max event time minus event time.",
+            1,
+            ps.iter().map(|p| (partition(p), &p.disorder)),
+        )?;
+        histograms(
+            &mut e,
+            "tally_pane_ack_latency",
+            "On-time pane: the watermark passing the window end to the pane acknowledged by Kafka.",
+            1000,
+            [(Labels::new(), &r.pane_ack_us)],
+        )?;
+        gauge(
+            &mut e,
+            "tally_audit_balanced",
+            "1 when every record and offset is accounted for.",
+            None,
+            f64::from(u8::from(r.balanced())),
+        )?;
+        let c = &r.checkpoint;
+        counters(
+            &mut e,
+            "tally_checkpoints",
+            "Checkpoints completed by this process.",
+            [(Labels::new(), c.completed)],
+        )?;
+        if let Some(at) = c.last_success_ms {
+            gauge(
+                &mut e,
+                "tally_checkpoint_last_success_timestamp",
+                "When the last checkpoint completed (wall clock).",
+                Some(&Unit::Seconds),
+                secs(at),
+            )?;
+            gauge(
+                &mut e,
+                "tally_checkpoint_last_duration",
+                "Barrier to manifest of the last checkpoint.",
+                Some(&Unit::Seconds),
+                secs(c.last_duration_ms),
+            )?;
+            gauge(
+                &mut e,
+                "tally_checkpoint_last",
+                "Size of the last checkpoint's partition files.",
+                Some(&Unit::Bytes),
+                c.last_bytes as f64,
+            )?;
+        }
+        gauge(
+            &mut e,
+            "tally_checkpoint_interval",
+            "checkpoint.interval.",
+            Some(&Unit::Seconds),
+            secs(r.checkpoint_interval_ms),
+        )
+    }
+}
+
+#[derive(Debug)]
+struct Sink(SinkFigures);
+
+impl Collector for Sink {
+    fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
+        let s = &self.0;
+        counters(
+            &mut e,
+            "tally_sink_applied_records",
+            "Result records applied to PostgreSQL.",
+            [(Labels::new(), s.applied_records)],
+        )?;
+        counters(
+            &mut e,
+            "tally_sink_rows_changed",
+            "Rows inserted or updated (a redelivery changes none).",
+            [(Labels::new(), s.rows_changed)],
+        )?;
+        gauges(
+            &mut e,
+            "tally_sink_lag",
+            "Results topic log end minus the sink's next offset.",
+            Some(&Unit::Other("records".into())),
+            s.lag
+                .iter()
+                .map(|(p, n)| (vec![("partition", p.to_string())], *n as f64)),
+        )?;
+        if let Some(at) = s.last_apply_ms {
+            gauge(
+                &mut e,
+                "tally_sink_last_apply_timestamp",
+                "When the sink last committed a batch (wall clock).",
+                Some(&Unit::Seconds),
+                secs(at),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::OffsetLedger;
+    use crate::engine::Counters;
+    use crate::metrics::CheckpointStats;
+    use crate::model::Partition;
+    use crate::state::NextOffset;
+    use crate::time::EventTime;
+
+    fn report() -> WorkerReport {
+        let mut delay = Histogram::default();
+        for ms in [3, 40, 40, 700, 20_000] {
+            delay.record(ms);
+        }
+        WorkerReport {
+            at_ms: 1_767_261_700_000,
+            topic: "requests".into(),
+            group: "g".into(),
+            bound_ms: 5_000,
+            allowed_lateness_ms: 30_000,
+            checkpoint_interval_ms: 10_000,
+            checkpoint: CheckpointStats {
+                completed: 4,
+                last_success_ms: Some(1_767_261_690_000),
+                last_duration_ms: 250,
+                last_bytes: 4096,
+            },
+            idle_ms: None,
+            partitions: vec![PartitionReport {
+                partition: Partition(2),
+                watermark: Some(EventTime(1_767_261_600_000)),
+                max_ts: Some(EventTime(1_767_261_605_000)),
+                next_offset: NextOffset(90),
+                idle_ms: 0,
+                idle_advances: 0,
+                counters: Counters {
+                    consumed: 5,
+                    folded: 5,
+                    ..Default::default()
+                },
+                offsets: OffsetLedger::default(),
+                open_windows: 1,
+                spilled_windows: 0,
+                dedup_ids: 5,
+                delay,
+                disorder: Histogram::default(),
+                log_end: Some(100),
+            }],
+            pane_ack_us: Histogram::default(),
+        }
+    }
+
+    fn families(text: &str) -> Vec<String> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .map(|l| l.split(' ').next().unwrap().to_string())
+            .collect()
+    }
+
+    /// `EXPORTED` is exactly what the worker and the sink render (the alert
+    /// rules and the dashboard are checked against it).
+    #[test]
+    fn exported_is_what_is_rendered() {
+        let sink = super::sink(&SinkFigures {
+            applied_records: 3,
+            rows_changed: 2,
+            lag: vec![(0, 4)],
+            last_apply_ms: Some(1_767_261_690_000),
+        });
+        let mut seen = families(&worker(&report()));
+        seen.extend(families(&sink));
+        seen.sort();
+        seen.dedup();
+        let mut want: Vec<String> = EXPORTED.iter().map(|s| s.to_string()).collect();
+        want.sort();
+        assert_eq!(seen, want);
+    }
+
+    #[test]
+    fn units_counters_and_histograms_follow_prometheus() {
+        let text = worker(&report());
+        for line in [
+            "# TYPE tally_records_total counter",
+            "tally_records_total{partition=\"2\",route=\"folded\"} 5",
+            "tally_partition_watermark_timestamp_seconds{partition=\"2\"} 1767261600.0",
+            "tally_consumer_lag_records{partition=\"2\"} 10.0",
+            "tally_checkpoint_last_bytes 4096.0",
+            "tally_checkpoint_last_duration_seconds 0.25",
+            "# TYPE tally_event_delay_seconds histogram",
+            // 3 ms, then 40 and 40 (≤ 50 ms), 700 ms (≤ 1 s), 20 s (≤ 30 s): cumulative.
+            "tally_event_delay_seconds_bucket{partition=\"2\",le=\"0.005\"} 1",
+            "tally_event_delay_seconds_bucket{partition=\"2\",le=\"0.05\"} 3",
+            "tally_event_delay_seconds_bucket{partition=\"2\",le=\"1\"} 4",
+            "tally_event_delay_seconds_bucket{partition=\"2\",le=\"30\"} 5",
+            "tally_event_delay_seconds_bucket{partition=\"2\",le=\"+Inf\"} 5",
+            "tally_event_delay_seconds_sum{partition=\"2\"} 20.783",
+            "tally_event_delay_seconds_count{partition=\"2\"} 5",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+        assert!(text.contains("tally_build_info{version=\""), "{text}");
+    }
+}
