@@ -238,6 +238,22 @@ mod tests {
         }
     }
 
+    /// Only with `--features gssapi` (libsasl2): Kerberos is accepted.
+    #[cfg(feature = "gssapi")]
+    #[test]
+    fn gssapi_is_compiled_in_with_the_feature() {
+        let mut k = KafkaConfig::default();
+        for (key, v) in [
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanism", "GSSAPI"),
+            ("sasl.kerberos.service.name", "kafka"),
+            ("sasl.kerberos.kinit.cmd", "true"),
+        ] {
+            k.properties.insert(key.into(), v.into());
+        }
+        let _: BaseProducer = client_config(&k, &[]).create().expect("GSSAPI");
+    }
+
     #[test]
     fn scram_256_and_zstd_are_compiled_in() {
         let mut k = KafkaConfig::default();

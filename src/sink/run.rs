@@ -208,24 +208,24 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
         summary.rows_changed += a.rows_changed;
         summary.stale_ignored += a.stale_ignored;
         if last_log.elapsed() >= Duration::from_secs(5) {
-            info!(
-                records = summary.records,
-                rows_changed = summary.rows_changed,
-                stale_ignored = summary.stale_ignored,
-                rejected = summary.rejected,
-                "sink progress"
-            );
+            summary.log("sink progress");
             last_log = Instant::now();
         }
     }
-    info!(
-        records = summary.records,
-        rows_changed = summary.rows_changed,
-        stale_ignored = summary.stale_ignored,
-        rejected = summary.rejected,
-        "sink stopped"
-    );
+    summary.log("sink stopped");
     Ok(summary)
+}
+
+impl SinkSummary {
+    fn log(&self, what: &str) {
+        info!(
+            records = self.records,
+            rows_changed = self.rows_changed,
+            stale_ignored = self.stale_ignored,
+            rejected = self.rejected,
+            "{what}"
+        );
+    }
 }
 
 /// A failure that a reconnect may cure: the connection itself (no SQLSTATE),
