@@ -14,7 +14,7 @@ scripts/bootstrap.sh
 bin="${CARGO_TARGET_DIR:-target}/debug/tally"
 if [ ! -x "$bin" ]; then
   echo "demo: first build: compiling RocksDB (C++) and librdkafka (C) from source," >&2
-  echo "demo: about 15 minutes on 2 cores (RocksDB most of it); later builds take seconds." >&2
+  echo "demo: about 10 minutes on 2 cores (RocksDB most of it); later builds take seconds." >&2
 fi
 cargo build --bins
 pgdir=$(mktemp -d /tmp/tally-demo-pg.XXXXXX)
