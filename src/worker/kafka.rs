@@ -228,7 +228,13 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
     };
     let ack = c.outputs.pane_ack_latency_us();
     info!(
-        ?total,
+        consumed = total.consumed,
+        folded = total.folded,
+        too_late = total.too_late,
+        dead_letter = total.dead_letter,
+        duplicate = total.duplicate,
+        panes = total.panes,
+        idle_advances = total.idle_advances,
         checkpoints = pauses.len(),
         pause_p50_ms = pct(50),
         pause_p99_ms = pct(99),
