@@ -49,7 +49,8 @@ fn generated_200k_events_reach_postgres_with_exact_totals_and_redelivery_changes
     );
     let log = String::from_utf8_lossy(&run.stderr);
     assert!(
-        log.contains("consumed: 200000, folded: 200000"),
+        log.lines()
+            .any(|l| l.contains("worker stopped") && l.contains("consumed=200000 folded=200000")),
         "worker totals wrong:\n{log}"
     );
 
@@ -271,7 +272,8 @@ fn bad_records_go_to_the_dead_letter_topic_and_the_worker_keeps_running() {
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "graceful stop failed:\n{log}");
     assert!(
-        log.contains("dead_letter: 6"),
+        log.lines()
+            .any(|l| l.contains("worker stopped") && l.contains("dead_letter=6")),
         "dead letters not counted:\n{log}"
     );
 }
