@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Headers, Message};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
@@ -153,6 +154,8 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
     let mut reprocessor = Reprocessor::default();
     let progress = Progress::new(total);
     tracing::info!(topic, from = %a.from, records = total, "reprocessing late events");
+    let retry_for = Duration::from_millis(cfg.kafka.connect_timeout.0.max(0) as u64);
+    let mut failing_since: Option<Instant> = None;
     while a.follow || !done.values().all(|d| *d) {
         if shutdown::requested() {
             break;
@@ -162,7 +165,37 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
         let Some(msg) = consumer.poll(Duration::from_millis(200)) else {
             continue;
         };
-        let m = msg.context("reading the late topic")?;
+        let m = match msg {
+            Ok(m) => {
+                failing_since = None;
+                m
+            }
+            // A position outside the log (`auto.offset.reset=error`): late records
+            // were deleted before they were billed. Never skip them silently.
+            Err(KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset)) => {
+                return Err(crate::worker::WorkerError::Refused(format!(
+                    "a position on {topic} is outside the log: late records were deleted by retention \
+                     before reprocess-late read them, and were not billed. Nothing past them was \
+                     committed; after checking, --from earliest bills what remains"
+                ))
+                .into())
+            }
+            // Transient broker errors: librdkafka reconnects; give up after
+            // kafka.connect_timeout of nothing but errors (exit 4).
+            Err(e) => {
+                let since = *failing_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= retry_for {
+                    return Err(crate::kafka::KafkaIoError::Unreachable {
+                        bootstrap: cfg.kafka.bootstrap_servers.clone(),
+                        waited_s: retry_for.as_secs(),
+                        last: crate::kafka::logging::last_error().unwrap_or_else(|| e.to_string()),
+                    }
+                    .into());
+                }
+                tracing::warn!(error = %e, "late-topic consumer error; retrying");
+                continue;
+            }
+        };
         let (p, o) = (m.partition(), m.offset());
         if until_ms.is_some_and(|u| m.timestamp().to_millis().is_some_and(|t| t > u)) {
             done.insert(p, true);
