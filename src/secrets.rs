@@ -52,6 +52,22 @@ pub fn register(value: &str) {
     }
 }
 
+/// The passwords a URL carries: `postgres://user:password@host/db`, and the
+/// `password` and `sslpassword` query parameters (libpq's), as written.
+pub fn url_passwords(url: &str) -> Vec<&str> {
+    let mut found: Vec<&str> = url_password(url).into_iter().collect();
+    if let Some((_, query)) = url.split_once("://").and_then(|(_, r)| r.split_once('?')) {
+        for pair in query.split('&') {
+            if let Some(("password" | "sslpassword", v)) = pair.split_once('=') {
+                if !v.is_empty() {
+                    found.push(v);
+                }
+            }
+        }
+    }
+    found
+}
+
 /// The password of a URL like `postgres://user:password@host/db`, if any.
 pub fn url_password(url: &str) -> Option<&str> {
     let rest = url.split_once("://")?.1;
@@ -70,7 +86,7 @@ pub fn register_from(table: &toml::Table) {
                 if is_secret_key(k) {
                     register(s);
                 }
-                if let Some(p) = url_password(s) {
+                for p in url_passwords(s) {
                     register(p);
                 }
             }
@@ -135,6 +151,10 @@ mod tests {
         }
         assert_eq!(url_password("postgres://u:p4ss@h:5432/db"), Some("p4ss"));
         assert_eq!(url_password("postgres://u@h/db"), None);
+        assert_eq!(
+            url_passwords("postgres://u:a1b2@h/db?sslmode=require&password=c3d4&sslpassword=e5f6"),
+            ["a1b2", "c3d4", "e5f6"]
+        );
         let table: toml::Table = r#"
             [kafka]
             "sasl.password" = "UNIT-CANARY-1"

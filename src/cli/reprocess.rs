@@ -180,9 +180,11 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
                 ))
                 .into())
             }
-            // Transient broker errors: librdkafka reconnects; give up after
-            // kafka.connect_timeout of nothing but errors (exit 4).
-            Err(e) => {
+            // Broker-level errors: librdkafka reconnects; give up after
+            // kafka.connect_timeout of nothing but errors (exit 4). Any other
+            // consumer error (a corrupt batch librdkafka skipped past) is fatal:
+            // continuing would commit past late records never billed.
+            Err(e) if crate::kafka::is_broker_transient(&e) => {
                 let since = *failing_since.get_or_insert_with(Instant::now);
                 if since.elapsed() >= retry_for {
                     return Err(crate::kafka::KafkaIoError::Unreachable {
@@ -195,6 +197,7 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
                 tracing::warn!(error = %e, "late-topic consumer error; retrying");
                 continue;
             }
+            Err(e) => return Err(anyhow::Error::new(e).context("reading the late topic")),
         };
         let (p, o) = (m.partition(), m.offset());
         if until_ms.is_some_and(|u| m.timestamp().to_millis().is_some_and(|t| t > u)) {

@@ -476,7 +476,32 @@ impl Config {
     /// The configuration as TOML that loads back to itself, every secret (the
     /// rule of `crate::secrets`) shown as `***`: what `tally config` prints.
     pub fn effective_toml(&self) -> Result<String, ConfigError> {
-        let text = toml::to_string(self).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let err = |e: &dyn std::fmt::Display| ConfigError::Parse(e.to_string());
+        let mut value = toml::Value::try_from(self).map_err(|e| err(&e))?;
+        // By key, whatever the value's length; then every registered value.
+        fn mask(v: &mut toml::Value) {
+            if let toml::Value::Table(t) = v {
+                for (k, v) in t.iter_mut() {
+                    match v {
+                        toml::Value::String(s) if crate::secrets::is_secret_key(k) => {
+                            *s = crate::secrets::MASK.into()
+                        }
+                        toml::Value::String(s) => {
+                            let found: Vec<String> = crate::secrets::url_passwords(s)
+                                .into_iter()
+                                .map(String::from)
+                                .collect();
+                            for p in found {
+                                *s = s.replace(&p, crate::secrets::MASK);
+                            }
+                        }
+                        _ => mask(v),
+                    }
+                }
+            }
+        }
+        mask(&mut value);
+        let text = toml::to_string(&value).map_err(|e| err(&e))?;
         Ok(crate::secrets::redact(&text).into_owned())
     }
 
@@ -810,6 +835,11 @@ mod tests {
         let printed = cfg.effective_toml().unwrap();
         assert!(!printed.contains("UNIT-CANARY"), "{printed}");
         assert!(printed.contains("\"sasl.password\" = \"***\""), "{printed}");
+        let short = load("[kafka]\n\"sasl.password\" = \"ab\"\n", &[]).unwrap();
+        assert!(short
+            .effective_toml()
+            .unwrap()
+            .contains("\"sasl.password\" = \"***\""));
         let again = load(&printed, &[]).unwrap();
         assert_eq!(again.effective_toml().unwrap(), printed);
         assert_eq!(again.window.size.0, 300_000);

@@ -164,7 +164,7 @@ pub fn await_cluster<C: rdkafka::consumer::ConsumerContext>(
         };
         if Instant::now() >= deadline || crate::worker::shutdown::requested() {
             let mut last = logging::last_error().unwrap_or_else(|| err.to_string());
-            if last.contains("state APIVERSION_QUERY") {
+            if last.contains("state APIVERSION_QUERY") && !last.contains("SSL routines") {
                 last.push_str(
                     " (the broker closed the connection at the first request: does its listener \
                      expect TLS or SASL? see security.protocol)",
@@ -178,6 +178,28 @@ pub fn await_cluster<C: rdkafka::consumer::ConsumerContext>(
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Whether a consumer error is about reaching the brokers (librdkafka retries
+/// those itself), not about the data.
+pub fn is_broker_transient(e: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            C::BrokerTransportFailure
+                | C::AllBrokersDown
+                | C::Resolve
+                | C::OperationTimedOut
+                | C::RequestTimedOut
+                | C::NetworkException
+                | C::NotCoordinator
+                | C::CoordinatorNotAvailable
+                | C::CoordinatorLoadInProgress
+                | C::LeaderNotAvailable
+                | C::NotLeaderForPartition
+        )
+    )
 }
 
 pub fn now_ms() -> i64 {

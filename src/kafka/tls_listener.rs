@@ -70,6 +70,8 @@ pub fn start(files: &TlsFiles, host: &str, backend: SocketAddr) -> Result<u16, S
                 };
                 loop {
                     let Ok((tcp, peer)) = listener.accept().await else {
+                        // Out of file descriptors, say: do not spin.
+                        tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     };
                     let acceptor = acceptor.clone();

@@ -4,7 +4,8 @@
 //!
 //! Each connection is its own task: a client that connects and sends nothing
 //! holds only its own task, until `HEADER_TIMEOUT` closes it; a connection lives
-//! at most `CONNECTION_TIMEOUT` (a slow reader cannot keep it longer).
+//! at most `CONNECTION_TIMEOUT` (a slow reader cannot keep it longer) and
+//! serves one request (no keep-alive).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -72,7 +73,10 @@ async fn accept_loop(listener: std::net::TcpListener, state: Arc<State>) {
                     )
                 }
             });
+            // One request per connection: the time limit never cuts a second
+            // scrape short on a kept-alive connection.
             let conn = http1::Builder::new()
+                .keep_alive(false)
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service);

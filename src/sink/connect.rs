@@ -17,8 +17,11 @@
 //! - `sslrootcert` is a PEM file of trusted CAs, or `system` for the system's
 //!   trust store. As in libpq, it defaults to `~/.postgresql/root.crt`; verify-ca
 //!   and verify-full without any root certificate are a configuration error.
+//! - `sslrootcert=<file>` trusts that file only (not the system store);
+//!   `sslrootcert=system` means `verify-full` and refuses weaker modes (libpq 16).
 //! - `sslcert` / `sslkey`: the client certificate and key (PEM) for certificate
 //!   authentication; default `~/.postgresql/postgresql.crt` / `.key` when present.
+//!   An encrypted key needs `sslpassword` (a secret); there is never a prompt.
 //! - `allow` is treated as `prefer` (TLS first): tokio-postgres cannot try
 //!   plaintext first, and the stricter order loses nothing.
 //! - Only the URL form (`postgres://…?sslmode=…`) carries these parameters; the
@@ -26,7 +29,9 @@
 
 use std::path::{Path, PathBuf};
 
-use openssl::ssl::{SslConnector, SslFiletype, SslMethod, SslVerifyMode};
+use openssl::pkey::PKey;
+use openssl::ssl::{SslConnector, SslMethod, SslVerifyMode};
+use openssl::x509::store::X509StoreBuilder;
 use postgres_openssl::MakeTlsConnector;
 
 /// libpq's `sslmode`.
@@ -53,6 +58,8 @@ pub struct TlsParams {
     pub root_cert: Option<RootCert>,
     pub cert: Option<PathBuf>,
     pub key: Option<PathBuf>,
+    /// libpq's `sslpassword`: the passphrase of an encrypted `sslkey` (a secret).
+    pub key_password: Option<String>,
 }
 
 /// Splits libpq's TLS parameters out of `url`: the URL tokio-postgres is given
@@ -64,7 +71,9 @@ pub fn split_tls(url: &str) -> Result<(String, TlsParams), String> {
         root_cert: None,
         cert: None,
         key: None,
+        key_password: None,
     };
+    let mut mode_given = false;
     let Some((base, query)) = url.split_once('?').filter(|_| url.contains("://")) else {
         return Ok((url.to_string(), params));
     };
@@ -75,6 +84,7 @@ pub fn split_tls(url: &str) -> Result<(String, TlsParams), String> {
             .ok_or_else(|| format!("database URL: `{k}` is not valid percent-encoding"))?;
         match k {
             "sslmode" => {
+                mode_given = true;
                 params.mode = match value.as_str() {
                     "disable" => SslMode::Disable,
                     "allow" | "prefer" => SslMode::Prefer,
@@ -92,7 +102,20 @@ pub fn split_tls(url: &str) -> Result<(String, TlsParams), String> {
             "sslrootcert" => params.root_cert = Some(RootCert::File(value.into())),
             "sslcert" => params.cert = Some(value.into()),
             "sslkey" => params.key = Some(value.into()),
+            "sslpassword" => params.key_password = Some(value),
             _ => kept.push(pair),
+        }
+    }
+    // libpq 16: `sslrootcert=system` means verify-full, and refuses anything weaker
+    // (the system store trusts every public CA: only the host name check protects).
+    if params.root_cert == Some(RootCert::System) {
+        if !mode_given {
+            params.mode = SslMode::VerifyFull;
+        } else if params.mode != SslMode::VerifyFull {
+            return Err(
+                "database URL: sslrootcert=system requires sslmode=verify-full (as in libpq)"
+                    .into(),
+            );
         }
     }
     kept.push(match params.mode {
@@ -113,10 +136,6 @@ fn percent_decode(s: &str) -> Option<String> {
                 let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
                 out.push(u8::from_str_radix(hex, 16).ok()?);
                 i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
             }
             c => {
                 out.push(c);
@@ -155,7 +174,11 @@ fn connector_in(params: &TlsParams, home: Option<&Path>) -> Result<MakeTlsConnec
     if verify {
         match &root {
             Some(RootCert::System) => b.set_default_verify_paths(),
-            Some(RootCert::File(p)) => b.set_ca_file(p),
+            // Only this file, as in libpq: the builder starts with the system
+            // store, which would let any public CA's certificate through.
+            Some(RootCert::File(p)) => X509StoreBuilder::new()
+                .map(|store| b.set_cert_store(store.build()))
+                .and_then(|()| b.set_ca_file(p)),
             None => {
                 return Err(format!(
                     "database URL: sslmode={} needs a root certificate: set sslrootcert=<file> (or sslrootcert=system); ~/.postgresql/root.crt does not exist",
@@ -185,7 +208,20 @@ fn connector_in(params: &TlsParams, home: Option<&Path>) -> Result<MakeTlsConnec
                 cert.display()
             )
         })?;
-        b.set_private_key_file(key, SslFiletype::PEM)
+        // Never OpenSSL's terminal prompt: the passphrase is sslpassword or none.
+        let pem = std::fs::read(key)
+            .map_err(|e| format!("database URL: sslkey {}: {e}", key.display()))?;
+        let pkey = match &params.key_password {
+            Some(pw) => PKey::private_key_from_pem_passphrase(&pem, pw.as_bytes()),
+            None => PKey::private_key_from_pem_callback(&pem, |_| Ok(0)),
+        }
+        .map_err(|e| {
+            format!(
+                "database URL: sslkey {}: {e} (an encrypted key needs sslpassword)",
+                key.display()
+            )
+        })?;
+        b.set_private_key(&pkey)
             .map_err(|e| format!("database URL: sslkey {}: {e}", key.display()))?;
     }
     let mut tls = MakeTlsConnector::new(b.build());
@@ -240,8 +276,17 @@ mod tests {
         }
         let (url, p) = split_tls("postgres://h/db").unwrap();
         assert_eq!((url.as_str(), p.mode), ("postgres://h/db", SslMode::Prefer));
-        let (_, p) = split_tls("postgres://h/db?sslrootcert=system").unwrap();
-        assert_eq!(p.root_cert, Some(RootCert::System));
+        let (url, p) = split_tls("postgres://h/db?sslrootcert=system").unwrap();
+        assert_eq!(
+            (p.root_cert, p.mode),
+            (Some(RootCert::System), SslMode::VerifyFull)
+        );
+        assert!(url.ends_with("sslmode=require"), "{url}");
+        let e = split_tls("postgres://h/db?sslrootcert=system&sslmode=verify-ca").unwrap_err();
+        assert!(e.contains("requires sslmode=verify-full"), "{e}");
+        let (_, p) = split_tls("postgres://h/db?sslkey=/a+b.key&sslpassword=pw%2B1").unwrap();
+        assert_eq!(p.key.as_deref(), Some(Path::new("/a+b.key")));
+        assert_eq!(p.key_password.as_deref(), Some("pw+1"));
     }
 
     #[test]

@@ -85,7 +85,7 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
     }
     service.set_not_ready("connecting to PostgreSQL");
     let budget = Duration::from_millis(cfg.sink.retry_budget.0.max(0) as u64);
-    let mut client = reconnect(&cfg.sink.database_url, budget).await?;
+    let mut client = reconnect(&cfg.sink.database_url, Instant::now() + budget, &service).await?;
     migrate::run(&mut client).await?;
     let mut ccfg = client_config(
         &cfg.kafka,
@@ -188,13 +188,21 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
         if offsets.is_empty() {
             continue;
         }
+        // One budget for the batch, however often the reconnect succeeds and the
+        // apply fails again.
+        let mut deadline = None;
         let a = loop {
             match apply_batch(&mut client, &records, &offsets).await {
                 Ok(a) => break a,
                 Err(SinkError::Postgres(e)) if transient(&e) => {
                     warn!(error = %e, "PostgreSQL lost; reconnecting to apply the batch again");
                     service.set_not_ready("reconnecting to PostgreSQL");
-                    client = reconnect(&cfg.sink.database_url, budget).await?;
+                    let until = *deadline.get_or_insert_with(|| Instant::now() + budget);
+                    if Instant::now() >= until {
+                        return Err(SinkError::Postgres(e));
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    client = reconnect(&cfg.sink.database_url, until, &service).await?;
                     info!(
                         records = records.len(),
                         "reconnected to PostgreSQL; applying the batch again"
@@ -228,25 +236,33 @@ impl SinkSummary {
     }
 }
 
-/// A failure that a reconnect may cure: the connection itself (no SQLSTATE),
-/// or the server going away or not yet accepting (class 08, 57P01–57P03).
+/// A failure that a reconnect may cure: the connection closed or an I/O error
+/// (refused, reset), or the server going away or not yet accepting (class 08,
+/// 57P01–57P03). A TLS verification failure, a type error or any other SQLSTATE
+/// is not: retrying would only delay the error.
 fn transient(e: &tokio_postgres::Error) -> bool {
-    match e.code() {
-        None => true,
-        Some(c) => {
-            let c = c.code();
-            c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03")
-        }
+    if let Some(c) = e.code() {
+        let c = c.code();
+        return c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03");
     }
+    e.is_closed()
+        || std::error::Error::source(e)
+            .is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some())
 }
 
 /// Connects, retrying transient failures with backoff (0.5 s doubling to 10 s)
-/// for at most `budget`; then the last error (exit 4).
-async fn reconnect(url: &str, budget: Duration) -> Result<tokio_postgres::Client, SinkError> {
+/// until `deadline`; then the last error (exit 4). Beats `service` meanwhile: a
+/// sink waiting for its database is alive.
+async fn reconnect(
+    url: &str,
+    deadline: Instant,
+    service: &State,
+) -> Result<tokio_postgres::Client, SinkError> {
     let started = Instant::now();
     let mut backoff = Duration::from_millis(500);
     let mut attempts = 0u32;
     loop {
+        service.beat(now_ms());
         match connect(url).await {
             Ok(client) => {
                 if attempts > 0 {
@@ -259,7 +275,7 @@ async fn reconnect(url: &str, budget: Duration) -> Result<tokio_postgres::Client
                 return Ok(client);
             }
             Err(SinkError::Postgres(e))
-                if transient(&e) && started.elapsed() < budget && !shutdown::requested() =>
+                if transient(&e) && Instant::now() < deadline && !shutdown::requested() =>
             {
                 attempts += 1;
                 warn!(attempt = attempts, retry_in_ms = backoff.as_millis() as u64, error = %e, "PostgreSQL unavailable");

@@ -167,10 +167,7 @@ fn a_wrong_ca_a_missing_client_certificate_and_plaintext_fail_naming_why() {
         &mtls.bootstrap,
         &tls_properties(&certs, "ca.pem", false),
     );
-    assert!(
-        no_cert.contains("SSL") || no_cert.contains("ssl"),
-        "{no_cert}"
-    );
+    assert!(no_cert.contains("alert certificate required"), "{no_cert}");
 }
 
 /// A throw-away PostgreSQL in TLS mode (scripts/pg.sh), stopped on drop.
@@ -246,6 +243,53 @@ fn postgres_over_tls_with_verify_full_and_clear_refusals() {
         stderr(&wrong)
     );
 
+    // sslrootcert is the only trust: a CA the system store trusts (SSL_CERT_FILE)
+    // does not make a server certificate from it acceptable.
+    let other_root = with(&format!(
+        "sslmode=verify-ca&sslrootcert={}",
+        certs.join("other-ca.pem").display()
+    ));
+    let system_trusts = tally(
+        &["migrate"],
+        &[
+            ("TALLY_SINK__DATABASE_URL", other_root.as_str()),
+            ("SSL_CERT_FILE", ca.to_str().unwrap()),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(
+        !system_trusts.status.success(),
+        "{}",
+        stderr(&system_trusts)
+    );
+    assert!(stderr(&system_trusts).contains("certificate verify failed"));
+
+    // verify-full checks the host name; verify-ca does not.
+    let port = pg
+        .url
+        .rsplit_once(':')
+        .unwrap()
+        .1
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let elsewhere = |mode: &str| {
+        format!(
+            "postgres://postgres:{password}@db.elsewhere.test:{port}/postgres?hostaddr=127.0.0.1&sslmode={mode}&sslrootcert={}",
+            ca.display()
+        )
+    };
+    let full = migrate(&elsewhere("verify-full"));
+    assert!(!full.status.success(), "{}", stderr(&full));
+    assert!(
+        stderr(&full).contains("certificate verify failed"),
+        "{}",
+        stderr(&full)
+    );
+    let ca_only = migrate(&elsewhere("verify-ca"));
+    assert!(ca_only.status.success(), "{}", stderr(&ca_only));
+
     let disabled = migrate(&with("sslmode=disable"));
     assert!(!disabled.status.success());
     let e = stderr(&disabled);
@@ -257,7 +301,7 @@ fn postgres_over_tls_with_verify_full_and_clear_refusals() {
     let no_root = migrate(&with("sslmode=verify-ca&sslrootcert=/nonexistent/ca.pem"));
     assert_eq!(no_root.status.code(), Some(2), "{}", stderr(&no_root));
     assert!(stderr(&no_root).contains("sslrootcert /nonexistent/ca.pem"));
-    for o in [&wrong, &disabled, &no_root] {
+    for o in [&wrong, &system_trusts, &full, &disabled, &no_root] {
         assert!(!stderr(o).contains(password), "{}", stderr(o));
     }
 }
