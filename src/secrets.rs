@@ -1,5 +1,6 @@
 //! One rule for secrets: a config value whose key names a secret, and the
-//! password of any URL in the config, never reach an output.
+//! passwords of any URL in the config (`user:password@`, and the `password` and
+//! `sslpassword` query parameters), never reach an output.
 //!
 //! Secret keys: any key containing `password`, `secret` or `token`, and
 //! librdkafka's `ssl.key*` (the private key and its password) and
