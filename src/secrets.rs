@@ -70,7 +70,7 @@ pub fn url_passwords(url: &str) -> Vec<&str> {
 }
 
 /// The password of a URL like `postgres://user:password@host/db`, if any.
-pub fn url_password(url: &str) -> Option<&str> {
+fn url_password(url: &str) -> Option<&str> {
     let rest = url.split_once("://")?.1;
     let userinfo = rest.split_once('@')?.0;
     let (_, password) = userinfo.split_once(':')?;

@@ -110,6 +110,12 @@ impl Default for KafkaConfig {
     }
 }
 
+impl KafkaConfig {
+    /// The keys of `[kafka]` that are tally's, not librdkafka's (in the
+    /// environment, their `_` stays `_`).
+    pub const OWN_KEYS: [&'static str; 3] = ["bootstrap_servers", "group_id", "connect_timeout"];
+}
+
 impl TryFrom<BTreeMap<String, toml::Value>> for KafkaConfig {
     type Error = String;
     fn try_from(map: BTreeMap<String, toml::Value>) -> Result<Self, String> {
@@ -130,7 +136,8 @@ impl TryFrom<BTreeMap<String, toml::Value>> for KafkaConfig {
                 "bootstrap_servers" => k.bootstrap_servers = s,
                 "group_id" => k.group_id = s,
                 "connect_timeout" => {
-                    k.connect_timeout = Millis::parse(&s).map_err(|e| format!("kafka.connect_timeout: {e}"))?
+                    k.connect_timeout =
+                        Millis::parse(&s).map_err(|e| format!("kafka.connect_timeout: {e}"))?
                 }
                 // `debug` is the one common librdkafka property without a dot.
                 p if p.contains('.') || p == "debug" => {
@@ -138,9 +145,10 @@ impl TryFrom<BTreeMap<String, toml::Value>> for KafkaConfig {
                 }
                 _ => {
                     return Err(format!(
-                        "unknown key `kafka.{key}` (known: bootstrap_servers, group_id, connect_timeout; librdkafka \
-                         properties contain a dot, e.g. \"session.timeout.ms\")"
-                    ))
+                    "unknown key `kafka.{key}` (known: {}; librdkafka properties contain a dot, \
+                         e.g. \"session.timeout.ms\")",
+                    KafkaConfig::OWN_KEYS.join(", ")
+                ))
                 }
             }
         }
@@ -700,12 +708,7 @@ fn apply_override(table: &mut toml::Table, path: &[String], value: String) -> Op
         t = next;
     }
     let mut key = last.clone();
-    if parents.len() == 1
-        && parents[0] == "kafka"
-        && !matches!(
-            key.as_str(),
-            "bootstrap_servers" | "group_id" | "connect_timeout"
-        )
+    if parents.len() == 1 && parents[0] == "kafka" && !KafkaConfig::OWN_KEYS.contains(&key.as_str())
     {
         key = key.replace('_', ".");
     }

@@ -260,36 +260,37 @@ mod tests {
         }
     }
 
+    /// A producer with these librdkafka properties can be created.
+    fn accepted(properties: &[(&str, &str)]) -> Result<(), rdkafka::error::KafkaError> {
+        let mut k = KafkaConfig::default();
+        for (key, v) in properties {
+            k.properties.insert(key.to_string(), v.to_string());
+        }
+        client_config(&k, &[]).create::<BaseProducer>().map(drop)
+    }
+
     /// Only with `--features gssapi` (libsasl2): Kerberos is accepted.
     #[cfg(feature = "gssapi")]
     #[test]
     fn gssapi_is_compiled_in_with_the_feature() {
-        let mut k = KafkaConfig::default();
-        for (key, v) in [
+        accepted(&[
             ("security.protocol", "SASL_SSL"),
             ("sasl.mechanism", "GSSAPI"),
             ("sasl.kerberos.service.name", "kafka"),
             ("sasl.kerberos.kinit.cmd", "true"),
-        ] {
-            k.properties.insert(key.into(), v.into());
-        }
-        let _: BaseProducer = client_config(&k, &[]).create().expect("GSSAPI");
+        ])
+        .expect("GSSAPI");
     }
 
     #[test]
     fn scram_256_and_zstd_are_compiled_in() {
-        let mut k = KafkaConfig::default();
-        for (key, v) in [
+        accepted(&[
             ("security.protocol", "SASL_SSL"),
             ("sasl.mechanism", "SCRAM-SHA-256"),
             ("sasl.username", "u"),
             ("sasl.password", "p"),
             ("compression.type", "zstd"),
-        ] {
-            k.properties.insert(key.into(), v.into());
-        }
-        let _: BaseProducer = client_config(&k, &[])
-            .create()
-            .expect("SCRAM-SHA-256 + zstd");
+        ])
+        .expect("SCRAM-SHA-256 + zstd");
     }
 }

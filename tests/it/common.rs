@@ -227,3 +227,79 @@ pub fn generate(cfg: &Path, dir: &Path, name: &str, args: &[&str]) -> tally::gen
     tally_ok(&all, &[], Duration::from_secs(300));
     serde_json::from_slice(&std::fs::read(&expected).unwrap()).unwrap()
 }
+
+/// A throw-away PostgreSQL cluster of its own (`scripts/pg.sh`), stopped on drop:
+/// for tests that restart it or need its TLS mode (`envs`: `PG_TLS_DIR`,
+/// `PG_PASSWORD`). `url` has no password.
+pub struct ScratchPostgres {
+    dir: PathBuf,
+    pub url: String,
+}
+
+impl ScratchPostgres {
+    pub fn start(dir: &Path, envs: &[(&str, &str)]) -> Self {
+        let dir = dir.join("pg");
+        let status = Command::new(pg_script())
+            .arg("start")
+            .arg(&dir)
+            .envs(envs.iter().copied())
+            .status()
+            .expect("scripts/pg.sh start");
+        assert!(status.success(), "scripts/pg.sh could not start PostgreSQL");
+        let url = std::fs::read_to_string(dir.join("url")).unwrap();
+        ScratchPostgres {
+            url: url.trim().to_string(),
+            dir,
+        }
+    }
+
+    /// `pg_ctl restart`: every client loses its connection.
+    pub fn restart(&self) {
+        let status = Command::new(pg_script())
+            .arg("restart")
+            .arg(&self.dir)
+            .status()
+            .unwrap();
+        assert!(status.success(), "scripts/pg.sh restart failed");
+    }
+}
+
+impl Drop for ScratchPostgres {
+    fn drop(&mut self) {
+        let _ = Command::new(pg_script())
+            .arg("stop")
+            .arg(&self.dir)
+            .status();
+    }
+}
+
+fn pg_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/pg.sh")
+}
+
+/// A loopback port free at the time of asking.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET path` on `addr` over a fresh connection: (status, body); `None` while
+/// nothing listens there.
+pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: tally\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let status = text.split(' ').nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
+    Some((status, body))
+}

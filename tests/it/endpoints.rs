@@ -3,37 +3,12 @@
 //! hold up a scrape, unknown paths are 404, and the consumer lag is read off a
 //! backlog the worker has not consumed yet.
 
-use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-
-/// `GET path` over a fresh connection: (status, body); `None` while nothing listens.
-fn get(addr: &str, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: tally\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let status = text.split(' ').nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
-    Some((status, body))
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// The value of the sample `name{labels}` in Prometheus text.
 fn sample(text: &str, series: &str) -> Option<f64> {
@@ -97,7 +72,7 @@ fn readiness_idle_connections_404_and_consumer_lag() {
     let deadline = Instant::now() + Duration::from_secs(60);
     let (mut saw_503, mut ready_at) = (None, None);
     while ready_at.is_none() && Instant::now() < deadline {
-        match get(&addr, "/readyz") {
+        match http_get(&addr, "/readyz") {
             Some((503, body)) => saw_503 = Some(body),
             Some((200, _)) => ready_at = Some(Instant::now()),
             _ => {}
@@ -127,8 +102,8 @@ fn readiness_idle_connections_404_and_consumer_lag() {
     // An idle connection (connects, sends nothing) does not hold up other requests.
     let _idle = TcpStream::connect(&addr).unwrap();
     let t = Instant::now();
-    assert_eq!(get(&addr, "/healthz").map(|r| r.0), Some(200));
-    assert_eq!(get(&addr, "/nope").map(|r| r.0), Some(404));
+    assert_eq!(http_get(&addr, "/healthz").map(|r| r.0), Some(200));
+    assert_eq!(http_get(&addr, "/nope").map(|r| r.0), Some(404));
     assert!(
         t.elapsed() < Duration::from_secs(3),
         "a scrape waited {:?}",
@@ -142,7 +117,7 @@ fn readiness_idle_connections_404_and_consumer_lag() {
     let deadline = Instant::now() + Duration::from_secs(240);
     let mut last = String::new();
     while Instant::now() < deadline {
-        if let Some((200, text)) = get(&addr, "/metrics") {
+        if let Some((200, text)) = http_get(&addr, "/metrics") {
             max_lag = max_lag.max(sample(&text, lag).unwrap_or(0.0));
             consumed = sample(&text, done).unwrap_or(0.0);
             if consumed as u64 == N && sample(&text, lag) == Some(0.0) {

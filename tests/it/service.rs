@@ -171,11 +171,7 @@ fn secrets_never_reach_an_output() {
     );
     let mut seen = String::new();
     // The metrics of a worker waiting for its cluster.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let mut waiting = std::process::Command::new(tally_bin())
         .args(["run", "--config", &plain])
@@ -186,13 +182,8 @@ fn secrets_never_reach_an_output() {
         .unwrap();
     let mut metrics = String::new();
     for _ in 0..100 {
-        if let Ok(mut c) = std::net::TcpStream::connect(&listen) {
-            use std::io::{Read, Write};
-            let _ = write!(
-                c,
-                "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
-            );
-            let _ = c.read_to_string(&mut metrics);
+        if let Some((_, body)) = http_get(&listen, "/metrics") {
+            metrics = body;
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -320,32 +311,14 @@ fn gen_stops_promptly_on_sigterm() {
 /// the invoice is exact.
 #[test]
 fn the_sink_survives_a_postgres_restart_with_exact_totals() {
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
     use std::process::{Command, Stdio};
     use std::time::Instant;
 
-    struct Pg(PathBuf);
-    impl Drop for Pg {
-        fn drop(&mut self) {
-            let _ = Command::new(pg_script()).arg("stop").arg(&self.0).status();
-        }
-    }
-    fn pg_script() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/pg.sh")
-    }
     let dir = TempDir::new("pg-restart");
     let d = dir.path();
-    let pg = Pg(d.join("pg"));
-    assert!(Command::new(pg_script())
-        .arg("start")
-        .arg(&pg.0)
-        .status()
-        .unwrap()
-        .success());
-    let url = std::fs::read_to_string(pg.0.join("url"))
-        .unwrap()
-        .trim()
-        .to_string();
+    let pg = ScratchPostgres::start(d, &[]);
+    let url = pg.url.clone();
     let broker = DevBroker::start(&[
         ("requests", 4),
         ("tenant-cost", 2),
@@ -387,12 +360,7 @@ fn the_sink_survives_a_postgres_restart_with_exact_totals() {
         worker.try_wait().unwrap().is_none(),
         "the worker finished before the restart: the test would prove nothing"
     );
-    assert!(Command::new(pg_script())
-        .arg("restart")
-        .arg(&pg.0)
-        .status()
-        .unwrap()
-        .success());
+    pg.restart();
     assert!(worker.wait().unwrap().success(), "{}", read("worker.log"));
     let want = expected_rows(&expected);
     let deadline = Instant::now() + Duration::from_secs(180);

@@ -170,49 +170,24 @@ fn a_wrong_ca_a_missing_client_certificate_and_plaintext_fail_naming_why() {
     assert!(no_cert.contains("alert certificate required"), "{no_cert}");
 }
 
-/// A throw-away PostgreSQL in TLS mode (scripts/pg.sh), stopped on drop.
-struct TlsPostgres {
-    dir: PathBuf,
-    /// `postgres://postgres:<password>@127.0.0.1:<port>/postgres`
-    url: String,
-}
-
-impl TlsPostgres {
-    fn start(dir: &Path, certs: &Path, password: &str) -> Self {
-        let dir = dir.join("pg");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/pg.sh");
-        let status = Command::new(script)
-            .arg("start")
-            .arg(&dir)
-            .env("PG_TLS_DIR", certs)
-            .env("PG_PASSWORD", password)
-            .status()
-            .expect("scripts/pg.sh start");
-        assert!(status.success(), "a TLS PostgreSQL did not start");
-        let url = std::fs::read_to_string(dir.join("url")).unwrap();
-        let url = url
-            .trim()
-            .replacen("postgres@", &format!("postgres:{password}@"), 1);
-        TlsPostgres { dir, url }
-    }
-}
-
-impl Drop for TlsPostgres {
-    fn drop(&mut self) {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/pg.sh");
-        let _ = Command::new(script).arg("stop").arg(&self.dir).status();
-    }
-}
-
 #[test]
 fn postgres_over_tls_with_verify_full_and_clear_refusals() {
     let dir = TempDir::new("pg-tls");
     let d = dir.path();
     let certs = certs(d);
     let password = "CANARY-pg-tls-77";
-    let pg = TlsPostgres::start(d, &certs, password);
+    let pg = ScratchPostgres::start(
+        d,
+        &[
+            ("PG_TLS_DIR", certs.to_str().unwrap()),
+            ("PG_PASSWORD", password),
+        ],
+    );
+    let url = pg
+        .url
+        .replacen("postgres@", &format!("postgres:{password}@"), 1);
     let ca = certs.join("ca.pem");
-    let with = |params: &str| format!("{}?{params}", pg.url);
+    let with = |params: &str| format!("{url}?{params}");
     let migrate = |url: &str| {
         tally(
             &["migrate"],
