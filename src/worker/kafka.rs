@@ -249,9 +249,30 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
     // Closing the consumer leaves the group: the revoke callback runs and finds
     // nothing to do. No unsubscribe first — a static member (group.instance.id)
     // must leave as itself so its partitions wait for it instead of moving.
+    // The close is bounded: librdkafka can block for ever in the revoke callback's
+    // unassign while it closes (seen under group.protocol=consumer). Everything is
+    // checkpointed and committed by now, so a close that hangs is cut short: the
+    // group notices the member gone at its session timeout.
+    std::thread::Builder::new()
+        .name("close-watchdog".into())
+        .spawn(|| {
+            std::thread::sleep(CLOSE_TIMEOUT);
+            warn!(
+                timeout_s = CLOSE_TIMEOUT.as_secs(),
+                "leaving the consumer group did not finish; exiting (the last checkpoint is complete)"
+            );
+            std::process::exit(0);
+        })
+        .map_err(|e| WorkerError::Io {
+            path: "close-watchdog thread".into(),
+            source: e,
+        })?;
     drop(consumer);
     Ok(total)
 }
+
+/// How long leaving the consumer group may take at shutdown.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The number of partitions of `topic`; a missing topic is refused.
 fn input_partitions(consumer: &Source, topic: &str) -> Result<usize, WorkerError> {
