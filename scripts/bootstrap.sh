@@ -22,6 +22,9 @@ command -v make >/dev/null 2>&1 || need+=(make)
 command -v clang++ >/dev/null 2>&1 || need+=(clang)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+# The S3-compatible test server (scripts/s3.sh): moto in a venv, checked with curl.
+command -v curl >/dev/null 2>&1 || need+=(curl)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "bootstrap: installing ${need[*]}" >&2

@@ -9,14 +9,12 @@
 //! `PROPTEST_CASES=100000 cargo test --lib untrusted`. Inputs that once broke a
 //! parser are kept in `CORPUS` and run on every test run.
 
-use std::path::Path;
-
 use proptest::collection::vec;
 use proptest::prelude::*;
 
-use crate::checkpoint::file::{parse_snapshot, SnapshotWriter};
-use crate::checkpoint::store::decode_manifest;
-use crate::checkpoint::{CheckpointId, Manifest, OffsetLedger, PartitionEntry, MANIFEST_FORMAT};
+use crate::checkpoint::format::{decode_manifest, encode_manifest, seal, unseal, VERSION};
+use crate::checkpoint::part::{parse_part, PartWriter};
+use crate::checkpoint::{CheckpointId, Manifest, OffsetLedger, PartRef, PartitionEntry};
 use crate::config::Config;
 use crate::engine::{validate, Counters, RecordIn};
 use crate::model::{event, Partition};
@@ -27,9 +25,11 @@ const EXAMPLE: &str = include_str!("../tally.example.toml");
 
 /// Inputs that broke a parser once (or were built to), run every time.
 const CORPUS: &[&[u8]] = &[
-    // A manifest body claiming a 2^62-byte worker name (aborted with an
+    // A format-2 manifest body claiming a 2^62-byte worker name (aborted with an
     // allocation failure before the decoder had a limit).
     &[2, 7, 0xFD, 0, 0, 0, 0, 0, 0, 0, 0x40],
+    // The same length in a format-3 manifest (checksum not valid).
+    b"TALLYMAN\0\x03\x07\x80\x80\x80\x80\x80\x80\x80\x80\x40",
     // A BOM before a record.
     b"\xEF\xBB\xBF{\"request_id\":\"r\"}",
     // Numbers at and past the edges of i64/u64.
@@ -57,18 +57,20 @@ fn all_parsers(bytes: &[u8]) {
     );
     let _ = Config::from_toml_with_env(&String::from_utf8_lossy(bytes), std::iter::empty());
     let _ = decode_manifest(bytes);
+    // The body decoder behind the checksum too.
+    let _ = decode_manifest(&seal(bytes));
     snapshot(bytes);
 }
 
 fn snapshot(bytes: &[u8]) {
-    if let Ok(entries) = parse_snapshot(bytes, Partition(0), Path::new("fuzz")) {
+    if let Ok(entries) = parse_part(bytes, Partition(0), 0) {
         let _ = decode_partition(Partition(0), entries.iter().copied());
     }
 }
 
 fn manifest_body() -> Vec<u8> {
     let m = Manifest {
-        format: MANIFEST_FORMAT,
+        format: VERSION,
         id: CheckpointId(3),
         worker: "w1".into(),
         created_at_ms: 5,
@@ -84,36 +86,44 @@ fn manifest_body() -> Vec<u8> {
                 folded: 10,
                 ..Counters::default()
             },
-            file: "p-000000.state".into(),
-            bytes: 100,
-            sha256: "cd".repeat(32),
             offsets: OffsetLedger::default(),
+            parts: vec![PartRef {
+                bytes: 100,
+                sha256: [0xcd; 32],
+            }],
         }],
     };
-    bincode::serde::encode_to_vec(&m, bincode::config::standard()).unwrap()
+    unseal(&encode_manifest(&m)).to_vec()
 }
 
 fn snapshot_bytes() -> Vec<u8> {
-    // One directory per call: tests run in parallel and each removes its own.
-    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("tally-fuzz-{}-{call}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("p-000000.state");
-    let mut w = SnapshotWriter::create(&path, Partition(0)).unwrap();
+    use crate::state::stored::{encode, StoredCounters, StoredMeta, StoredWindow};
+    let mut w = PartWriter::new(Partition(0));
     let mut meta = vec![b'M'];
     meta.extend_from_slice(&0x8000_0000u32.to_be_bytes());
-    w.entry(&meta, &[10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0])
-        .unwrap();
+    let counters = StoredCounters::from(Counters::default());
+    let m = StoredMeta {
+        next_offset: 10,
+        bound_ms: 0,
+        max_ts: Some(7),
+        forced: None,
+        counters,
+    };
+    w.entry(&meta, &encode(&m));
     let mut win = vec![b'W'];
     win.extend_from_slice(&0x8000_0000u32.to_be_bytes());
     win.extend_from_slice(&(1_767_261_660_000u64 ^ (1 << 63)).to_be_bytes());
     win.extend_from_slice(b"acme");
-    w.entry(&win, &[1, 2, 3, 4, 5, 6, 1]).unwrap();
-    w.finish(&path).unwrap();
-    let bytes = std::fs::read(&path).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
-    bytes
+    let stored = StoredWindow {
+        cost_pico: 1,
+        prompt_tokens: 2,
+        completion_tokens: 3,
+        version: 4,
+        panes: 5,
+        open: true,
+    };
+    w.entry(&win, &encode(&stored));
+    w.finish()
 }
 
 /// `base` with bytes overwritten, inserted or removed at the given places.
@@ -151,10 +161,14 @@ fn the_corpus_of_crashers_is_handled() {
 #[test]
 fn the_valid_encodings_decode() {
     assert!(event::parse(RECORD.as_bytes()).is_ok());
-    assert!(decode_manifest(&manifest_body()).is_ok());
+    assert!(decode_manifest(&seal(&manifest_body())).is_ok());
     let snap = snapshot_bytes();
-    let entries = parse_snapshot(&snap, Partition(0), Path::new("fuzz")).unwrap();
+    let entries = parse_part(&snap, Partition(0), 0).unwrap();
     assert_eq!(entries.len(), 2);
+    let (s, next) = decode_partition(Partition(0), entries.iter().copied())
+        .unwrap()
+        .unwrap();
+    assert_eq!((next, s.open.len()), (NextOffset(10), 1));
 }
 
 proptest! {
@@ -182,7 +196,7 @@ proptest! {
 
     #[test]
     fn mutated_manifests_never_break_the_decoder(edits in vec((any::<usize>(), any::<u8>(), any::<u8>()), 1..6)) {
-        let _ = decode_manifest(&mutate(&manifest_body(), &edits));
+        let _ = decode_manifest(&seal(&mutate(&manifest_body(), &edits)));
     }
 
     #[test]

@@ -1,20 +1,22 @@
 //! The checkpoint exporter: writes one checkpoint from the state store on a
-//! background thread, so the barrier pause is only flush + one batch write.
+//! background thread, so the barrier pause is only flush + one batch write. Each
+//! partition's parts are uploaded in order (`mid_upload` after the first data
+//! object), then — after every part (`before_manifest`) — the manifest.
 //!
 //! Invariant: the state store is not written while an export runs (the worker
 //! joins the previous export before its next barrier or restore), so the exporter
 //! reads the exact cut taken at the barrier.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use super::file::SnapshotWriter;
-use super::store::write_manifest;
-use super::{
-    io_err, CheckpointError, CheckpointId, Manifest, OffsetLedger, PartitionEntry, MANIFEST_FORMAT,
-};
+use sha2::{Digest, Sha256};
+
+use super::format::VERSION;
+use super::part::PartWriter;
+use super::store::{part_key, CheckpointStore};
+use super::{CheckpointError, CheckpointId, Manifest, OffsetLedger, PartRef, PartitionEntry};
 use crate::engine::Counters;
 use crate::model::Partition;
 use crate::state::{NextOffset, StateStore};
@@ -32,7 +34,7 @@ pub struct ExportPartition {
 /// Who writes checkpoints, and under which rules: the manifest's identity.
 #[derive(Debug, Clone)]
 pub struct JobIdentity {
-    /// This process's name in checkpoint directory names.
+    /// This process's name in checkpoint names.
     pub worker: String,
     pub group: String,
     pub topic: String,
@@ -43,14 +45,14 @@ pub struct JobIdentity {
 /// What the barrier hands to the exporter.
 pub struct ExportJob {
     pub id: CheckpointId,
-    pub dir: PathBuf,
     pub job: JobIdentity,
     pub created_at_ms: i64,
     pub partitions: Vec<ExportPartition>,
     pub store: Arc<StateStore>,
+    pub checkpoints: Arc<CheckpointStore>,
 }
 
-/// A checkpoint whose files are being written on the exporter thread.
+/// A checkpoint whose objects are being written on the exporter thread.
 pub struct PendingExport {
     pub id: CheckpointId,
     /// When its barrier began (the pause and the duration are measured from here).
@@ -84,32 +86,73 @@ pub fn spawn(job: ExportJob, started: Instant) -> std::io::Result<PendingExport>
     })
 }
 
+/// Uploads one partition's parts, in order.
+struct Uploader<'a> {
+    checkpoints: &'a CheckpointStore,
+    name: &'a str,
+    partition: Partition,
+    parts: Vec<PartRef>,
+    /// Data objects written by this checkpoint so far.
+    written: &'a mut usize,
+}
+
+impl Uploader<'_> {
+    fn put(&mut self, bytes: Vec<u8>) -> Result<(), CheckpointError> {
+        let key = part_key(self.name, self.partition, self.parts.len());
+        self.checkpoints.objects().put_new(&key, &bytes)?;
+        self.parts.push(PartRef {
+            bytes: bytes.len() as u64,
+            sha256: Sha256::digest(&bytes).into(),
+        });
+        *self.written += 1;
+        if *self.written == 1 {
+            crate::failpoint::hit("mid_upload");
+        }
+        Ok(())
+    }
+}
+
 fn run(job: ExportJob) -> Result<Manifest, CheckpointError> {
-    std::fs::create_dir_all(&job.dir).map_err(io_err(&job.dir))?;
+    let name = job.checkpoints.name_for(job.id);
     let mut entries = Vec::with_capacity(job.partitions.len());
-    for (i, cut) in job.partitions.into_iter().enumerate() {
+    let mut written = 0usize;
+    for cut in job.partitions {
         let p = cut.partition;
-        let file = super::store::partition_file(p);
-        let path = job.dir.join(&file);
-        let mut w = SnapshotWriter::create(&path, p)?;
-        job.store.export_partition(p, |k, v| w.entry(k, v))?;
-        let (bytes, sha256) = w.finish(&path)?;
+        let mut up = Uploader {
+            checkpoints: &job.checkpoints,
+            name: &name,
+            partition: p,
+            parts: Vec::new(),
+            written: &mut written,
+        };
+        let mut w = PartWriter::new(p);
+        let mut failed: Option<CheckpointError> = None;
+        let exported = job.store.export_partition(p, |k, v| match w.entry(k, v) {
+            Some(done) => up.put(done).map_err(|e| {
+                let io = std::io::Error::other(e.to_string());
+                failed = Some(e);
+                io
+            }),
+            None => Ok(()),
+        });
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        exported?;
+        up.put(w.finish())?;
+        let parts = up.parts;
         entries.push(PartitionEntry {
             partition: p,
             next_offset: cut.next_offset,
             watermark: cut.watermark,
             counters: cut.counters,
-            file,
-            bytes,
-            sha256,
             offsets: cut.offsets,
+            parts,
         });
-        if i == 0 {
-            crate::failpoint::hit("mid_state_write");
-        }
     }
+    crate::failpoint::hit("before_manifest");
     let manifest = Manifest {
-        format: MANIFEST_FORMAT,
+        format: VERSION,
         id: job.id,
         worker: job.job.worker,
         created_at_ms: job.created_at_ms,
@@ -118,6 +161,6 @@ fn run(job: ExportJob) -> Result<Manifest, CheckpointError> {
         fingerprint: job.job.fingerprint,
         partitions: entries,
     };
-    write_manifest(&job.dir, &manifest)?;
+    job.checkpoints.write_manifest(&name, &manifest)?;
     Ok(manifest)
 }

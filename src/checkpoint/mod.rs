@@ -1,36 +1,44 @@
 //! Checkpoints: durable, checksummed, per-partition snapshots tied to Kafka offsets
 //! (docs/DESIGN.md §7).
 //!
-//! ## Layout of the checkpoint store (`checkpoint.dir`)
+//! ## Layout of the checkpoint store (`checkpoint.dir`: a path, or a URL such as
+//! `s3://bucket/prefix`; see `objects`)
 //!
 //! ```text
 //! <dir>/<group_id>/chk-<id:020>-<worker>/
-//!     p-<partition:06>.state   one file per partition (format in `file.rs`)
-//!     MANIFEST                 bincode(Manifest) ++ sha256(bincode bytes); written last
+//!     p-<partition:06>-<part:04>   the partition's state in parts (`part`)
+//!     MANIFEST                     the manifest (`format`); written last
 //! ```
 //!
 //! ## Rules
-//! - A checkpoint is complete iff its `MANIFEST` exists and its own checksum holds.
-//!   The manifest is written to `MANIFEST.tmp`, fsynced, renamed, and the directory
-//!   fsynced; partition files are fsynced before that. Only then are the manifest's
+//! - Every object is created once and never replaced (`objects`: a hard link of
+//!   a synced file, or a conditional `PutMode::Create`). The manifest is written
+//!   after every part of the checkpoint: a checkpoint is complete iff its
+//!   `MANIFEST` exists and its checksum holds; its parts are trusted only when
+//!   their size and sha256 match the manifest. Only then are the manifest's
 //!   offsets committed to the consumer group (with `tally-checkpoint=<id>` as
 //!   commit metadata).
 //! - A partition is restored from the complete checkpoint holding it with the
-//!   greatest `next_offset` (ties: the greater id) whose file checksum matches.
-//!   A mismatch falls back to the next candidate, loudly. Because a partition's
+//!   greatest `next_offset` (ties: the greater id) whose parts all check out. A
+//!   mismatch falls back to the next candidate, loudly. Because a partition's
 //!   snapshot at offset `o` is a pure function of the records before `o`, any
 //!   worker's snapshot of `p` at `o` is *the* state of `p` at `o` — so selecting by
 //!   offset is safe across workers, and a zombie's older checkpoint never wins.
 //! - A checkpoint whose config fingerprint differs from the running config is never
-//!   restored silently: the worker refuses and says how to proceed.
-//! - Retention: a complete checkpoint is deleted only when every partition in it is
-//!   held by at least `retain` newer complete checkpoints. Incomplete directories are
-//!   deleted when their writer is this process and a newer one completed, or when
-//!   they are older than an hour.
+//!   restored silently: the worker refuses and says how to proceed. A checkpoint of
+//!   another format is refused by name (`format`).
+//! - Retention: a complete checkpoint is deleted — manifest first, so it stops
+//!   being complete before any part goes — only when every partition in it is held
+//!   by at least `retain` newer complete checkpoints. Objects of incomplete
+//!   checkpoints are deleted when their writer is this process and a newer one
+//!   completed, or when all are older than an hour (another writer may still be
+//!   uploading). Nothing a retained manifest references is ever deleted.
 
 pub mod export;
-pub mod file;
+pub mod format;
 pub mod ledger;
+pub mod objects;
+pub mod part;
 pub mod store;
 
 use serde::{Deserialize, Serialize};
@@ -53,6 +61,8 @@ pub enum CheckpointError {
     Corrupt { path: String, msg: String },
     #[error(transparent)]
     State(#[from] crate::state::StateError),
+    #[error("checkpoint store: {0}")]
+    Store(#[from] objects::ObjectError),
     /// A refusal to restore, with the way out.
     #[error("{0}")]
     Refused(String),
@@ -69,13 +79,10 @@ pub fn io_err(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Checkpoi
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct CheckpointId(pub u64);
 
-/// Format 2 added `PartitionEntry::offsets` (the offset ledger); format 1 is
-/// still read (see `ledger`).
-pub const MANIFEST_FORMAT: u32 = 2;
-
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
-    pub format: u32,
+    /// The checkpoint format it was read in (`format::VERSION`).
+    pub format: u16,
     pub id: CheckpointId,
     pub worker: String,
     pub created_at_ms: i64,
@@ -92,12 +99,24 @@ pub struct PartitionEntry {
     pub next_offset: NextOffset,
     pub watermark: Option<EventTime>,
     pub counters: Counters,
-    pub file: String,
-    pub bytes: u64,
-    /// sha256 (hex) of the file.
-    pub sha256: String,
     /// Where the offsets before `next_offset` went (see `ledger`).
     pub offsets: OffsetLedger,
+    /// The partition's state, in key order (`part`).
+    pub parts: Vec<PartRef>,
+}
+
+impl PartitionEntry {
+    /// The bytes of its parts.
+    pub fn bytes(&self) -> u64 {
+        self.parts.iter().map(|p| p.bytes).sum()
+    }
+}
+
+/// One part as the manifest records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartRef {
+    pub bytes: u64,
+    pub sha256: [u8; 32],
 }
 
 impl Manifest {

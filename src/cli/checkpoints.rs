@@ -23,11 +23,9 @@ pub enum Action {
 
 fn open(c: &ConfigArg) -> anyhow::Result<CheckpointStore> {
     let cfg = c.load()?;
-    Ok(CheckpointStore::open(
-        &cfg.checkpoint.dir,
+    Ok(CheckpointStore::open_existing(
+        &cfg.checkpoint,
         &cfg.kafka.group_id,
-        "cli",
-        cfg.checkpoint.retain as usize,
     )?)
 }
 
@@ -35,22 +33,18 @@ pub fn run(a: CheckpointsArgs) -> anyhow::Result<()> {
     match a.action {
         Action::List(c) => {
             let store = open(&c)?;
-            println!("checkpoints of {}", store.root().display());
+            println!("checkpoints of {}", store.location());
             println!(
                 "{:<40} {:<24} {:>6} {:>10} {:>9}  offsets",
                 "checkpoint", "created", "parts", "bytes", "age"
             );
             for l in store.list()? {
-                let name = l
-                    .path
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
+                let name = &l.name;
                 match l.manifest {
                     None => println!("{name:<40} (incomplete: no MANIFEST)"),
                     Some(Err(e)) => println!("{name:<40} (unreadable: {e})"),
                     Some(Ok(m)) => {
-                        let bytes: u64 = m.partitions.iter().map(|e| e.bytes).sum();
+                        let bytes: u64 = m.partitions.iter().map(|e| e.bytes()).sum();
                         let offsets: Vec<String> = m
                             .partitions
                             .iter()

@@ -45,6 +45,26 @@ pub enum ConfigError {
     },
 }
 
+/// A table of string options whose values may be written as TOML scalars
+/// (`aws_allow_http = true` is `"true"`).
+fn de_string_map<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, String>, D::Error> {
+    let raw = BTreeMap::<String, toml::Value>::deserialize(d)?;
+    raw.into_iter()
+        .map(|(k, v)| match v {
+            toml::Value::String(s) => Ok((k, s)),
+            toml::Value::Boolean(_) | toml::Value::Integer(_) | toml::Value::Float(_) => {
+                Ok((k, v.to_string()))
+            }
+            other => Err(serde::de::Error::custom(format!(
+                "option {k:?} is a {}, not a string",
+                other.type_str()
+            ))),
+        })
+        .collect()
+}
+
 fn invalid(key: impl Into<String>, msg: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         key: key.into(),
@@ -255,7 +275,14 @@ impl Default for LimitsConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CheckpointConfig {
+    /// A local (or mounted) directory, or an object-store URL (`s3://bucket/prefix`,
+    /// `gs://…`, `az://…`): `checkpoint::objects`.
     pub dir: PathBuf,
+    /// Options of the object store, under the `object_store` crate's key names
+    /// (`aws_endpoint`, `aws_region`, `aws_allow_http`, …). Credentials come from
+    /// the environment (`AWS_*`, …) or the instance's identity.
+    #[serde(deserialize_with = "de_string_map")]
+    pub object_store: BTreeMap<String, String>,
     /// Time between state commits (producer flush, state write, offset commit).
     pub interval: Millis,
     #[serde(deserialize_with = "duration::de_u64")]
@@ -266,6 +293,7 @@ impl Default for CheckpointConfig {
     fn default() -> Self {
         Self {
             dir: "./data/checkpoints".into(),
+            object_store: BTreeMap::new(),
             interval: Millis(10_000),
             retain: 3,
         }
@@ -523,6 +551,17 @@ impl Config {
         }
         if self.checkpoint.retain == 0 {
             return Err(invalid("checkpoint.retain", "must be at least 1"));
+        }
+        let dir = self.checkpoint.dir.to_string_lossy();
+        if crate::checkpoint::objects::remote::is_url(&dir) {
+            crate::checkpoint::objects::remote::check(&dir, &self.checkpoint.object_store)
+                .map_err(|(key, msg)| ConfigError::Invalid { key, msg })?;
+        } else if !self.checkpoint.object_store.is_empty() {
+            return Err(invalid(
+                "checkpoint.object_store",
+                "is set but `checkpoint.dir` is a local path: set `checkpoint.dir` to the store's \
+                 URL (s3://bucket/prefix), or remove the options",
+            ));
         }
         if self.job.generation == 0 {
             return Err(invalid("job.generation", "must be at least 1"));
@@ -847,6 +886,55 @@ mod tests {
         assert_eq!(again.effective_toml().unwrap(), printed);
         assert_eq!(again.window.size.0, 300_000);
         assert_eq!(again.kafka.properties["session.timeout.ms"], "7000");
+    }
+
+    /// The object-store contract: `checkpoint.dir` a URL, options under the
+    /// crate's key names in `[checkpoint.object_store]` (TOML scalars or strings),
+    /// each overridable from the environment; an unknown key, or options without a
+    /// URL, refused by name; secret options masked by `tally config`.
+    #[test]
+    fn object_store_options_load_override_and_are_checked_by_name() {
+        let text = format!(
+            "[checkpoint]\ndir = \"s3://bucket/tally\"\n[checkpoint.object_store]\n\
+             aws_region = \"eu-west-1\"\naws_allow_http = true\n\
+             aws_access_key_id = \"AKIDTEST\"\naws_secret_access_key = \"UNIT-CANARY-s3\"\n{PRICES}"
+        );
+        let c = load(
+            &text,
+            &[(
+                "TALLY_CHECKPOINT__OBJECT_STORE__AWS_ENDPOINT",
+                "http://127.0.0.1:9000",
+            )],
+        )
+        .unwrap();
+        let o = &c.checkpoint.object_store;
+        assert_eq!(o["aws_endpoint"], "http://127.0.0.1:9000");
+        assert_eq!(o["aws_allow_http"], "true");
+        assert_eq!(o["aws_region"], "eu-west-1");
+        let printed = c.effective_toml().unwrap();
+        assert!(!printed.contains("UNIT-CANARY"), "{printed}");
+        assert!(printed.contains("aws_endpoint"), "{printed}");
+        let e = load(
+            &text,
+            &[("TALLY_CHECKPOINT__OBJECT_STORE__AWS_ENDPONT", "x")],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("checkpoint.object_store.aws_endpont"), "{e}");
+        let e = load(
+            &format!("[checkpoint.object_store]\naws_region = \"x\"\n{PRICES}"),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("checkpoint.object_store") && e.contains("URL"),
+            "{e}"
+        );
+        let e = load(&format!("[checkpoint]\ndir = \"ftp://x/y\"\n{PRICES}"), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("checkpoint.dir") && e.contains("s3://"), "{e}");
     }
 
     /// The example file documents the defaults: every value it sets (but the

@@ -32,6 +32,27 @@ pub struct BenchArgs {
     /// Scratch directory (deleted afterwards).
     #[arg(long, default_value = "/tmp/tally-bench-checkpoint")]
     pub dir: std::path::PathBuf,
+    /// Keep the checkpoints on this S3-compatible server (bucket `tally`, a prefix
+    /// of this run; credentials from `AWS_*`) instead of under `--dir`.
+    #[arg(long, value_name = "URL")]
+    pub s3_endpoint: Option<String>,
+}
+
+/// The checkpoint store of one measurement: under `dir`, or on S3.
+fn store_config(a: &BenchArgs, n: usize) -> crate::config::CheckpointConfig {
+    let mut cfg = crate::config::CheckpointConfig {
+        dir: a.dir.join("checkpoints"),
+        retain: 2,
+        ..Default::default()
+    };
+    if let Some(endpoint) = &a.s3_endpoint {
+        cfg.dir = format!("s3://tally/bench-{}-{n}", std::process::id()).into();
+        cfg.object_store
+            .insert("aws_endpoint".into(), endpoint.clone());
+        cfg.object_store
+            .insert("aws_allow_http".into(), "true".into());
+    }
+    cfg
 }
 
 fn engine() -> Arc<EngineConfig> {
@@ -84,12 +105,18 @@ fn pct(v: &mut [f64], q: usize) -> f64 {
 }
 
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {
-    println!("| open windows | first checkpoint pause ms | steady pause p50 / p99 ms | checkpoint duration ms | bytes | restore ms |");
-    println!("|---:|---:|---:|---:|---:|---:|");
+    let kind = if a.s3_endpoint.is_some() {
+        "S3"
+    } else {
+        "local"
+    };
+    println!("| store | open windows | first checkpoint pause ms | steady pause p50 / p99 ms | checkpoint duration ms | bytes | restore of one partition ms | restore of all {} ms |", a.partitions);
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for &n in &a.windows {
         let _ = std::fs::remove_dir_all(&a.dir);
         let store = Arc::new(StateStore::open_fresh(&a.dir.join("state"))?);
-        let checkpoints = CheckpointStore::open(&a.dir.join("checkpoints"), "bench", "bench", 2)?;
+        let cfg = store_config(&a, n);
+        let checkpoints = Arc::new(CheckpointStore::open(&cfg, "bench", "bench")?);
         let per = n / a.partitions as usize;
         let mut tasks: Vec<PartitionTask> = (0..a.partitions)
             .map(|p| PartitionTask::new(Partition(p), engine()))
@@ -124,7 +151,6 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
                 .collect();
             let job = ExportJob {
                 id: CheckpointId(id),
-                dir: checkpoints.dir_for(CheckpointId(id)),
                 job: JobIdentity {
                     worker: "bench".into(),
                     group: "bench".into(),
@@ -134,6 +160,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
                 created_at_ms: 0,
                 partitions: listed,
                 store: store.clone(),
+                checkpoints: checkpoints.clone(),
             };
             let pending = export::spawn(job, started)?;
             let pause = started.elapsed().as_secs_f64() * 1e3;
@@ -143,7 +170,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             Ok((
                 pause,
                 total,
-                manifest.partitions.iter().map(|e| e.bytes).sum(),
+                manifest.partitions.iter().map(|e| e.bytes()).sum(),
             ))
         };
         let (first_pause, _, _) = checkpoint(&mut tasks, 1)?;
@@ -161,7 +188,15 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             durations.push(total);
             bytes = b;
         }
-        // Restore every partition into a fresh store, as a worker does on assignment.
+        // One partition, then every partition into a fresh store, as a worker does
+        // on assignment.
+        let one = StateStore::open_fresh(&a.dir.join("restore-one"))?;
+        let started = Instant::now();
+        checkpoints
+            .restore_partition(Partition(0), "bench", &one)?
+            .ok_or_else(|| anyhow::anyhow!("partition 0 missing after restore"))?;
+        let restore_one_ms = started.elapsed().as_secs_f64() * 1e3;
+        drop(one);
         let fresh = StateStore::open_fresh(&a.dir.join("restore"))?;
         let started = Instant::now();
         let parts: Vec<Partition> = (0..a.partitions).map(Partition).collect();
@@ -180,7 +215,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             per * a.partitions as usize
         );
         println!(
-            "| {n} | {first_pause:.1} | {:.1} / {:.1} | {:.0} (p50) | {bytes} | {restore_ms:.0} |",
+            "| {kind} | {n} | {first_pause:.1} | {:.1} / {:.1} | {:.0} (p50) | {bytes} | {restore_one_ms:.0} | {restore_ms:.0} |",
             pct(&mut pauses.clone(), 50),
             pct(&mut pauses, 99),
             pct(&mut durations, 50),

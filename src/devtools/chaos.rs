@@ -63,6 +63,10 @@ pub struct ChaosArgs {
     /// so recovery takes about twice as long).
     #[arg(long, default_value = "consumer", value_parser = ["classic", "consumer"])]
     pub group_protocol: String,
+    /// Keep the checkpoints in this S3-compatible server (bucket `tally`, a prefix
+    /// of this run) instead of a local directory; credentials from `AWS_*`.
+    #[arg(long, env = "TALLY_CHAOS_S3_ENDPOINT", value_name = "URL")]
+    pub s3_endpoint: Option<String>,
     /// Keep the working directory.
     #[arg(long)]
     pub keep: bool,
@@ -181,11 +185,20 @@ pub fn run(a: ChaosArgs) -> anyhow::Result<()> {
     let bootstrap = broker.bootstrap.clone();
     let db = support::create_database(&a.database_url, &format!("chaos_{}", std::process::id()))?;
     let cfg = dir.join("chaos.toml");
+    let checkpoints = match &a.s3_endpoint {
+        Some(endpoint) => format!(
+            "dir = \"s3://tally/chaos-{}-{}\"\nobject_store = {{ aws_endpoint = \"{endpoint}\", \
+             aws_allow_http = \"true\" }}",
+            std::process::id(),
+            crate::kafka::now_ms()
+        ),
+        None => format!("dir = \"{}/checkpoints\"", dir.display()),
+    };
     std::fs::write(
         &cfg,
         format!(
             "[kafka]\nbootstrap_servers = \"{bootstrap}\"\ngroup_id = \"chaos\"\n{group}\n\
-             [checkpoint]\ndir = \"{d}/checkpoints\"\ninterval = \"1s\"\n[state]\ndir = \"{d}/state\"\n\
+             [checkpoint]\n{checkpoints}\ninterval = \"1s\"\n[state]\ndir = \"{d}/state\"\n\
              [window]\nallowed_lateness = \"10s\"\n[sink]\ndatabase_url = \"{db}\"\n\
              [prices.small]\ninput_per_1k = \"0.00015\"\noutput_per_1k = \"0.0006\"\n\
              [prices.medium]\ninput_per_1k = \"0.003\"\noutput_per_1k = \"0.015\"\n\
@@ -389,7 +402,21 @@ pub fn run(a: ChaosArgs) -> anyhow::Result<()> {
             signal(c.id(), libc::SIGTERM);
         }
         if let Some(mut c) = w.child.take() {
-            c.wait()?;
+            // Bounded: a worker that does not stop is killed (its checkpoint is
+            // complete before it leaves the group), and the run goes on.
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while c.try_wait()?.is_none() {
+                if Instant::now() > deadline {
+                    println!(
+                        "  worker {} did not stop 60 s after SIGTERM; killed",
+                        c.id()
+                    );
+                    c.kill()?;
+                    c.wait()?;
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
         }
     }
     // The tail: one bounded run closes the last windows (end of input).

@@ -1,6 +1,7 @@
 //! Real services as child processes, for `tally-dev` and the integration tests:
 //! a `tally dev-broker` process, a database in a PostgreSQL cluster, workers that
-//! log to a file, signals, the invoice view. Each exists once, here.
+//! log to a file, signals, the invoice view, a checkpoint written as a worker
+//! writes one. Each exists once, here.
 //!
 //! Nothing here fakes a service: a broker that does not publish its address, or a
 //! database that cannot be created, is an error.
@@ -263,4 +264,71 @@ pub fn log_ends(
             ))
         })
         .collect()
+}
+
+/// Commits `windows` fresh windows (`t<id>-<i>`) to each of `partitions` at next
+/// offset `next`, then writes checkpoint `id` of them through the real exporter
+/// and waits for it: a checkpoint as a worker writes one, for tests of the store.
+pub fn write_checkpoint(
+    checkpoints: &std::sync::Arc<crate::checkpoint::store::CheckpointStore>,
+    state: &std::sync::Arc<crate::state::StateStore>,
+    id: u64,
+    partitions: &[i32],
+    next: i64,
+    windows: usize,
+) -> anyhow::Result<crate::checkpoint::Manifest> {
+    use crate::checkpoint::export::{self, ExportJob, ExportPartition, JobIdentity};
+    use crate::checkpoint::{CheckpointId, OffsetLedger};
+    use crate::engine::{Counters, StateDelta, WindowAcc, WindowPhase};
+    use crate::model::Partition;
+    use crate::state::{NextOffset, PartitionCommit};
+    let window = |i: usize| {
+        let acc = WindowAcc {
+            version: 1,
+            ..WindowAcc::default()
+        };
+        (
+            (60_000, format!("t{id}-{i}").into()),
+            acc,
+            WindowPhase::Open,
+        )
+    };
+    let commits = partitions
+        .iter()
+        .map(|&p| PartitionCommit {
+            partition: Partition(p),
+            next_offset: NextOffset(next),
+            delta: StateDelta {
+                changed: (0..windows).map(window).collect(),
+                purged_through: None,
+                dedup: Default::default(),
+                watermark: crate::time::Watermark::new(0),
+                counters: Counters::default(),
+            },
+        })
+        .collect();
+    state.commit(commits)?;
+    let job = ExportJob {
+        id: CheckpointId(id),
+        job: JobIdentity {
+            worker: "w".into(),
+            group: "g".into(),
+            topic: "t".into(),
+            fingerprint: "f".into(),
+        },
+        created_at_ms: 0,
+        partitions: partitions
+            .iter()
+            .map(|&p| ExportPartition {
+                partition: Partition(p),
+                next_offset: NextOffset(next),
+                watermark: None,
+                counters: Counters::default(),
+                offsets: OffsetLedger::without_gaps(0, NextOffset(next)),
+            })
+            .collect(),
+        store: state.clone(),
+        checkpoints: checkpoints.clone(),
+    };
+    Ok(export::spawn(job, Instant::now())?.wait()?)
 }

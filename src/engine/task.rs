@@ -57,9 +57,7 @@ pub fn window_bytes(tenant: &str) -> usize {
     WINDOW_BYTES + tenant.len().saturating_sub(16)
 }
 
-/// Whether a window's on-time pane has fired. The variant order is part of the
-/// state store's format: bincode writes `Fired` as 0 and `Open` as 1, the bytes of
-/// the `open: bool` this replaced.
+/// Whether a window's on-time pane has fired (stored as `open: bool`, `state::stored`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WindowPhase {
     Fired,

@@ -6,7 +6,7 @@
 //!   topic for a worker's partitions, the results topic in the sink), unchanged: a
 //!   partition from a broker is `>= 0`; a number read from disk is checked where it
 //!   is read (`checkpoint::store` refuses a negative one).
-//! - It encodes exactly as the `i32` it wraps — serde transparent, so bincode (state
+//! - It encodes exactly as the `i32` it wraps — serde transparent, so postcard (state
 //!   store, checkpoint manifests) and JSON (`report.json`) bytes are unchanged — and
 //!   orders, hashes and displays as that `i32` (`Display` honours width and fill:
 //!   `{p:06}` names partition files). `Debug` shows `Partition(3)`; log fields and
@@ -35,10 +35,9 @@ mod tests {
     #[test]
     fn encodes_displays_and_orders_as_the_integer() {
         for p in [0, 3, -1, i32::MAX, i32::MIN] {
-            let std = bincode::config::standard();
             assert_eq!(
-                bincode::serde::encode_to_vec(Partition(p), std).unwrap(),
-                bincode::serde::encode_to_vec(p, std).unwrap()
+                postcard::to_allocvec(&Partition(p)).unwrap(),
+                postcard::to_allocvec(&p).unwrap()
             );
             assert_eq!(
                 serde_json::to_string(&Partition(p)).unwrap(),

@@ -4,10 +4,10 @@
 //! bit flipped, `end` = window end as `i64` with the sign bit flipped, so byte
 //! order equals numeric order):
 //!
-//! | key                              | value (bincode, standard config)         |
+//! | key                              | value (postcard; the structs of `stored`) |
 //! |----------------------------------|------------------------------------------|
-//! | `M` `p`                          | `PartitionMeta` (next offset, watermark, audit counters) |
-//! | `W` `p` `end` `tenant_id bytes`  | `StoredWindow` (accumulator, `WindowPhase`) |
+//! | `M` `p`                          | `StoredMeta` (next offset, watermark, audit counters) |
+//! | `W` `p` `end` `tenant_id bytes`  | `StoredWindow` (accumulator, whether the on-time pane fired) |
 //! | `D` `p` `expiry` `seq`            | the ids expiring then, packed (`dedup::pack`) |
 //!
 //! ## Rules
@@ -33,6 +33,8 @@
 //!   files are the durable truth.
 //! - A partition without an `M` key has no state: it starts from the log start.
 
+pub mod stored;
+
 use std::path::Path;
 
 use rocksdb::{Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB};
@@ -40,9 +42,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::dedup::{unpack, Fingerprint};
 use crate::engine::spill::SpillStore;
-use crate::engine::{Counters, StateDelta, TaskSnapshot, WindowAcc, WindowPhase};
+use crate::engine::{StateDelta, TaskSnapshot, WindowAcc, WindowPhase};
 use crate::model::Partition;
-use crate::time::Watermark;
+pub use stored::PartitionMeta;
+use stored::{encode, StoredMeta, StoredWindow};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -70,19 +73,6 @@ pub enum StateError {
 /// convention used throughout tally).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct NextOffset(pub i64);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PartitionMeta {
-    pub next_offset: NextOffset,
-    pub watermark: Watermark,
-    pub counters: Counters,
-}
-
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-struct StoredWindow {
-    acc: WindowAcc,
-    phase: WindowPhase,
-}
 
 /// One partition's part of a commit.
 pub struct PartitionCommit {
@@ -119,19 +109,11 @@ fn key(kind: u8, p: i32, rest: &[&[u8]]) -> Vec<u8> {
     k
 }
 
-fn encode<T: Serialize>(v: &T) -> Vec<u8> {
-    // Encoding plain structs into a Vec cannot fail.
-    bincode::serde::encode_to_vec(v, bincode::config::standard()).unwrap_or_default()
-}
-
 fn decode<T: for<'de> Deserialize<'de>>(k: &[u8], v: &[u8]) -> Result<T, StateError> {
-    // No value of the store is near 1 MiB; a crafted length is refused, not allocated.
-    bincode::serde::decode_from_slice(v, bincode::config::standard().with_limit::<{ 1 << 20 }>())
-        .map(|(t, _)| t)
-        .map_err(|e| StateError::Corrupt {
-            key: describe_key(k),
-            msg: e.to_string(),
-        })
+    stored::decode(v).map_err(|msg| StateError::Corrupt {
+        key: describe_key(k),
+        msg,
+    })
 }
 
 /// A key as a person reads it: its kind, partition and window end or expiry
@@ -169,7 +151,7 @@ impl SpillStore for StateStore {
         let k = key(b'W', p.0, &[&end_bytes(end), tenant.as_bytes()]);
         match self.db.get_pinned(&k).map_err(|e| e.to_string())? {
             Some(v) => decode::<StoredWindow>(&k, &v)
-                .map(|w| Some(w.acc))
+                .map(|w| Some(w.acc()))
                 .map_err(|e| e.to_string()),
             None => Ok(None),
         }
@@ -188,7 +170,7 @@ impl SpillStore for StateStore {
             }
             let tenant = std::str::from_utf8(&k[prefix.len()..]).map_err(|e| e.to_string())?;
             let w: StoredWindow = decode(&k, &v).map_err(|e| e.to_string())?;
-            out.push((tenant.into(), w.acc));
+            out.push((tenant.into(), w.acc()));
         }
         Ok(out)
     }
@@ -234,7 +216,7 @@ impl StateStore {
             for ((end, tenant), acc, phase) in delta.changed {
                 batch.put(
                     key(b'W', p, &[&end_bytes(end), tenant.as_bytes()]),
-                    encode(&StoredWindow { acc, phase }),
+                    encode(&StoredWindow::of(&acc, phase)),
                 );
                 if batch.len() >= COMMIT_BATCH {
                     self.write(std::mem::take(&mut batch))?;
@@ -256,7 +238,7 @@ impl StateStore {
                 watermark: delta.watermark,
                 counters: delta.counters,
             };
-            batch.put(key(b'M', p, &[]), encode(&meta));
+            batch.put(key(b'M', p, &[]), encode(&StoredMeta::from(&meta)));
         }
         // Not synced, no WAL: durability comes from the checkpoint files (docs/DESIGN.md §7).
         self.write(batch)
@@ -350,7 +332,7 @@ impl StateStore {
     pub fn meta(&self, Partition(p): Partition) -> Result<Option<PartitionMeta>, StateError> {
         let k = key(b'M', p, &[]);
         match self.db.get_pinned(&k).map_err(StateError::Read)? {
-            Some(v) => decode(&k, &v).map(Some),
+            Some(v) => decode::<StoredMeta>(&k, &v).map(|m| Some(m.into())),
             None => Ok(None),
         }
     }
@@ -406,13 +388,13 @@ pub fn decode_partition<'a>(
         }
         let rest = &k[5..];
         match k[0] {
-            b'M' => meta = Some(decode(k, v)?),
+            b'M' => meta = Some(decode::<StoredMeta>(k, v)?.into()),
             b'W' if rest.len() >= 8 => {
                 let tenant =
                     std::str::from_utf8(&rest[8..]).map_err(|e| corrupt(k, e.to_string()))?;
                 let w: StoredWindow = decode(k, v)?;
-                let entry = ((end_from(rest), tenant.into()), w.acc);
-                match w.phase {
+                let entry = ((end_from(rest), tenant.into()), w.acc());
+                match w.phase() {
                     WindowPhase::Open => snap.open.push(entry),
                     WindowPhase::Fired => snap.fired.push(entry),
                 }

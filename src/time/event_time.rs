@@ -7,7 +7,7 @@
 //!   (`completed_ts`, window bounds, watermarks). Any `i64` is representable: a
 //!   watermark may sit at `i64::MIN` (nothing seen) or saturate at either end.
 //! - It encodes exactly as the `i64` it wraps — serde transparent, so the manifest's
-//!   bincode and report.json are unchanged — and orders and displays as that `i64`:
+//!   postcard and report.json are unchanged — and orders and displays as that `i64`:
 //!   `Display` prints the integer milliseconds, as the Prometheus text, late-event
 //!   headers and log fields always have. The human form (`2026-01-01T10:00:00.000Z`,
 //!   in `tally delays` and the `time` log line) stays `config::duration::format_utc_ms`.
@@ -36,14 +36,13 @@ mod tests {
     #[test]
     fn encodes_displays_and_orders_as_the_integer() {
         for t in [0, 1_767_261_600_000, -1, i64::MAX, i64::MIN] {
-            let std = bincode::config::standard();
             assert_eq!(
-                bincode::serde::encode_to_vec(EventTime(t), std).unwrap(),
-                bincode::serde::encode_to_vec(t, std).unwrap()
+                postcard::to_allocvec(&EventTime(t)).unwrap(),
+                postcard::to_allocvec(&t).unwrap()
             );
             assert_eq!(
-                bincode::serde::encode_to_vec(Some(EventTime(t)), std).unwrap(),
-                bincode::serde::encode_to_vec(Some(t), std).unwrap()
+                postcard::to_allocvec(&Some(EventTime(t))).unwrap(),
+                postcard::to_allocvec(&Some(t)).unwrap()
             );
             assert_eq!(
                 serde_json::to_string(&EventTime(t)).unwrap(),

@@ -24,6 +24,20 @@ impl Watermark {
         }
     }
 
+    /// `(bound, max_ts, forced)`: what a checkpoint stores (`state::stored`).
+    pub fn parts(&self) -> (i64, Option<i64>, Option<i64>) {
+        (self.bound_ms, self.max_ts, self.forced)
+    }
+
+    /// The watermark `parts` returned.
+    pub fn from_parts(bound_ms: i64, max_ts: Option<i64>, forced: Option<i64>) -> Self {
+        Self {
+            bound_ms,
+            max_ts,
+            forced,
+        }
+    }
+
     /// The current watermark: no more events with `ts <= current()` are expected.
     pub fn current(&self) -> i64 {
         let from_data = self

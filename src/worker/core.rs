@@ -7,8 +7,9 @@
 //! 2. flush the producer: every result, late and dead-letter record before the
 //!    barrier is acknowledged, or the checkpoint fails (`after_flush`);
 //! 3. write each partition's delta into the state store (one batch), then export
-//!    the store to the checkpoint directory on a background thread — files
-//!    fsynced, `MANIFEST` renamed last (`mid_state_write`); processing resumes;
+//!    the store to the checkpoint store on a background thread — the parts
+//!    (`mid_upload` after the first, `before_manifest` after the last), then the
+//!    `MANIFEST`, each created once, never replaced; processing resumes;
 //! 4. when the export completes (`after_manifest`), commit its offsets to the group
 //!    with `tally-checkpoint=N` as metadata (`after_offset_commit`);
 //! 5. apply retention.
@@ -104,7 +105,7 @@ pub struct Core {
     /// Worker name, group, input topic and config fingerprint.
     pub job: JobIdentity,
     pub store: Arc<StateStore>,
-    pub checkpoints: CheckpointStore,
+    pub checkpoints: Arc<CheckpointStore>,
     pub outputs: Outputs,
     pub slots: BTreeMap<Partition, Slot>,
     pub panes: Vec<ResultRecord>,
@@ -332,11 +333,11 @@ impl Core {
         self.next_id = CheckpointId(id.0.saturating_add(1));
         let job = ExportJob {
             id,
-            dir: self.checkpoints.dir_for(id),
             job: self.job.clone(),
             created_at_ms: now_ms(),
             partitions: listed,
             store: self.store.clone(),
+            checkpoints: self.checkpoints.clone(),
         };
         let pending = export::spawn(job, started).map_err(|source| WorkerError::Io {
             path: "checkpoint thread".into(),
@@ -382,7 +383,7 @@ impl Core {
             completed: self.checkpoint_stats.completed + 1,
             last_success_ms: Some(now_ms()),
             last_duration_ms: started.elapsed().as_millis() as i64,
-            last_bytes: manifest.partitions.iter().map(|e| e.bytes).sum(),
+            last_bytes: manifest.partitions.iter().map(|e| e.bytes()).sum(),
         };
         let report = self.report_with(consumer);
         self.publisher.publish(&report);
@@ -390,7 +391,7 @@ impl Core {
             checkpoint = id.0,
             pause_ms = self.pauses_ms.last().copied().unwrap_or(0),
             duration_ms = started.elapsed().as_millis() as u64,
-            bytes = manifest.partitions.iter().map(|e| e.bytes).sum::<u64>(),
+            bytes = manifest.partitions.iter().map(|e| e.bytes()).sum::<u64>(),
             offsets = %crate::logfmt::pairs(manifest.partitions.iter().map(|e| (e.partition.0, e.next_offset.0))),
             gap_offsets = manifest.partitions.iter().map(|e| e.offsets.gap_offsets).sum::<u64>(),
             consumed = total.consumed, folded = total.folded, too_late = total.too_late,
@@ -466,7 +467,7 @@ impl Core {
                              are lost). Restore the checkpoint directory, or rebuild this partition from the log \
                              start with `tally run --reset-state earliest`.",
                             self.job.group,
-                            self.checkpoints.root().display()
+                            self.checkpoints.location()
                         )));
                     }
                     warn!(
@@ -489,7 +490,7 @@ impl Core {
                 format!(
                     "the partition has no checkpoint in {} and its log starts at offset {low}, not 0, so a \
                      replay would bill a partial history (if it had checkpoints, restore that directory)",
-                    self.checkpoints.root().display()
+                    self.checkpoints.location()
                 )
             } else {
                 format!("the checkpoint resumes at offset {start} but the log now starts at {low}")

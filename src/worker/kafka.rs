@@ -54,13 +54,13 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
     super::create_state_dir(&cfg.state.dir)?;
     let store = Arc::new(StateStore::open_fresh(&cfg.state.dir.join("rocksdb"))?);
     let worker = format!("w{}x{}", std::process::id(), now_ms() % 1_000_000_000);
-    let checkpoints = CheckpointStore::open(
-        &cfg.checkpoint.dir,
+    let checkpoints = Arc::new(CheckpointStore::open(
+        &cfg.checkpoint,
         &cfg.kafka.group_id,
         &worker,
-        cfg.checkpoint.retain as usize,
-    )?;
+    )?);
     let next_id = checkpoints.next_id()?;
+    let checkpoints_at = checkpoints.location();
     let core = Arc::new(Mutex::new(Core {
         job: JobIdentity {
             fingerprint: crate::checkpoint::fingerprint(
@@ -108,7 +108,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         .publisher
         .service()
         .set_not_ready("joining the consumer group");
-    info!(topic = %cfg.topics.input, group = %cfg.kafka.group_id, checkpoints = %cfg.checkpoint.dir.display(), "worker started");
+    info!(topic = %cfg.topics.input, group = %cfg.kafka.group_id, checkpoints = %checkpoints_at, "worker started");
     let topic_partitions = if opts.until_end {
         input_partitions(&consumer, &cfg.topics.input)?
     } else {

@@ -303,3 +303,52 @@ pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
     let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
     Some((status, body))
 }
+
+/// The S3-compatible server `scripts/test.sh` started (`scripts/s3.sh`):
+/// `TALLY_TEST_S3_ENDPOINT`. The standard `AWS_*` credentials (any value: the
+/// test server accepts them) are set for this process and every tally it spawns.
+pub fn s3_endpoint() -> String {
+    static CREDENTIALS: std::sync::Once = std::sync::Once::new();
+    CREDENTIALS.call_once(|| {
+        std::env::set_var("AWS_ACCESS_KEY_ID", "tally-test");
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", "tally-test-secret-key");
+        std::env::set_var("AWS_REGION", "us-east-1");
+    });
+    std::env::var("TALLY_TEST_S3_ENDPOINT").expect(
+        "TALLY_TEST_S3_ENDPOINT is not set: run the suite with scripts/test.sh, which starts \
+         an S3-compatible server (scripts/s3.sh)",
+    )
+}
+
+/// The `[checkpoint]` settings of a store at `s3://tally/<prefix>` on the test
+/// server, as TOML lines for a `[checkpoint]` section (`interval` is the caller's).
+pub fn s3_checkpoint(prefix: &str) -> String {
+    let endpoint = s3_endpoint();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "dir = \"s3://tally/{prefix}-{}-{nanos}\"\nobject_store = {{ aws_endpoint = \"{endpoint}\", \
+         aws_allow_http = \"true\", aws_region = \"us-east-1\" }}",
+        std::process::id()
+    )
+}
+
+/// Rewrites a config written by `write_config` to keep its checkpoints on the test
+/// S3 server (a prefix of its own).
+pub fn use_s3(cfg: &Path, prefix: &str) {
+    let text = std::fs::read_to_string(cfg).unwrap();
+    let start = text
+        .find("[checkpoint]\ndir = ")
+        .expect("a [checkpoint] dir");
+    let line_end =
+        start + "[checkpoint]\n".len() + text[start + "[checkpoint]\n".len()..].find('\n').unwrap();
+    let text = format!(
+        "{}[checkpoint]\n{}{}",
+        &text[..start],
+        s3_checkpoint(prefix),
+        &text[line_end..]
+    );
+    std::fs::write(cfg, text).unwrap();
+}

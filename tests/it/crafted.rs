@@ -17,10 +17,13 @@ fn limited(args: &[&str], envs: &[(&str, &str)]) -> std::process::Output {
     run_to_end("sh", &all, envs, Duration::from_secs(60))
 }
 
+/// A format-3 manifest (magic, version) around `body`, under a valid checksum.
 fn write_manifest_body(dir: &Path, body: &[u8]) {
     std::fs::create_dir_all(dir).unwrap();
-    let mut bytes = body.to_vec();
-    bytes.extend_from_slice(&Sha256::digest(body));
+    let mut bytes = b"TALLYMAN\0\x03".to_vec();
+    bytes.extend_from_slice(body);
+    let sum = Sha256::digest(&bytes);
+    bytes.extend_from_slice(&sum);
     std::fs::write(dir.join("MANIFEST"), bytes).unwrap();
 }
 
@@ -73,10 +76,10 @@ fn crafted_checkpoints_are_damage_under_a_small_address_space() {
         String::from_utf8_lossy(&good.stderr)
     );
 
-    // 1. A 2^62-byte string length under a valid checksum.
+    // 1. A 2^62-byte string length (postcard varint) under a valid checksum.
     write_manifest_body(
         &store.join("chk-00000000000000000900-x"),
-        &[2, 7, 0xFD, 0, 0, 0, 0, 0, 0, 0, 0x40],
+        &[7, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40],
     );
     // 2. A MANIFEST that is /dev/zero.
     let z = store.join("chk-00000000000000000901-x");
@@ -87,11 +90,11 @@ fn crafted_checkpoints_are_damage_under_a_small_address_space() {
     let original = std::fs::read_dir(&store)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .find(|p| p.join("MANIFEST").is_file() && p.join("p-000000.state").is_file())
+        .find(|p| p.join("MANIFEST").is_file() && p.join("p-000000-0000").is_file())
         .expect("the file run wrote a checkpoint");
     std::fs::create_dir_all(&copy).unwrap();
     std::fs::copy(original.join("MANIFEST"), copy.join("MANIFEST")).unwrap();
-    std::os::unix::fs::symlink("/dev/zero", copy.join("p-000000.state")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", copy.join("p-000000-0000")).unwrap();
 
     for args in [["checkpoints", "verify"], ["checkpoints", "list"]] {
         let mut all = args.to_vec();
@@ -108,7 +111,7 @@ fn crafted_checkpoints_are_damage_under_a_small_address_space() {
         if args[1] == "verify" {
             assert_eq!(out.status.code(), Some(1), "{text}");
             assert!(
-                text.contains("chk-00000000000000000902-x/p-000000.state"),
+                text.contains("chk-00000000000000000902-x/p-000000-0000"),
                 "{text}"
             );
         }

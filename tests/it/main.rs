@@ -8,6 +8,7 @@ mod crafted;
 mod endpoints;
 mod file_mode;
 mod late;
+mod object_store;
 mod pipeline;
 mod producer;
 mod recovery;

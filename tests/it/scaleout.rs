@@ -9,7 +9,8 @@ use crate::common::*;
 use tally::devtools::chaos::ChaosReport;
 use tally::gen::Expected;
 
-/// The acceptance chaos run, short: 3 workers over 12 partitions, at least 5 SIGKILLs.
+/// The acceptance chaos run, short: 3 workers over 12 partitions, at least 5
+/// SIGKILLs, checkpoints on the test S3 server.
 #[test]
 fn chaos_run_with_kills_is_exact() {
     let db = std::env::var("TALLY_TEST_PG_URL").expect("TALLY_TEST_PG_URL: run scripts/test.sh");
@@ -33,6 +34,8 @@ fn chaos_run_with_kills_is_exact() {
             "5",
             "--json",
             json.to_str().unwrap(),
+            "--s3-endpoint",
+            &s3_endpoint(),
         ],
         &[],
         Duration::from_secs(600),
@@ -68,7 +71,7 @@ fn owned(state: &Path) -> Vec<i32> {
 }
 
 /// SIGSTOP a worker past its session timeout, let the others take over, SIGCONT it:
-/// no stale data anywhere, totals exact.
+/// no stale data anywhere, totals exact — with the checkpoints on S3.
 #[test]
 fn a_zombie_worker_cannot_corrupt_anything() {
     let dir = TempDir::new("zombie");
@@ -88,6 +91,9 @@ fn a_zombie_worker_cannot_corrupt_anything() {
         .unwrap()
         .replace("\"6000\"", "\"3000\"\n\"heartbeat.interval.ms\" = \"500\"");
     std::fs::write(&cfg, text).unwrap();
+    // The zombie and the live workers share one S3 store: conditional writes keep
+    // the zombie from replacing anything.
+    use_s3(&cfg, "zombie");
     let c = cfg.to_str().unwrap();
     let expected_path = dir.path().join("expected.json");
     let gen_args = [

@@ -31,7 +31,7 @@ pub(super) fn group(input: &Path) -> String {
 /// The file run's checkpoints: same store format and exporter as the worker's.
 pub(super) struct Checkpointer {
     pub(super) store: Arc<StateStore>,
-    checkpoints: CheckpointStore,
+    checkpoints: Arc<CheckpointStore>,
     job: JobIdentity,
     next_id: CheckpointId,
     /// Bytes of windows kept in memory after a commit (`state.memory_budget`).
@@ -49,12 +49,7 @@ impl Checkpointer {
         let store = Arc::new(StateStore::open_fresh(&dir)?);
         let group = group(input);
         let worker = format!("f{}", std::process::id());
-        let checkpoints = CheckpointStore::open(
-            &cfg.checkpoint.dir,
-            &group,
-            &worker,
-            cfg.checkpoint.retain as usize,
-        )?;
+        let checkpoints = Arc::new(CheckpointStore::open(&cfg.checkpoint, &group, &worker)?);
         let engine = cfg.engine()?;
         let topic = format!("file:{}", input.display());
         let fingerprint = crate::checkpoint::fingerprint(&topic, &engine, None);
@@ -123,7 +118,6 @@ impl Checkpointer {
         let pending = export::spawn(
             ExportJob {
                 id,
-                dir: self.checkpoints.dir_for(id),
                 job: self.job.clone(),
                 created_at_ms: now_ms(),
                 partitions: vec![ExportPartition {
@@ -137,6 +131,7 @@ impl Checkpointer {
                     ),
                 }],
                 store: self.store.clone(),
+                checkpoints: self.checkpoints.clone(),
             },
             std::time::Instant::now(),
         )

@@ -1,0 +1,386 @@
+//! The checkpoint's durable format: the framing every object starts with, and the
+//! manifest as stored.
+//!
+//! ## Framing
+//! ```text
+//! magic      8 bytes   "TALLYMAN" (manifest) or "TALLYPRT" (partition part)
+//! version    u16 BE    the checkpoint format, read before anything else
+//! body       …         per kind and version
+//! ```
+//! A manifest ends with the sha256 of everything before it (magic included); a
+//! part's sha256 is recorded in its manifest. A reader checks the magic and the
+//! version first, so an old or a future format is reported as such — with the
+//! version and the way out — never as "corrupt".
+//!
+//! ## Manifest body (format 3, postcard)
+//! `ManifestBody`: id, worker, created_at_ms, group, topic, fingerprint, then one
+//! `PartitionBody` per partition: partition, next_offset, watermark, the audit
+//! counters (`state::stored::StoredCounters`), the offset ledger, and its parts
+//! (bytes, sha256) in key order. A part's key is derived from the checkpoint's
+//! name, the partition and the part's index (`part_key`): a manifest names no path.
+//!
+//! ## Compatibility
+//! - Format 3 is the first format with this framing. Formats 1 and 2 (a bincode
+//!   manifest without magic, `TALLYPS1`/`TALLYPS2` partition files) are recognised
+//!   and refused by name, with the way out (`LEGACY_WAY_OUT`): this tally does not
+//!   convert them.
+//! - Any change to a stored struct here or in `state::stored` is a new format:
+//!   bump `VERSION`, keep decoding the previous version (add its structs under a
+//!   versioned name and upgrade them in memory) or refuse it by version with the way
+//!   out. Adding a partition-level increment (issue 15's incremental checkpoints)
+//!   is such a change: a `PartitionBody` field saying which parts come from which
+//!   earlier checkpoint.
+//! - Writers only ever write `VERSION`; a newer version is refused ("written by a
+//!   newer tally").
+//! - Sizes are bounded before decoding: a manifest `MAX_MANIFEST_BYTES`, a part
+//!   `MAX_PART_BYTES`, a value `state::stored::MAX_VALUE_BYTES`; postcard reads at
+//!   most the bytes it is given, so a crafted length allocates nothing.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::ledger::{Gap, OffsetLedger};
+use super::{CheckpointId, Manifest, PartRef, PartitionEntry};
+use crate::model::Partition;
+use crate::state::stored::StoredCounters;
+use crate::state::NextOffset;
+use crate::time::EventTime;
+
+/// The checkpoint format this tally writes (and the only one it reads).
+pub const VERSION: u16 = 3;
+
+pub const MANIFEST_MAGIC: &[u8; 8] = b"TALLYMAN";
+pub const PART_MAGIC: &[u8; 8] = b"TALLYPRT";
+const HEADER: usize = 10;
+
+/// The largest manifest read (about 150 bytes a partition: far above any real one).
+pub const MAX_MANIFEST_BYTES: u64 = 16 << 20;
+/// The largest part read: parts close at `part::PART_TARGET` (8 MiB) plus one entry.
+pub const MAX_PART_BYTES: u64 = 256 << 20;
+
+/// What to do with a checkpoint of format 1 or 2.
+pub const LEGACY_WAY_OUT: &str =
+    "this tally reads only format 3 and does not convert older ones. Either \
+     keep running the tally that wrote them until a re-bill, or start this one from the log with \
+     `tally run --reset-state earliest` (the topic must still hold every record), or point \
+     `checkpoint.dir` at an empty store with a new `kafka.group_id`";
+
+/// The framing header of `magic`.
+pub fn header(magic: &[u8; 8]) -> [u8; HEADER] {
+    let mut h = [0u8; HEADER];
+    h[..8].copy_from_slice(magic);
+    h[8..].copy_from_slice(&VERSION.to_be_bytes());
+    h
+}
+
+/// Checks the framing of `buf` (kind `magic`, called `what`), returning the body.
+/// A foreign, old or future format is named.
+pub fn body<'b>(buf: &'b [u8], magic: &[u8; 8], what: &str) -> Result<&'b [u8], String> {
+    if buf.len() >= 8 && (&buf[..8] == b"TALLYPS1" || &buf[..8] == b"TALLYPS2") {
+        return Err(format!(
+            "a partition file of checkpoint format {} (before object storage); {LEGACY_WAY_OUT}",
+            if buf[7] == b'1' { 1 } else { 2 }
+        ));
+    }
+    if buf.len() < HEADER || &buf[..8] != magic {
+        return Err(format!(
+            "not a tally {what} (no {:?} magic)",
+            String::from_utf8_lossy(magic)
+        ));
+    }
+    let version = u16::from_be_bytes([buf[8], buf[9]]);
+    match version {
+        VERSION => Ok(&buf[HEADER..]),
+        v if v < VERSION => Err(format!(
+            "{what} of checkpoint format {v}, written by an older tally; {LEGACY_WAY_OUT}"
+        )),
+        v => Err(format!(
+            "{what} of checkpoint format {v}, written by a newer tally (this one reads format \
+             {VERSION}): run that version, or a newer one than this"
+        )),
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct ManifestBody {
+    id: u64,
+    worker: String,
+    created_at_ms: i64,
+    group: String,
+    topic: String,
+    fingerprint: String,
+    partitions: Vec<PartitionBody>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct PartitionBody {
+    partition: i32,
+    next_offset: i64,
+    watermark: Option<i64>,
+    counters: StoredCounters,
+    ledger: LedgerBody,
+    parts: Vec<PartBody>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct LedgerBody {
+    empty_offsets: u64,
+    gap_offsets: u64,
+    /// `(from, to, at_ms)`.
+    gaps: Vec<(i64, i64, i64)>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct PartBody {
+    bytes: u64,
+    sha256: [u8; 32],
+}
+
+/// The manifest object: framing, postcard body, sha256 of both.
+pub fn encode_manifest(m: &Manifest) -> Vec<u8> {
+    let body = ManifestBody {
+        id: m.id.0,
+        worker: m.worker.clone(),
+        created_at_ms: m.created_at_ms,
+        group: m.group.clone(),
+        topic: m.topic.clone(),
+        fingerprint: m.fingerprint.clone(),
+        partitions: m
+            .partitions
+            .iter()
+            .map(|e| PartitionBody {
+                partition: e.partition.0,
+                next_offset: e.next_offset.0,
+                watermark: e.watermark.map(|w| w.0),
+                counters: e.counters.into(),
+                ledger: LedgerBody {
+                    empty_offsets: e.offsets.empty_offsets,
+                    gap_offsets: e.offsets.gap_offsets,
+                    gaps: e
+                        .offsets
+                        .gaps
+                        .iter()
+                        .map(|g| (g.from, g.to, g.at_ms))
+                        .collect(),
+                },
+                parts: e
+                    .parts
+                    .iter()
+                    .map(|p| PartBody {
+                        bytes: p.bytes,
+                        sha256: p.sha256,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    };
+    seal(&crate::state::stored::encode(&body))
+}
+
+/// A manifest object around an encoded body: framing, body, sha256 of both.
+pub fn seal(body: &[u8]) -> Vec<u8> {
+    let mut out = header(MANIFEST_MAGIC).to_vec();
+    out.extend_from_slice(body);
+    let sum = Sha256::digest(&out);
+    out.extend_from_slice(&sum);
+    out
+}
+
+/// The body of a sealed manifest (no checks: for tests that mutate it).
+pub fn unseal(m: &[u8]) -> &[u8] {
+    &m[HEADER..m.len().saturating_sub(32).max(HEADER)]
+}
+
+/// Decodes a manifest object (pure: any bytes in, a manifest or the reason out;
+/// no panic, no allocation beyond the input).
+pub fn decode_manifest(buf: &[u8]) -> Result<Manifest, String> {
+    if buf.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(format!("{} bytes, more than a manifest can be", buf.len()));
+    }
+    if !buf.starts_with(MANIFEST_MAGIC) && matches!(buf.first(), Some(1 | 2)) {
+        return Err(format!(
+            "a manifest of checkpoint format {} (bincode, before object storage); {LEGACY_WAY_OUT}",
+            buf[0]
+        ));
+    }
+    body(buf, MANIFEST_MAGIC, "manifest")?;
+    if buf.len() < HEADER + 32 {
+        return Err("truncated manifest".into());
+    }
+    let (framed, sum) = buf.split_at(buf.len() - 32);
+    if Sha256::digest(framed).as_slice() != sum {
+        return Err("manifest checksum mismatch".into());
+    }
+    let b: ManifestBody = postcard::from_bytes(&framed[HEADER..]).map_err(|e| e.to_string())?;
+    let m = Manifest {
+        format: VERSION,
+        id: CheckpointId(b.id),
+        worker: b.worker,
+        created_at_ms: b.created_at_ms,
+        group: b.group,
+        topic: b.topic,
+        fingerprint: b.fingerprint,
+        partitions: b
+            .partitions
+            .into_iter()
+            .map(|p| PartitionEntry {
+                partition: Partition(p.partition),
+                next_offset: NextOffset(p.next_offset),
+                watermark: p.watermark.map(EventTime),
+                counters: p.counters.into(),
+                offsets: OffsetLedger {
+                    empty_offsets: p.ledger.empty_offsets,
+                    gap_offsets: p.ledger.gap_offsets,
+                    gaps: p
+                        .ledger
+                        .gaps
+                        .into_iter()
+                        .map(|(from, to, at_ms)| Gap { from, to, at_ms })
+                        .collect(),
+                },
+                parts: p
+                    .parts
+                    .into_iter()
+                    .map(|x| PartRef {
+                        bytes: x.bytes,
+                        sha256: x.sha256,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    };
+    check_manifest(&m)?;
+    Ok(m)
+}
+
+/// What a checksum cannot vouch for (the writer may have been wrong, or the
+/// object crafted): every partition and position is in range.
+fn check_manifest(m: &Manifest) -> Result<(), String> {
+    let mut seen = std::collections::BTreeSet::new();
+    for e in &m.partitions {
+        let p = e.partition;
+        if p.0 < 0 {
+            return Err(format!("partition {p}: a negative partition number"));
+        }
+        if !seen.insert(p) {
+            return Err(format!("partition {p} is listed twice"));
+        }
+        if e.next_offset.0 < 0 {
+            return Err(format!(
+                "partition {p}: field `next_offset` is {}, below 0",
+                e.next_offset.0
+            ));
+        }
+        if e.parts.is_empty() {
+            return Err(format!("partition {p}: no parts (every snapshot has one)"));
+        }
+        if let Some(x) = e.parts.iter().find(|x| x.bytes > MAX_PART_BYTES) {
+            return Err(format!(
+                "partition {p}: a part of {} bytes, more than a part can be",
+                x.bytes
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Counters;
+
+    pub(crate) fn sample() -> Manifest {
+        let mut offsets = OffsetLedger::without_gaps(90, NextOffset(100));
+        offsets.accept_gap(Gap {
+            from: 1,
+            to: 5,
+            at_ms: 9,
+        });
+        Manifest {
+            format: VERSION,
+            id: CheckpointId(u64::MAX),
+            worker: "w1".into(),
+            created_at_ms: i64::MIN,
+            group: "g".into(),
+            topic: "t".into(),
+            fingerprint: "f".into(),
+            partitions: vec![PartitionEntry {
+                partition: Partition(3),
+                next_offset: NextOffset(100),
+                watermark: Some(EventTime(-5)),
+                counters: Counters {
+                    consumed: 90,
+                    folded: 90,
+                    ..Counters::default()
+                },
+                offsets,
+                parts: vec![PartRef {
+                    bytes: 12,
+                    sha256: [7; 32],
+                }],
+            }],
+        }
+    }
+
+    #[test]
+    fn a_manifest_round_trips_and_every_header_is_named() {
+        let m = sample();
+        let bytes = encode_manifest(&m);
+        assert_eq!(decode_manifest(&bytes).unwrap(), m);
+        // A flipped body byte: the checksum.
+        let mut bad = bytes.clone();
+        bad[HEADER + 2] ^= 1;
+        assert!(decode_manifest(&bad).unwrap_err().contains("checksum"));
+        // Another version, older and newer, read before the body.
+        for (v, says) in [(2u16, "older tally"), (9, "newer tally")] {
+            let mut other = bytes.clone();
+            other[8..10].copy_from_slice(&v.to_be_bytes());
+            let e = decode_manifest(&other).unwrap_err();
+            assert!(
+                e.contains(&format!("format {v}")) && e.contains(says),
+                "{e}"
+            );
+        }
+        // A format-1/2 manifest (bincode: the format number first), a part file of
+        // format 2, and something else entirely.
+        let e = decode_manifest(&[2, 7, 1, 1]).unwrap_err();
+        assert!(
+            e.contains("format 2") && e.contains("--reset-state earliest"),
+            "{e}"
+        );
+        let e = body(b"TALLYPS2\0\0\0\x01", PART_MAGIC, "part").unwrap_err();
+        assert!(e.contains("format 2"), "{e}");
+        assert!(decode_manifest(b"hello")
+            .unwrap_err()
+            .contains("not a tally manifest"));
+    }
+
+    /// A crafted body under a valid checksum: huge lengths allocate nothing,
+    /// out-of-range fields are refused by name.
+    #[test]
+    fn crafted_manifests_are_refused_without_allocating() {
+        let frame = seal;
+        // id 1, then a worker-name length of 2^62 (varint).
+        let mut body = vec![1u8];
+        body.extend_from_slice(&[0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40]);
+        assert!(decode_manifest(&frame(&body)).is_err());
+        let mut m = sample();
+        m.partitions[0].next_offset = NextOffset(-3);
+        let e = decode_manifest(&encode_manifest(&m)).unwrap_err();
+        assert!(e.contains("field `next_offset` is -3"), "{e}");
+        let mut m = sample();
+        m.partitions.push(m.partitions[0].clone());
+        assert!(decode_manifest(&encode_manifest(&m))
+            .unwrap_err()
+            .contains("twice"));
+        let mut m = sample();
+        m.partitions[0].partition = Partition(-1);
+        assert!(decode_manifest(&encode_manifest(&m)).is_err());
+        let mut m = sample();
+        m.partitions[0].parts[0].bytes = u64::MAX;
+        assert!(decode_manifest(&encode_manifest(&m)).is_err());
+        let mut m = sample();
+        m.partitions[0].parts.clear();
+        assert!(decode_manifest(&encode_manifest(&m)).is_err());
+    }
+}

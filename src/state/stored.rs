@@ -1,0 +1,215 @@
+//! The state store's values as stored — in RocksDB and, byte for byte, in the
+//! checkpoint parts (`checkpoint::part`) — separate from the engine's in-memory
+//! structs, so the engine can change without changing a durable byte.
+//!
+//! Codec: postcard 1.x (its wire format is specified and stable across 1.x:
+//! varint integers, length-prefixed strings and sequences, fields in declaration
+//! order, no field names). A decoder reads at most the bytes it is given; values
+//! larger than `MAX_VALUE_BYTES` are refused before decoding.
+//!
+//! ## Compatibility
+//! These structs are part of checkpoint format 3 (`checkpoint::format`). Changing a
+//! field's type, order or meaning, or adding one, is a new checkpoint format: bump
+//! `checkpoint::format::VERSION`, keep a reader for the old structs (or refuse them
+//! by version, naming the way out), and say so in docs/DESIGN.md §7.
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::{Counters, WindowAcc, WindowPhase};
+use crate::model::money::Pico;
+use crate::time::Watermark;
+
+use super::NextOffset;
+
+/// No value of the store is near this; a larger one is damage, not decoded.
+pub const MAX_VALUE_BYTES: usize = 1 << 20;
+
+/// The audit counters (`engine::Counters`), as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredCounters {
+    pub consumed: u64,
+    pub folded: u64,
+    pub too_late: u64,
+    pub dead_letter: u64,
+    pub duplicate: u64,
+    pub panes: u64,
+    pub idle_advances: u64,
+}
+
+impl From<Counters> for StoredCounters {
+    fn from(c: Counters) -> Self {
+        Self {
+            consumed: c.consumed,
+            folded: c.folded,
+            too_late: c.too_late,
+            dead_letter: c.dead_letter,
+            duplicate: c.duplicate,
+            panes: c.panes,
+            idle_advances: c.idle_advances,
+        }
+    }
+}
+
+impl From<StoredCounters> for Counters {
+    fn from(c: StoredCounters) -> Self {
+        Self {
+            consumed: c.consumed,
+            folded: c.folded,
+            too_late: c.too_late,
+            dead_letter: c.dead_letter,
+            duplicate: c.duplicate,
+            panes: c.panes,
+            idle_advances: c.idle_advances,
+        }
+    }
+}
+
+/// Key `M p`: a partition's next offset, watermark and counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredMeta {
+    pub next_offset: i64,
+    pub bound_ms: i64,
+    pub max_ts: Option<i64>,
+    pub forced: Option<i64>,
+    pub counters: StoredCounters,
+}
+
+/// Key `W p end tenant`: one window's accumulator and whether its on-time pane fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredWindow {
+    pub cost_pico: u128,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub version: u64,
+    pub panes: u32,
+    pub open: bool,
+}
+
+impl StoredWindow {
+    pub fn of(acc: &WindowAcc, phase: WindowPhase) -> Self {
+        Self {
+            cost_pico: acc.cost.0,
+            prompt_tokens: acc.prompt_tokens,
+            completion_tokens: acc.completion_tokens,
+            version: acc.version,
+            panes: acc.panes,
+            open: phase == WindowPhase::Open,
+        }
+    }
+
+    pub fn acc(&self) -> WindowAcc {
+        WindowAcc {
+            cost: Pico(self.cost_pico),
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: self.completion_tokens,
+            version: self.version,
+            panes: self.panes,
+            dirty: false,
+        }
+    }
+
+    pub fn phase(&self) -> WindowPhase {
+        if self.open {
+            WindowPhase::Open
+        } else {
+            WindowPhase::Fired
+        }
+    }
+}
+
+/// The partition meta, as the engine uses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionMeta {
+    pub next_offset: NextOffset,
+    pub watermark: Watermark,
+    pub counters: Counters,
+}
+
+impl From<&PartitionMeta> for StoredMeta {
+    fn from(m: &PartitionMeta) -> Self {
+        let (bound_ms, max_ts, forced) = m.watermark.parts();
+        Self {
+            next_offset: m.next_offset.0,
+            bound_ms,
+            max_ts,
+            forced,
+            counters: m.counters.into(),
+        }
+    }
+}
+
+impl From<StoredMeta> for PartitionMeta {
+    fn from(m: StoredMeta) -> Self {
+        Self {
+            next_offset: NextOffset(m.next_offset),
+            watermark: Watermark::from_parts(m.bound_ms, m.max_ts, m.forced),
+            counters: m.counters.into(),
+        }
+    }
+}
+
+/// Encodes a stored value (plain structs into a Vec: cannot fail).
+pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    postcard::to_allocvec(v).unwrap_or_default()
+}
+
+/// Decodes a stored value; the whole input must be the value.
+pub fn decode<T: for<'de> Deserialize<'de>>(v: &[u8]) -> Result<T, String> {
+    if v.len() > MAX_VALUE_BYTES {
+        return Err(format!(
+            "{} bytes, more than the {MAX_VALUE_BYTES} a value can be",
+            v.len()
+        ));
+    }
+    match postcard::take_from_bytes::<T>(v) {
+        Ok((t, [])) => Ok(t),
+        Ok((_, rest)) => Err(format!("{} trailing bytes", rest.len())),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_round_trip_and_garbage_is_an_error() {
+        let acc = WindowAcc {
+            cost: Pico(u128::MAX),
+            prompt_tokens: 1,
+            completion_tokens: u64::MAX,
+            version: 7,
+            panes: 2,
+            dirty: true,
+        };
+        let w = StoredWindow::of(&acc, WindowPhase::Open);
+        let back: StoredWindow = decode(&encode(&w)).unwrap();
+        assert_eq!(back, w);
+        assert_eq!(back.acc().cost, acc.cost);
+        assert!(!back.acc().dirty);
+        assert_eq!(back.phase(), WindowPhase::Open);
+        let mut wm = Watermark::new(5_000);
+        wm.observe(10_000);
+        wm.force(7_000);
+        let meta = PartitionMeta {
+            next_offset: NextOffset(42),
+            watermark: wm,
+            counters: Counters {
+                consumed: 3,
+                ..Counters::default()
+            },
+        };
+        let stored = StoredMeta::from(&meta);
+        let back: StoredMeta = decode(&encode(&stored)).unwrap();
+        assert_eq!(PartitionMeta::from(back), meta);
+        // Truncated, trailing bytes, a crafted huge value.
+        let bytes = encode(&stored);
+        assert!(decode::<StoredMeta>(&bytes[..bytes.len() - 1]).is_err());
+        let mut long = bytes.clone();
+        long.push(0);
+        assert!(decode::<StoredMeta>(&long)
+            .unwrap_err()
+            .contains("trailing"));
+        assert!(decode::<StoredMeta>(&vec![0xFF; MAX_VALUE_BYTES + 1]).is_err());
+    }
+}
