@@ -109,15 +109,13 @@ if section state; then
 fi
 
 if section checkpoint; then
-  echo "### Checkpoints (state part of the barrier; 4 partitions)"
+  echo "### Checkpoints (state part of the barrier; 4 partitions): local directory, then S3"
   echo
-  TALLY_LOG=warn "$dev" bench-checkpoint --dir "$work/checkpoint-bench"
-  echo
-  # The same on an S3-compatible server on this machine (scripts/s3.sh: moto, one
-  # Python process; a real S3 adds network round trips and its own throughput).
+  # S3: an S3-compatible server on this machine (scripts/s3.sh: moto, one Python
+  # process; a real S3 adds network round trips and its own throughput).
   s3dir=$(mktemp -d /tmp/tally-bench-s3.XXXXXX)
   scripts/s3.sh start "$s3dir"
   AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench-secret AWS_REGION=us-east-1 TALLY_LOG=warn \
-    "$dev" bench-checkpoint --dir "$work/checkpoint-bench" --s3-endpoint "$(cat "$s3dir/endpoint")" | tail -n +3
+    "$dev" bench-checkpoint --dir "$work/checkpoint-bench" --s3-endpoint "$(cat "$s3dir/endpoint")"
   scripts/s3.sh stop "$s3dir"
 fi

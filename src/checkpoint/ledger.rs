@@ -23,9 +23,11 @@
 //! the same barrier, so a restored partition balances exactly when it balanced
 //! when it was written.
 //!
-//! Compatibility: the ledger is part of `PartitionEntry` since manifest format 2.
-//! A format-1 manifest has none; its ledger is read as "no gap, every offset not
-//! consumed was empty" (`without_gaps`) — the best that can be known.
+//! Compatibility: the ledger is part of every manifest entry since checkpoint
+//! format 2, stored in format 3 as `format::LedgerBody` (empty offsets, gap
+//! offsets, the kept gaps as `(from, to, at_ms)`). Changing it is a new checkpoint
+//! format (see `format`). `without_gaps` is also the ledger of a file run, whose
+//! lines are offsets with no gaps.
 
 use serde::{Deserialize, Serialize};
 
@@ -113,7 +115,7 @@ pub fn classify(expected: i64, arrived: i64, log_start: Option<i64>, at_ms: i64)
 }
 
 impl OffsetLedger {
-    /// No gap: every offset not consumed was empty (a format-1 manifest entry, or a file-mode line that holds no record).
+    /// No gap: every offset not consumed was empty (a file run: a line that holds no record).
     pub fn without_gaps(consumed: u64, next: NextOffset) -> Self {
         Self {
             empty_offsets: (next.0.max(0) as u64).saturating_sub(consumed),

@@ -34,11 +34,13 @@
 //!   completed, or when all are older than an hour (another writer may still be
 //!   uploading). Nothing a retained manifest references is ever deleted.
 
+pub mod coordinator;
 pub mod export;
 pub mod format;
 pub mod ledger;
 pub mod objects;
 pub mod part;
+pub mod restore;
 pub mod store;
 
 use serde::{Deserialize, Serialize};
@@ -63,6 +65,9 @@ pub enum CheckpointError {
     State(#[from] crate::state::StateError),
     #[error("checkpoint store: {0}")]
     Store(#[from] objects::ObjectError),
+    /// The outputs could not be flushed at the barrier (step 2).
+    #[error("flushing the outputs at the checkpoint barrier: {0}")]
+    Outputs(#[from] crate::kafka::KafkaIoError),
     /// A refusal to restore, with the way out.
     #[error("{0}")]
     Refused(String),

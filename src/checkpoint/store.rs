@@ -13,9 +13,11 @@ use super::objects::local::LocalObjects;
 use super::objects::remote::{is_url, RemoteObjects};
 use super::objects::{ObjectError, ObjectInfo, Objects};
 use super::part::parse_part;
+use super::restore::{none_usable, plan, Found, Try};
 use super::{hex, CheckpointError, CheckpointId, Manifest, OffsetLedger, PartitionEntry};
 use crate::config::CheckpointConfig;
 use crate::engine::TaskSnapshot;
+use crate::kafka::source::StartPolicy;
 use crate::model::Partition;
 use crate::state::{decode_partition, NextOffset, StateStore};
 
@@ -225,47 +227,55 @@ impl CheckpointStore {
         fingerprint: &str,
         state: &StateStore,
     ) -> Result<Option<Restored>, CheckpointError> {
-        let mut candidates: Vec<(Manifest, String)> = Vec::new();
-        for l in self.list()? {
-            match l.manifest {
-                Some(Ok(m)) if m.entry(p).is_some() => candidates.push((m, l.name)),
-                Some(Err(e)) if e.contains("of checkpoint format") => {
-                    return Err(CheckpointError::Refused(format!("partition {p}: {e}")))
-                }
+        self.restore_with(p, fingerprint, StartPolicy::default(), state)
+    }
+
+    /// `restore_partition` under `policy`: the plan is `restore::plan`'s; this
+    /// only loads its candidates in order, falling back on damage.
+    pub fn restore_with(
+        &self,
+        p: Partition,
+        fingerprint: &str,
+        policy: StartPolicy,
+        state: &StateStore,
+    ) -> Result<Option<Restored>, CheckpointError> {
+        if policy.reset_state_earliest {
+            return Ok(None);
+        }
+        let listed = self.list()?;
+        let mut found = Found {
+            checkpoints: Vec::new(),
+            unreadable: Vec::new(),
+        };
+        for l in &listed {
+            match &l.manifest {
+                Some(Ok(m)) => found.checkpoints.push((l.name.as_str(), m)),
                 Some(Err(e)) => {
-                    warn!(checkpoint = %l.name, error = %e, "unreadable manifest; ignored")
+                    warn!(checkpoint = %l.name, error = %e, "unreadable manifest; ignored");
+                    found.unreadable.push(e.clone());
                 }
-                _ => {}
+                None => {}
             }
         }
-        candidates
-            .sort_by_key(|(m, _)| std::cmp::Reverse((m.entry(p).map(|e| e.next_offset), m.id)));
-        if candidates.is_empty() {
+        let steps = plan(p, &found, fingerprint, policy);
+        if steps.is_empty() {
             return Ok(None);
         }
         let mut problems = Vec::new();
-        for (skipped, (m, name)) in candidates.iter().enumerate() {
-            if m.fingerprint != fingerprint {
-                return Err(CheckpointError::Refused(format!(
-                    "partition {p}: the newest usable checkpoint {} was written under another configuration \
-                     (fingerprint {} ≠ {}): window, lateness, bound, time source, idle timeout, dedup horizon, prices or \
-                     generation changed. Restoring it would mix two sets of rules. Either run with the previous \
-                     configuration, or re-bill under a new `job.generation` with a new consumer group (state \
-                     rebuilt from the log start), or — knowingly — pass `--reset-state earliest`.",
-                    self.objects.location(name),
-                    short(&m.fingerprint),
-                    short(fingerprint)
-                )));
-            }
-            let Some(entry) = m.entry(p) else { continue };
+        for step in steps {
+            let (name, entry) = match step {
+                Try::Load { name, entry } => (name, entry),
+                Try::Refuse(msg) => return Err(CheckpointError::Refused(msg)),
+            };
             match self.load_snapshot(name, entry, state) {
                 Ok(snapshot) => {
+                    let skipped = problems.len();
                     if skipped > 0 {
                         error!(partition = p.0, checkpoint = %name, skipped, "RESTORED FROM AN OLDER CHECKPOINT: newer ones are damaged");
                     }
                     info!(partition = p.0, checkpoint = %name, next_offset = entry.next_offset.0, "restored");
                     return Ok(Some(Restored {
-                        checkpoint: name.clone(),
+                        checkpoint: name.to_string(),
                         next_offset: entry.next_offset,
                         offsets: entry.offsets.clone(),
                         skipped,
@@ -278,12 +288,7 @@ impl CheckpointStore {
                 }
             }
         }
-        Err(CheckpointError::Refused(format!(
-            "partition {p}: checkpoints exist but none is usable ({}). Refusing to start from empty state. \
-             Restore the checkpoint store, or rebuild the partition from the log start with \
-             `--reset-state earliest`.",
-            problems.join("; ")
-        )))
+        Err(CheckpointError::Refused(none_usable(p, &problems)))
     }
 
     /// `restore_partition` for several partitions at once, in parallel (reads,
@@ -292,12 +297,13 @@ impl CheckpointStore {
         &self,
         partitions: &[Partition],
         fingerprint: &str,
+        policy: StartPolicy,
         state: &StateStore,
     ) -> Vec<Result<Option<Restored>, CheckpointError>> {
         std::thread::scope(|scope| {
             let handles: Vec<_> = partitions
                 .iter()
-                .map(|p| scope.spawn(move || self.restore_partition(*p, fingerprint, state)))
+                .map(|p| scope.spawn(move || self.restore_with(*p, fingerprint, policy, state)))
                 .collect();
             handles
                 .into_iter()

@@ -74,6 +74,11 @@ fn checkpoint(e: &CheckpointError) -> Option<u8> {
     match e {
         CheckpointError::Refused(_) => Some(REFUSED),
         CheckpointError::State(s) => state(s),
+        CheckpointError::Outputs(k) => Some(kafka_io(k)),
+        // The object store could not be reached or failed: a restart may help.
+        CheckpointError::Store(crate::checkpoint::objects::ObjectError::Io { .. }) => {
+            Some(UNAVAILABLE)
+        }
         _ => None,
     }
 }

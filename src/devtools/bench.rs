@@ -32,23 +32,23 @@ pub struct BenchArgs {
     /// Scratch directory (deleted afterwards).
     #[arg(long, default_value = "/tmp/tally-bench-checkpoint")]
     pub dir: std::path::PathBuf,
-    /// Keep the checkpoints on this S3-compatible server (bucket `tally`, a prefix
-    /// of this run; credentials from `AWS_*`) instead of under `--dir`.
+    /// Also measure on this S3-compatible server (bucket `tally`, a prefix of this
+    /// run; credentials from `AWS_*`), each size right after the local directory.
     #[arg(long, value_name = "URL")]
     pub s3_endpoint: Option<String>,
 }
 
 /// The checkpoint store of one measurement: under `dir`, or on S3.
-fn store_config(a: &BenchArgs, n: usize) -> crate::config::CheckpointConfig {
+fn store_config(a: &BenchArgs, n: usize, s3: Option<&str>) -> crate::config::CheckpointConfig {
     let mut cfg = crate::config::CheckpointConfig {
         dir: a.dir.join("checkpoints"),
         retain: 2,
         ..Default::default()
     };
-    if let Some(endpoint) = &a.s3_endpoint {
+    if let Some(endpoint) = s3 {
         cfg.dir = format!("s3://tally/bench-{}-{n}", std::process::id()).into();
         cfg.object_store
-            .insert("aws_endpoint".into(), endpoint.clone());
+            .insert("aws_endpoint".into(), endpoint.to_string());
         cfg.object_store
             .insert("aws_allow_http".into(), "true".into());
     }
@@ -104,18 +104,61 @@ fn pct(v: &mut [f64], q: usize) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// One row of the table: the figures of `n` open windows on one store.
+struct Row {
+    first_pause: f64,
+    pause_p50: f64,
+    pause_p99: f64,
+    duration_p50: f64,
+    bytes: u64,
+    restore_one_ms: f64,
+    restore_ms: f64,
+}
+
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {
-    let kind = if a.s3_endpoint.is_some() {
-        "S3"
-    } else {
-        "local"
-    };
-    println!("| store | open windows | first checkpoint pause ms | steady pause p50 / p99 ms | checkpoint duration ms | bytes | restore of one partition ms | restore of all {} ms |", a.partitions);
+    println!("| store | open windows | first checkpoint pause ms | steady pause p50 / p99 ms | checkpoint duration ms (p50) | bytes | restore of one partition ms | restore of all {} ms |", a.partitions);
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let print = |kind: &str, n: usize, r: &Row| {
+        println!(
+            "| {kind} | {n} | {:.1} | {:.1} / {:.1} | {:.0} | {} | {:.0} | {:.0} |",
+            r.first_pause,
+            r.pause_p50,
+            r.pause_p99,
+            r.duration_p50,
+            r.bytes,
+            r.restore_one_ms,
+            r.restore_ms
+        )
+    };
     for &n in &a.windows {
+        // The local directory is the baseline of the same run.
+        let local = measure(&a, n, None)?;
+        print("local", n, &local);
+        if let Some(endpoint) = &a.s3_endpoint {
+            let s3 = measure(&a, n, Some(endpoint))?;
+            print("S3", n, &s3);
+            println!(
+                "| S3 / local | {n} | {:.2} | {:.2} / {:.2} | {:.2} | | {:.2} | {:.2} |",
+                s3.first_pause / local.first_pause,
+                s3.pause_p50 / local.pause_p50,
+                s3.pause_p99 / local.pause_p99,
+                s3.duration_p50 / local.duration_p50,
+                s3.restore_one_ms / local.restore_one_ms,
+                s3.restore_ms / local.restore_ms
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&a.dir);
+    Ok(())
+}
+
+/// Checkpoints and restores of `n` open windows, on the local store or (`s3`) on
+/// the S3-compatible server at that endpoint.
+fn measure(a: &BenchArgs, n: usize, s3: Option<&str>) -> anyhow::Result<Row> {
+    {
         let _ = std::fs::remove_dir_all(&a.dir);
         let store = Arc::new(StateStore::open_fresh(&a.dir.join("state"))?);
-        let cfg = store_config(&a, n);
+        let cfg = store_config(a, n, s3);
         let checkpoints = Arc::new(CheckpointStore::open(&cfg, "bench", "bench")?);
         let per = n / a.partitions as usize;
         let mut tasks: Vec<PartitionTask> = (0..a.partitions)
@@ -201,9 +244,10 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         let started = Instant::now();
         let parts: Vec<Partition> = (0..a.partitions).map(Partition).collect();
         let mut restored = 0;
-        for (p, r) in parts
-            .iter()
-            .zip(checkpoints.restore_many(&parts, "bench", &fresh))
+        for (p, r) in
+            parts
+                .iter()
+                .zip(checkpoints.restore_many(&parts, "bench", Default::default(), &fresh))
         {
             let r = r?.ok_or_else(|| anyhow::anyhow!("partition {p} missing after restore"))?;
             restored += PartitionTask::restore(*p, engine(), r.snapshot).open_windows();
@@ -214,15 +258,17 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             "restored {restored} windows, expected {}",
             per * a.partitions as usize
         );
-        println!(
-            "| {kind} | {n} | {first_pause:.1} | {:.1} / {:.1} | {:.0} (p50) | {bytes} | {restore_one_ms:.0} | {restore_ms:.0} |",
-            pct(&mut pauses.clone(), 50),
-            pct(&mut pauses, 99),
-            pct(&mut durations, 50),
-        );
+        let _ = std::fs::remove_dir_all(&a.dir);
+        Ok(Row {
+            first_pause,
+            pause_p50: pct(&mut pauses.clone(), 50),
+            pause_p99: pct(&mut pauses, 99),
+            duration_p50: pct(&mut durations, 50),
+            bytes,
+            restore_one_ms,
+            restore_ms,
+        })
     }
-    let _ = std::fs::remove_dir_all(&a.dir);
-    Ok(())
 }
 
 #[derive(Args, Debug)]

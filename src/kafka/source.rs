@@ -2,23 +2,31 @@
 //! assignment to the worker, so restores and hand-over checkpoints happen *inside*
 //! the rebalance — before Kafka gives the partitions to anyone else.
 //!
-//! The callback decides each assigned partition's start offset through
-//! `RebalanceHandler::on_assign` (restore from the checkpoint store, or refuse), and
-//! lets the worker checkpoint revoked partitions through `on_revoke`. Refusals and
-//! failures are recorded as a fatal error that the worker loop reports and exits on.
+//! This adapter is the only code that talks to the consumer during a rebalance:
+//! for an assignment it first gathers the facts a restore decides on — each
+//! partition's log range and the group's committed offsets (`LogFacts`) — then
+//! hands them to `RebalanceHandler::on_assign` (restore, or refuse), which returns
+//! each partition's start offset. Revoked partitions are checkpointed through
+//! `on_revoke`; both get a `GroupCommitter` for the checkpoint's offsets. Refusals
+//! and failures are recorded as a fatal error that the worker loop reports and
+//! exits on.
 
 #![allow(unsafe_code)] // FFI: librdkafka's cached watermarks.
 
 use std::ffi::CString;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::KafkaResult;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::ClientContext;
 use tracing::{error, info, warn};
 
+use crate::checkpoint::coordinator::OffsetCommitter;
+use crate::checkpoint::restore::LogFacts;
+use crate::checkpoint::CheckpointId;
 use crate::model::Partition;
 use crate::state::NextOffset;
 
@@ -34,16 +42,87 @@ pub struct StartPolicy {
     pub allow_truncated_log: bool,
 }
 
-/// The worker side of a rebalance.
+/// The worker side of a rebalance: it never sees the consumer.
 pub trait RebalanceHandler: Send {
-    /// Restores `partitions` and returns each one's start offset; `Err` refuses.
+    /// Restores the assigned partitions (`facts`, one each) and returns each one's
+    /// start offset; `Err` refuses.
     fn on_assign(
         &mut self,
-        consumer: &Source,
-        partitions: &[Partition],
+        committer: &mut dyn OffsetCommitter,
+        facts: &[LogFacts],
     ) -> Result<Vec<(Partition, NextOffset)>, String>;
     /// Checkpoints and releases `partitions`.
-    fn on_revoke(&mut self, consumer: &Source, partitions: &[Partition]) -> Result<(), String>;
+    fn on_revoke(
+        &mut self,
+        committer: &mut dyn OffsetCommitter,
+        partitions: &[Partition],
+    ) -> Result<(), String>;
+}
+
+/// A checkpoint's offsets to the consumer group, with `tally-checkpoint=<id>` as
+/// commit metadata. A failed commit (e.g. during a rebalance) is logged and loses
+/// nothing: restores read offsets from the checkpoint store.
+pub struct GroupCommitter<'a, C: ConsumerContext> {
+    consumer: &'a BaseConsumer<C>,
+    topic: &'a str,
+}
+
+impl<'a, C: ConsumerContext> GroupCommitter<'a, C> {
+    pub fn new(consumer: &'a BaseConsumer<C>, topic: &'a str) -> Self {
+        Self { consumer, topic }
+    }
+}
+
+impl<C: ConsumerContext> OffsetCommitter for GroupCommitter<'_, C> {
+    fn commit(&mut self, id: CheckpointId, offsets: &[(Partition, NextOffset)]) {
+        let mut tpl = TopicPartitionList::new();
+        for (p, next) in offsets {
+            if let Err(e) = tpl.add_partition_offset(self.topic, p.0, Offset::Offset(next.0)) {
+                warn!(checkpoint = id.0, error = %e, "offset commit failed; the checkpoint is complete");
+                return;
+            }
+        }
+        for mut elem in tpl.elements_for_topic(self.topic) {
+            elem.set_metadata(format!("tally-checkpoint={}", id.0));
+        }
+        if let Err(e) = self.consumer.commit(&tpl, CommitMode::Sync) {
+            warn!(checkpoint = id.0, error = %e, "offset commit failed; the checkpoint is complete");
+        }
+    }
+}
+
+/// The facts of an assignment: each partition's log range and committed offset.
+fn gather_facts<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    partitions: &[Partition],
+) -> Result<Vec<LogFacts>, String> {
+    let timeout = Duration::from_secs(10);
+    let mut tpl = TopicPartitionList::new();
+    for p in partitions {
+        tpl.add_partition(topic, p.0);
+    }
+    let committed = consumer
+        .committed_offsets(tpl, timeout)
+        .map_err(|e| format!("reading the committed offsets of {topic}: {e}"))?;
+    partitions
+        .iter()
+        .map(|p| {
+            let (log_start, log_end) = consumer
+                .fetch_watermarks(topic, p.0, timeout)
+                .map_err(|e| format!("reading the log range of {topic}/{p}: {e}"))?;
+            let committed = match committed.find_partition(topic, p.0).map(|e| e.offset()) {
+                Some(Offset::Offset(o)) => Some(o),
+                _ => None,
+            };
+            Ok(LogFacts {
+                partition: *p,
+                log_start,
+                log_end,
+                committed,
+            })
+        })
+        .collect()
 }
 
 pub struct SourceContext {
@@ -109,7 +188,10 @@ impl ConsumerContext for SourceContext {
         };
         let result: KafkaResult<()> = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                match handler.on_assign(consumer, &partitions) {
+                let mut committer = GroupCommitter::new(consumer, &topic);
+                let assigned = gather_facts(consumer, &topic, &partitions)
+                    .and_then(|facts| handler.on_assign(&mut committer, &facts));
+                match assigned {
                     Ok(starts) => {
                         for (p, start) in &starts {
                             let _ = tpl.set_partition_offset(&topic, p.0, Offset::Offset(start.0));
@@ -131,7 +213,8 @@ impl ConsumerContext for SourceContext {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 let at: Vec<i32> = partitions.iter().map(|p| p.0).collect();
                 info!(partitions = %crate::logfmt::list(&at), "revoked");
-                if let Err(msg) = handler.on_revoke(consumer, &partitions) {
+                let mut committer = GroupCommitter::new(consumer, &topic);
+                if let Err(msg) = handler.on_revoke(&mut committer, &partitions) {
                     self.fail(msg);
                 }
                 if cooperative {

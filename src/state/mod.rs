@@ -32,6 +32,13 @@
 //!   checkpoint store (`import_partition`); its writes skip the WAL. The checkpoint
 //!   files are the durable truth.
 //! - A partition without an `M` key has no state: it starts from the log start.
+//!
+//! ## Compatibility
+//! The layout and the values are copied byte for byte into checkpoint parts, so
+//! they are part of the checkpoint format (`checkpoint::format`, version 3): a
+//! change to a key or a stored struct (`stored`) is a new checkpoint format. The
+//! working copy itself is wiped at every start, so it has no compatibility of its
+//! own.
 
 pub mod stored;
 

@@ -1,32 +1,24 @@
-//! The worker's partitions and the checkpoint protocol (docs/DESIGN.md §7), shared between
-//! the poll loop and the rebalance callback (both on the poll thread, one at a time).
-//!
-//! Checkpoint N:
-//! 1. barrier: the loop is between record batches (`before_barrier`); the previous
-//!    export is finished and its offsets committed first;
-//! 2. flush the producer: every result, late and dead-letter record before the
-//!    barrier is acknowledged, or the checkpoint fails (`after_flush`);
-//! 3. write each partition's delta into the state store (one batch), then export
-//!    the store to the checkpoint store on a background thread — the parts
-//!    (`mid_upload` after the first, `before_manifest` after the last), then the
-//!    `MANIFEST`, each created once, never replaced; processing resumes;
-//! 4. when the export completes (`after_manifest`), commit its offsets to the group
-//!    with `tally-checkpoint=N` as metadata (`after_offset_commit`);
-//! 5. apply retention.
+//! The worker's partitions, shared between the poll loop and the rebalance
+//! callback (both on the poll thread, one at a time). Checkpoints go through the
+//! one checkpoint coordinator (`checkpoint::coordinator`, docs/DESIGN.md §7.2);
+//! restores follow `checkpoint::restore`'s decision over the facts the Kafka
+//! adapter gathered (`kafka::source`), so nothing here calls the consumer from
+//! inside a rebalance callback.
 //!
 //! A crash anywhere replays from the newest complete checkpoint; replayed outputs
 //! are byte-identical to the originals (same versions), so the sink ignores them.
 //!
 //! Between checkpoints, when the windows in memory pass the memory budget by a
-//! quarter, the worker *spills*: step 3's write without the export, then evicts
-//! windows down to the budget. Nothing is flushed or committed; a crash after a
-//! spill restores from the checkpoint files as usual (the store is a working copy).
+//! quarter, the worker *spills*: the coordinator's state write without the export,
+//! then evicts windows down to the budget. Nothing is flushed or committed; a crash
+//! after a spill restores from the checkpoint store as usual (the store is a
+//! working copy).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use rdkafka::consumer::{CommitMode, Consumer, RebalanceProtocol};
+use rdkafka::consumer::{Consumer, RebalanceProtocol};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use tracing::{debug, error, info, warn};
@@ -34,10 +26,10 @@ use tracing::{debug, error, info, warn};
 use super::clock;
 use super::report::Publisher;
 use super::WorkerError;
-use crate::checkpoint::export::{self, ExportJob, ExportPartition, JobIdentity, PendingExport};
+use crate::checkpoint::coordinator::{Completed, Coordinator, Cut, OffsetCommitter, Ports};
+use crate::checkpoint::export::JobIdentity;
 use crate::checkpoint::ledger::{self, Gap};
-use crate::checkpoint::store::CheckpointStore;
-use crate::checkpoint::store::Restored;
+use crate::checkpoint::restore::{self, LogFacts, Names};
 use crate::checkpoint::OffsetLedger;
 use crate::checkpoint::{CheckpointError, CheckpointId};
 use crate::engine::{
@@ -46,7 +38,7 @@ use crate::engine::{
 use crate::failpoint;
 use crate::kafka::outputs::{source_coords, Outputs};
 use crate::kafka::source::{
-    cached_log_end, cached_log_start, RebalanceHandler, Source, StartPolicy,
+    cached_log_end, cached_log_start, GroupCommitter, RebalanceHandler, Source, StartPolicy,
 };
 use crate::kafka::{now_ms, KafkaIoError};
 use crate::metrics::{CheckpointStats, PartitionReport, WorkerReport};
@@ -79,15 +71,16 @@ fn accept_gap(
         return Ok(());
     }
     if !policy.allow_truncated_log {
-        return Err(WorkerError::Refused(format!(
-            "partition {topic}/{p}: {gap} were deleted by the broker (retention.ms, retention.bytes or \
-             DeleteRecords) before tally read them: {how}. None of them is billed, and the last checkpoint \
-             is intact, so a plain restart refuses again. Either bring the records back (restore the topic \
-             from a backup, then restart), or accept the gap: restart with `--allow-truncated-log` — it \
-             is logged, counted in tally_offsets_gap_total and recorded in the checkpoint. Then find out why \
-             tally fell behind and raise the topic's retention."
+        return Err(WorkerError::Refused(restore::gap_refusal(
+            topic, p, &gap, how,
         )));
     }
+    log_accepted_gap(p, &gap, how);
+    ledger.accept_gap(gap);
+    Ok(())
+}
+
+fn log_accepted_gap(p: Partition, gap: &Gap, how: &str) {
     error!(
         partition = p.0,
         from = gap.from,
@@ -96,8 +89,6 @@ fn accept_gap(
         how,
         "ACCEPTED GAP (--allow-truncated-log): records deleted before tally read them are not billed"
     );
-    ledger.accept_gap(gap);
-    Ok(())
 }
 
 pub struct Core {
@@ -105,7 +96,8 @@ pub struct Core {
     /// Worker name, group, input topic and config fingerprint.
     pub job: JobIdentity,
     pub store: Arc<StateStore>,
-    pub checkpoints: Arc<CheckpointStore>,
+    /// The checkpoint protocol (and the checkpoint store).
+    pub coord: Coordinator,
     pub outputs: Outputs,
     pub slots: BTreeMap<Partition, Slot>,
     pub panes: Vec<ResultRecord>,
@@ -114,10 +106,6 @@ pub struct Core {
     /// `watermark.idle_timeout`, ms.
     pub idle_ms: Option<i64>,
     pub publisher: Publisher,
-    pub next_id: CheckpointId,
-    pub exporting: Option<PendingExport>,
-    /// Barrier pauses so far, ms (for the shutdown summary and benchmarks).
-    pub pauses_ms: Vec<u64>,
     /// Set after the final checkpoint: nothing more is checkpointed (in particular
     /// not the end-of-input panes of a bounded run).
     pub closed: bool,
@@ -300,98 +288,74 @@ impl Core {
             && self.slots.values().all(|s| s.next.0 >= s.end)
     }
 
-    /// Takes checkpoint N (steps 1–3); with `wait`, also completes it (4–5).
+    /// Takes checkpoint N through the coordinator (steps 1–3); with `wait`, also
+    /// completes it (4–5).
     pub fn checkpoint(&mut self, consumer: &Source, wait: bool) -> Result<(), WorkerError> {
-        // The pause runs from here: waiting for a previous export is part of it.
-        let started = Instant::now();
-        self.finish_export(consumer)?;
-        if self.slots.is_empty() {
-            return Ok(());
-        }
-        failpoint::hit("before_barrier");
-        self.outputs.flush(FLUSH_TIMEOUT)?;
-        failpoint::hit("after_flush");
-        let mut parts = Vec::with_capacity(self.slots.len());
-        let mut listed = Vec::with_capacity(self.slots.len());
-        for (p, s) in self.slots.iter_mut() {
-            parts.push(PartitionCommit {
-                partition: *p,
-                next_offset: s.next,
-                delta: s.task.drain_changes(),
-            });
-            listed.push(ExportPartition {
-                partition: *p,
-                next_offset: s.next,
-                watermark: s.task.max_ts().map(|_| s.task.watermark()),
-                counters: s.task.counters(),
-                offsets: s.offsets.clone(),
-            });
-        }
-        self.store.commit(parts)?;
-        self.evict_to_budget();
-        let id = self.next_id;
-        self.next_id = CheckpointId(id.0.saturating_add(1));
-        let job = ExportJob {
-            id,
-            job: self.job.clone(),
-            created_at_ms: now_ms(),
-            partitions: listed,
-            store: self.store.clone(),
-            checkpoints: self.checkpoints.clone(),
+        let topic = self.job.topic.clone();
+        let mut committer = GroupCommitter::new(consumer, &topic);
+        self.checkpoint_with(&mut committer, wait, Some(consumer))
+    }
+
+    /// `checkpoint` with the offsets committed through `committer`; `consumer`
+    /// (outside a rebalance callback) adds the log ends to the published report.
+    fn checkpoint_with(
+        &mut self,
+        committer: &mut dyn OffsetCommitter,
+        wait: bool,
+        consumer: Option<&Source>,
+    ) -> Result<(), WorkerError> {
+        let mut ports = WorkerPorts {
+            outputs: &mut self.outputs,
+            committer,
         };
-        let pending = export::spawn(job, started).map_err(|source| WorkerError::Io {
-            path: "checkpoint thread".into(),
-            source,
-        })?;
-        self.exporting = Some(pending);
-        self.pauses_ms.push(started.elapsed().as_millis() as u64);
-        if wait {
-            self.finish_export(consumer)?;
+        let done = if self.slots.is_empty() {
+            self.coord.finish(&mut ports, true)?.into_iter().collect()
+        } else {
+            let slots = &mut self.slots;
+            let cut = || {
+                slots
+                    .iter_mut()
+                    .map(|(p, s)| Cut {
+                        partition: *p,
+                        next_offset: s.next,
+                        watermark: s.task.max_ts().map(|_| s.task.watermark()),
+                        counters: s.task.counters(),
+                        offsets: s.offsets.clone(),
+                        delta: s.task.drain_changes(),
+                    })
+                    .collect()
+            };
+            let done = self.coord.checkpoint(&mut ports, cut, wait)?;
+            self.evict_to_budget();
+            done
+        };
+        for c in done {
+            self.completed(c, consumer);
         }
         Ok(())
     }
 
-    /// Completes a finished (or, blocking, the pending) export: offsets, retention.
-    pub fn finish_export(&mut self, consumer: &Source) -> Result<(), WorkerError> {
-        let Some(pending) = self.exporting.take() else {
-            return Ok(());
-        };
-        let (id, started) = (pending.id, pending.started);
-        let manifest = pending.wait()?;
-        failpoint::hit("after_manifest");
-        let mut tpl = TopicPartitionList::new();
-        for e in &manifest.partitions {
-            tpl.add_partition_offset(
-                &self.job.topic,
-                e.partition.0,
-                Offset::Offset(e.next_offset.0),
-            )
-            .map_err(KafkaIoError::client("building the offset list"))?;
-        }
-        for mut elem in tpl.elements_for_topic(&self.job.topic) {
-            elem.set_metadata(format!("tally-checkpoint={}", id.0));
-        }
-        // Offsets in the group mirror the checkpoint. A failed commit (e.g. during a
-        // rebalance) loses nothing: restores read offsets from the checkpoint store.
-        if let Err(e) = consumer.commit(&tpl, CommitMode::Sync) {
-            warn!(checkpoint = id.0, error = %e, "offset commit failed; the checkpoint is complete");
-        }
-        failpoint::hit("after_offset_commit");
-        self.checkpoints.retain(id)?;
+    /// A checkpoint completed (offsets committed, retention run): stats, report, log.
+    fn completed(&mut self, c: Completed, consumer: Option<&Source>) {
+        let manifest = &c.manifest;
         let total = self.audit();
+        let bytes: u64 = manifest.partitions.iter().map(|e| e.bytes()).sum();
         self.checkpoint_stats = CheckpointStats {
             completed: self.checkpoint_stats.completed + 1,
             last_success_ms: Some(now_ms()),
-            last_duration_ms: started.elapsed().as_millis() as i64,
-            last_bytes: manifest.partitions.iter().map(|e| e.bytes()).sum(),
+            last_duration_ms: c.duration_ms as i64,
+            last_bytes: bytes,
         };
-        let report = self.report_with(consumer);
+        let report = match consumer {
+            Some(consumer) => self.report_with(consumer),
+            None => self.report(),
+        };
         self.publisher.publish(&report);
         info!(
-            checkpoint = id.0,
-            pause_ms = self.pauses_ms.last().copied().unwrap_or(0),
-            duration_ms = started.elapsed().as_millis() as u64,
-            bytes = manifest.partitions.iter().map(|e| e.bytes()).sum::<u64>(),
+            checkpoint = manifest.id.0,
+            pause_ms = self.coord.pauses_ms.last().copied().unwrap_or(0),
+            duration_ms = c.duration_ms,
+            bytes,
             offsets = %crate::logfmt::pairs(manifest.partitions.iter().map(|e| (e.partition.0, e.next_offset.0))),
             gap_offsets = manifest.partitions.iter().map(|e| e.offsets.gap_offsets).sum::<u64>(),
             consumed = total.consumed, folded = total.folded, too_late = total.too_late,
@@ -399,132 +363,90 @@ impl Core {
             audit_balanced = self.balanced(),
             "checkpoint complete"
         );
-        Ok(())
     }
 
     /// Completes the pending export if its thread is done (non-blocking).
     pub fn poll_export(&mut self, consumer: &Source) -> Result<(), WorkerError> {
-        if self
-            .exporting
-            .as_ref()
-            .is_some_and(PendingExport::is_finished)
-        {
-            self.finish_export(consumer)?;
+        let mut committer = GroupCommitter::new(consumer, &self.job.topic);
+        let mut ports = WorkerPorts {
+            outputs: &mut self.outputs,
+            committer: &mut committer,
+        };
+        if let Some(c) = self.coord.finish(&mut ports, false)? {
+            self.completed(c, Some(consumer));
         }
         Ok(())
     }
 
-    /// Restores `partitions` from the checkpoint store (in parallel).
+    /// Restores the partitions of an assignment from the facts the Kafka adapter
+    /// gathered (log ranges, committed offsets): the checkpoint store is read in
+    /// parallel, then `restore::decide` says where each starts, or refuses.
     fn restore_all(
-        &self,
-        partitions: &[Partition],
-    ) -> Vec<Result<Option<Restored>, CheckpointError>> {
-        if self.policy.reset_state_earliest {
-            return partitions.iter().map(|_| Ok(None)).collect();
-        }
-        self.checkpoints
-            .restore_many(partitions, &self.job.fingerprint, &self.store)
-    }
-
-    fn restore(
         &mut self,
-        consumer: &Source,
-        p: Partition,
-        restored: Result<Option<Restored>, CheckpointError>,
-    ) -> Result<NextOffset, WorkerError> {
-        let timeout = Duration::from_secs(10);
-        let (low, high) = consumer
-            .fetch_watermarks(&self.job.topic, p.0, timeout)
-            .map_err(KafkaIoError::client(format!(
-                "reading the log range of {}/{p}",
-                self.job.topic
-            )))?;
-        let topic = &self.job.topic;
-        let restored = restored.map_err(|e| match e {
-            CheckpointError::Refused(m) => WorkerError::Refused(m),
-            other => WorkerError::Checkpoint(other),
-        })?;
-        let mut snapshot = TaskSnapshot::default();
-        let fresh = restored.is_none();
-        let (start, mut offsets) = match restored {
-            Some(r) => {
-                snapshot = r.snapshot;
-                (r.next_offset.0, r.offsets)
-            }
-            None => {
-                self.store.drop_partition(p)?;
-                let mut tpl = TopicPartitionList::new();
-                tpl.add_partition(topic, p.0);
-                let committed = consumer
-                    .committed_offsets(tpl, timeout)
-                    .map_err(KafkaIoError::client("reading committed offsets"))?;
-                let group_offset = committed.find_partition(topic, p.0).map(|e| e.offset());
-                if let Some(Offset::Offset(o)) = group_offset {
-                    if !self.policy.reset_state_earliest {
-                        return Err(WorkerError::Refused(format!(
-                            "partition {topic}/{p} has committed offset {o} in consumer group {} but no checkpoint \
-                             in {}. Starting from empty state would under-bill (the windows before offset {o} \
-                             are lost). Restore the checkpoint directory, or rebuild this partition from the log \
-                             start with `tally run --reset-state earliest`.",
-                            self.job.group,
-                            self.checkpoints.location()
-                        )));
-                    }
-                    warn!(
-                        partition = p.0,
-                        committed = o,
-                        "rebuilding from the log start as requested (--reset-state earliest)"
-                    );
-                }
-                (0, OffsetLedger::default())
-            }
-        };
-        if start > high {
-            return Err(WorkerError::Refused(format!(
-                "partition {topic}/{p}: the checkpoint resumes at offset {start} but the log ends at {high}: the \
-                 topic was recreated or the broker lost data. Refusing to guess."
-            )));
-        }
-        if start < low {
-            let how = if fresh {
-                format!(
-                    "the partition has no checkpoint in {} and its log starts at offset {low}, not 0, so a \
-                     replay would bill a partial history (if it had checkpoints, restore that directory)",
-                    self.checkpoints.location()
-                )
-            } else {
-                format!("the checkpoint resumes at offset {start} but the log now starts at {low}")
-            };
-            let gap = Gap {
-                from: start,
-                to: low,
-                at_ms: now_ms(),
-            };
-            accept_gap(self.policy, topic, p, gap, &mut offsets, &how)?;
-        }
-        let mut task = PartitionTask::restore(p, self.engine.clone(), snapshot);
-        // The store holds exactly this state now (imported or empty).
-        task.attach_spill(self.store.clone());
-        self.slots.insert(
-            p,
-            Slot {
-                task,
-                next: NextOffset(start.max(low)),
-                end: high,
-                last_record: clock::mono_ms(),
-                offsets,
-            },
+        facts: &[LogFacts],
+    ) -> Result<Vec<(Partition, NextOffset)>, WorkerError> {
+        let partitions: Vec<Partition> = facts.iter().map(|f| f.partition).collect();
+        let restored = self.coord.checkpoints().restore_many(
+            &partitions,
+            &self.job.fingerprint,
+            self.policy,
+            &self.store,
         );
-        Ok(NextOffset(start.max(low)))
+        let location = self.coord.checkpoints().location();
+        let names = Names {
+            topic: &self.job.topic,
+            group: &self.job.group,
+            store: &location,
+        };
+        let mut starts = Vec::with_capacity(facts.len());
+        for (f, r) in facts.iter().zip(restored) {
+            let p = f.partition;
+            let r = r.map_err(|e| match e {
+                CheckpointError::Refused(m) => WorkerError::Refused(m),
+                other => WorkerError::Checkpoint(other),
+            })?;
+            if r.is_none() {
+                self.store.drop_partition(p)?;
+            }
+            let (snapshot, at) = match r {
+                Some(r) => (r.snapshot, Some((r.next_offset, r.offsets))),
+                None => (TaskSnapshot::default(), None),
+            };
+            let start = restore::decide(&names, f, at, self.policy, now_ms())
+                .map_err(WorkerError::Refused)?;
+            if let Some(o) = start.rebuilt_over {
+                warn!(
+                    partition = p.0,
+                    committed = o,
+                    "rebuilding from the log start as requested (--reset-state earliest)"
+                );
+            }
+            if let Some((gap, how)) = &start.accepted_gap {
+                log_accepted_gap(p, gap, how);
+            }
+            let mut task = PartitionTask::restore(p, self.engine.clone(), snapshot);
+            // The store holds exactly this state now (imported or empty).
+            task.attach_spill(self.store.clone());
+            self.slots.insert(
+                p,
+                Slot {
+                    task,
+                    next: start.next,
+                    end: f.log_end,
+                    last_record: clock::mono_ms(),
+                    offsets: start.offsets,
+                },
+            );
+            starts.push((p, start.next));
+        }
+        Ok(starts)
     }
 
     /// Memory pressure between checkpoints: writes the changed windows to the
-    /// working store (after any running export, which must read an unchanged
-    /// store) and evicts down to the budget. Not a checkpoint: nothing is flushed,
-    /// exported or committed to Kafka — the store is a working copy, and a restore
-    /// reads the checkpoint files, never it.
+    /// working store through the coordinator (after any running export, which
+    /// must read an unchanged store) and evicts down to the budget. Not a
+    /// checkpoint: nothing is flushed, exported or committed to Kafka.
     pub fn spill(&mut self, consumer: &Source) -> Result<(), WorkerError> {
-        self.finish_export(consumer)?;
         let parts = self
             .slots
             .iter_mut()
@@ -534,7 +456,15 @@ impl Core {
                 delta: s.task.drain_changes(),
             })
             .collect();
-        self.store.commit(parts)?;
+        let mut committer = GroupCommitter::new(consumer, &self.job.topic);
+        let mut ports = WorkerPorts {
+            outputs: &mut self.outputs,
+            committer: &mut committer,
+        };
+        let done = self.coord.spill(&mut ports, parts)?;
+        if let Some(c) = done {
+            self.completed(c, Some(consumer));
+        }
         self.evict_to_budget();
         Ok(())
     }
@@ -721,40 +651,61 @@ impl Core {
     }
 }
 
+/// The coordinator's ports in the worker: the Kafka producer's flush, and the
+/// group offsets through the adapter's committer.
+struct WorkerPorts<'a> {
+    outputs: &'a mut Outputs,
+    committer: &'a mut dyn OffsetCommitter,
+}
+
+impl Ports for WorkerPorts<'_> {
+    fn flush_outputs(&mut self) -> Result<(), CheckpointError> {
+        Ok(self.outputs.flush(FLUSH_TIMEOUT)?)
+    }
+
+    fn commit_offsets(&mut self, id: CheckpointId, offsets: &[(Partition, NextOffset)]) {
+        self.committer.commit(id, offsets);
+    }
+}
+
 impl RebalanceHandler for Core {
     fn on_assign(
         &mut self,
-        consumer: &Source,
-        partitions: &[Partition],
+        committer: &mut dyn OffsetCommitter,
+        facts: &[LogFacts],
     ) -> Result<Vec<(Partition, NextOffset)>, String> {
         // The store must not be written while an export reads it.
-        self.finish_export(consumer).map_err(|e| e.to_string())?;
+        let mut ports = WorkerPorts {
+            outputs: &mut self.outputs,
+            committer,
+        };
+        let done = self
+            .coord
+            .finish(&mut ports, true)
+            .map_err(|e| e.to_string())?;
+        if let Some(c) = done {
+            self.completed(c, None);
+        }
         self.assigned_once = true;
         self.publisher
             .service()
-            .set_not_ready(format!("restoring {} partition(s)", partitions.len()));
-        let restored = self.restore_all(partitions);
-        let starts: Result<Vec<_>, String> = partitions
-            .iter()
-            .zip(restored)
-            .map(|(p, r)| {
-                self.restore(consumer, *p, r)
-                    .map(|s| (*p, s))
-                    .map_err(|e| e.to_string())
-            })
-            .collect();
+            .set_not_ready(format!("restoring {} partition(s)", facts.len()));
+        let starts = self.restore_all(facts).map_err(|e| e.to_string())?;
         self.evict_to_budget();
-        if starts.is_ok() {
-            // Joined, and every assigned partition restored.
-            self.publisher.service().set_ready();
-        }
-        starts
+        // Joined, and every assigned partition restored.
+        self.publisher.service().set_ready();
+        Ok(starts)
     }
 
-    fn on_revoke(&mut self, consumer: &Source, partitions: &[Partition]) -> Result<(), String> {
+    fn on_revoke(
+        &mut self,
+        committer: &mut dyn OffsetCommitter,
+        partitions: &[Partition],
+    ) -> Result<(), String> {
         // Hand over cleanly: checkpoint (and commit) before Kafka moves them.
         if !self.closed {
-            self.checkpoint(consumer, true).map_err(|e| e.to_string())?;
+            self.checkpoint_with(committer, true, None)
+                .map_err(|e| e.to_string())?;
         }
         for p in partitions {
             self.slots.remove(p);

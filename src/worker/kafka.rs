@@ -13,6 +13,7 @@ use tracing::{info, warn};
 use super::core::Core;
 use super::report::Publisher;
 use super::{shutdown, WorkerError};
+use crate::checkpoint::coordinator::Coordinator;
 use crate::checkpoint::export::JobIdentity;
 use crate::checkpoint::store::CheckpointStore;
 use crate::config::Config;
@@ -59,22 +60,23 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         &cfg.kafka.group_id,
         &worker,
     )?);
-    let next_id = checkpoints.next_id()?;
     let checkpoints_at = checkpoints.location();
+    let job = JobIdentity {
+        fingerprint: crate::checkpoint::fingerprint(
+            &cfg.topics.input,
+            &engine,
+            cfg.watermark.idle_timeout.0.map(|m| m.0),
+        ),
+        topic: cfg.topics.input.clone(),
+        group: cfg.kafka.group_id.clone(),
+        worker,
+    };
+    let coord = Coordinator::new(store.clone(), checkpoints, job.clone())?;
     let core = Arc::new(Mutex::new(Core {
-        job: JobIdentity {
-            fingerprint: crate::checkpoint::fingerprint(
-                &cfg.topics.input,
-                &engine,
-                cfg.watermark.idle_timeout.0.map(|m| m.0),
-            ),
-            topic: cfg.topics.input.clone(),
-            group: cfg.kafka.group_id.clone(),
-            worker,
-        },
+        job,
         engine,
         store,
-        checkpoints,
+        coord,
         outputs: Outputs::new(&cfg.kafka, &cfg.topics)?,
         slots: BTreeMap::new(),
         panes: Vec::new(),
@@ -83,9 +85,6 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         idle_ms: cfg.watermark.idle_timeout.0.map(|m| m.0),
         publisher: Publisher::new(&cfg.state.dir, cfg.metrics.listen.as_deref())
             .map_err(io(&cfg.state.dir))?,
-        next_id,
-        exporting: None,
-        pauses_ms: Vec::new(),
         closed: false,
         bounded: opts.until_end,
         memory_budget: cfg.state.memory_budget_bytes(),
@@ -218,7 +217,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         outputs.flush(Duration::from_secs(60))?;
     }
     let total = c.audit();
-    let mut pauses = c.pauses_ms.clone();
+    let mut pauses = c.coord.pauses_ms.clone();
     pauses.sort_unstable();
     let pct = |q: usize| {
         pauses

@@ -103,3 +103,80 @@ fn s3_retention_leaves_no_unreferenced_object_after_100_checkpoints() {
         assert_eq!(r.next_offset, NextOffset(next), "partition {p}");
     }
 }
+
+/// Credentials from the standard environment never reach a log line, an error or
+/// stdout — not even at trace level, where the HTTP client logs its requests (the
+/// session token travels in a header of every one).
+#[test]
+fn s3_credentials_never_reach_the_output() {
+    let dir = TempDir::new("s3canary");
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[kafka]\ngroup_id = \"canary\"\n[checkpoint]\n{}\n[state]\ndir = \"{}/state\"\n",
+            s3_checkpoint("canary"),
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    // One checkpoint to list and verify.
+    let c = tally::config::Config::load(Some(&cfg)).unwrap();
+    let store = Arc::new(CheckpointStore::open(&c.checkpoint, "canary", "w").unwrap());
+    let state = Arc::new(StateStore::open_fresh(&dir.path().join("rocksdb")).unwrap());
+    write_checkpoint(&store, &state, 1, &[0], 5, 3).unwrap();
+    let secret = "S3-CANARY-secret-access-key-0123456789";
+    let token = "S3-CANARY-session-token-0123456789";
+    let envs = [
+        ("AWS_SECRET_ACCESS_KEY", secret),
+        ("AWS_SESSION_TOKEN", token),
+        ("TALLY_LOG", "trace"),
+    ];
+    let c = cfg.to_str().unwrap();
+    let commands: [&[&str]; 3] = [
+        &["checkpoints", "list", "--config", c],
+        &["checkpoints", "verify", "--config", c],
+        &["config", "--config", c],
+    ];
+    for args in commands {
+        let out = tally(args, &envs, std::time::Duration::from_secs(60));
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{args:?}: {text}");
+        assert!(
+            !text.contains("S3-CANARY"),
+            "{args:?} printed a credential: {text}"
+        );
+        if args[0] == "checkpoints" {
+            // The HTTP client's own trace lines are there: the test sees what it logs.
+            assert!(
+                text.contains("TRACE") && text.contains("127.0.0.1"),
+                "{args:?}: {text}"
+            );
+        }
+        if args[1] == "list" {
+            assert!(text.contains("s3://tally/canary-"), "{args:?}: {text}");
+        }
+    }
+    // An error path: a bucket that does not exist. The store answers, so the
+    // status is "unavailable" (4), and the error names the store, not a credential.
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("s3://tally/", "s3://no-such-bucket/");
+    std::fs::write(&cfg, text).unwrap();
+    let out = tally(
+        &["checkpoints", "list", "--config", c],
+        &envs,
+        std::time::Duration::from_secs(120),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains("s3://no-such-bucket/") && err.contains("NoSuchBucket"),
+        "{err}"
+    );
+    assert!(!err.contains("S3-CANARY"), "{err}");
+}

@@ -2,7 +2,7 @@
 //! point, random kills during a continuous run, damaged checkpoints, and the
 //! refusals that keep a worker from guessing.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -169,6 +169,18 @@ impl Job {
             .map(|l| l.request_id.clone())
             .collect();
         assert_eq!(late, want_late);
+        // Every dead letter is on the DLQ topic, each source record once or more
+        // (copies after a crash), none missing, none extra: the set of sources has
+        // exactly as many members as the generator injected, per reason.
+        let mut dead: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for r in read_topic(&self.broker.kafka(), "requests.dlq").unwrap() {
+            let reason = r.header(tally::kafka::headers::ERROR).unwrap().to_string();
+            let source = r.header(tally::kafka::headers::SOURCE).unwrap().to_string();
+            dead.entry(reason).or_default().insert(source);
+        }
+        let dead: BTreeMap<String, u64> =
+            dead.into_iter().map(|(k, v)| (k, v.len() as u64)).collect();
+        assert_eq!(dead, expected.dead_letters, "the dead-letter set");
         // The audit balances and counts every record exactly once, across the crash.
         let report = tally::worker::report::read(&self.dir.path().join("state-job")).unwrap();
         let mut c = tally::engine::Counters::default();
@@ -320,7 +332,7 @@ fn crash_after_every_part_before_the_manifest() {
 }
 
 #[test]
-fn crash_after_the_manifest_rename_before_the_offset_commit() {
+fn crash_after_the_manifest_before_the_offset_commit() {
     crash_at("after_manifest");
 }
 

@@ -1,21 +1,22 @@
-//! The file run's checkpoints: the worker's store format and exporter, in a store of
-//! its own, `<checkpoint.dir>/file-<input stem>` (never a Kafka job's store).
+//! The file run's checkpoints: the worker's coordinator, store format and
+//! exporter, in a store of its own, `<checkpoint.dir>/file-<input stem>` (never a
+//! Kafka job's store).
 //!
 //! Invariants: the working copy `<state.dir>/rocksdb` is wiped when it is opened (a
 //! file run starts from empty state; its checkpoints are not restored); it is written
-//! only once no export reads it (`commit` awaits the pending export first); a
-//! checkpoint's offset is the number of lines read and applied.
+//! only through the coordinator, so never while an export reads it; a checkpoint's
+//! offset is the number of lines read and applied; there is no consumer group, so
+//! no offsets are committed anywhere.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::checkpoint::export::{self, ExportJob, ExportPartition, JobIdentity, PendingExport};
+use crate::checkpoint::coordinator::{Coordinator, Cut, Ports};
+use crate::checkpoint::export::JobIdentity;
 use crate::checkpoint::store::CheckpointStore;
-use crate::checkpoint::CheckpointId;
-use crate::checkpoint::OffsetLedger;
+use crate::checkpoint::{CheckpointError, CheckpointId, OffsetLedger};
 use crate::config::Config;
 use crate::engine::PartitionTask;
-use crate::kafka::now_ms;
 use crate::model::Partition;
 use crate::state::{NextOffset, PartitionCommit, StateStore};
 use crate::worker::WorkerError;
@@ -28,18 +29,44 @@ pub(super) fn group(input: &Path) -> String {
     format!("file-{stem}")
 }
 
-/// The file run's checkpoints: same store format and exporter as the worker's.
+/// The file run's checkpoints: the same coordinator as the worker's.
 pub(super) struct Checkpointer {
     pub(super) store: Arc<StateStore>,
-    checkpoints: Arc<CheckpointStore>,
-    job: JobIdentity,
-    next_id: CheckpointId,
+    coord: Coordinator,
     /// Bytes of windows kept in memory after a commit (`state.memory_budget`).
     budget: Option<usize>,
     /// Checkpoints taken and windows evicted so far.
     pub(super) taken: u64,
     pub(super) evicted: u64,
-    pending: Option<PendingExport>,
+}
+
+/// The coordinator's ports in a file run: the output files' flush, no group.
+struct FilePorts<'a> {
+    flush: &'a mut dyn FnMut() -> Result<(), CheckpointError>,
+}
+
+impl Ports for FilePorts<'_> {
+    fn flush_outputs(&mut self) -> Result<(), CheckpointError> {
+        (self.flush)()
+    }
+
+    fn commit_offsets(&mut self, _: CheckpointId, _: &[(Partition, NextOffset)]) {}
+}
+
+fn no_flush() -> Result<(), CheckpointError> {
+    Ok(())
+}
+
+fn cut(task: &mut PartitionTask, lines: u64) -> Cut {
+    let next = NextOffset(lines as i64);
+    Cut {
+        partition: Partition(0),
+        next_offset: next,
+        watermark: task.max_ts().map(|_| task.watermark()),
+        counters: task.counters(),
+        offsets: OffsetLedger::without_gaps(task.counters().consumed, next),
+        delta: task.drain_changes(),
+    }
 }
 
 impl Checkpointer {
@@ -53,93 +80,62 @@ impl Checkpointer {
         let engine = cfg.engine()?;
         let topic = format!("file:{}", input.display());
         let fingerprint = crate::checkpoint::fingerprint(&topic, &engine, None);
+        let job = JobIdentity {
+            worker,
+            group,
+            topic,
+            fingerprint,
+        };
         Ok(Self {
+            coord: Coordinator::new(store.clone(), checkpoints, job)?,
             store,
-            next_id: checkpoints.next_id()?,
-            checkpoints,
-            job: JobIdentity {
-                worker,
-                group,
-                topic,
-                fingerprint,
-            },
             budget: cfg.state.memory_budget_bytes(),
             taken: 0,
             evicted: 0,
-            pending: None,
         })
     }
 
-    /// Waits for the pending export and applies retention.
+    /// Waits for the pending export; retention runs.
     pub(super) fn finish(&mut self) -> Result<(), WorkerError> {
-        if let Some(pending) = self.pending.take() {
-            let id = pending.id;
-            pending.wait()?;
-            self.checkpoints.retain(id)?;
-        }
+        let mut flush = no_flush;
+        self.coord
+            .finish(&mut FilePorts { flush: &mut flush }, true)?;
         Ok(())
     }
 
-    /// Writes the task's changes to the working store, once no export reads it.
-    fn commit(&mut self, task: &mut PartitionTask, lines: u64) -> Result<(), WorkerError> {
-        self.finish()?;
-        self.store.commit(vec![PartitionCommit {
-            partition: Partition(0),
-            next_offset: NextOffset(lines as i64),
-            delta: task.drain_changes(),
-        }])?;
-        Ok(())
-    }
-
-    /// Memory pressure: commit the changes to the working store and evict (see
-    /// `Core::spill`; no export).
+    /// Memory pressure: the task's changes to the working store, then evict (see
+    /// `Coordinator::spill`; no export).
     pub(super) fn spill(
         &mut self,
         task: &mut PartitionTask,
         lines: u64,
     ) -> Result<(), WorkerError> {
-        self.commit(task, lines)?;
+        let c = cut(task, lines);
+        let commit = PartitionCommit {
+            partition: c.partition,
+            next_offset: c.next_offset,
+            delta: c.delta,
+        };
+        let mut flush = no_flush;
+        self.coord
+            .spill(&mut FilePorts { flush: &mut flush }, vec![commit])?;
         if let Some(keep) = self.budget {
             self.evicted += task.evict(keep) as u64;
         }
         Ok(())
     }
 
-    /// The barrier: (outputs already flushed) commit the task's changes, export.
+    /// A checkpoint through the coordinator; `flush` flushes the output files
+    /// (step 2).
     pub(super) fn checkpoint(
         &mut self,
         task: &mut PartitionTask,
         lines: u64,
+        flush: &mut dyn FnMut() -> Result<(), CheckpointError>,
     ) -> Result<(), WorkerError> {
-        self.commit(task, lines)?;
-        let id = self.next_id;
-        self.next_id = CheckpointId(id.0.saturating_add(1));
-        let wm = task.max_ts().map(|_| task.watermark());
-        let pending = export::spawn(
-            ExportJob {
-                id,
-                job: self.job.clone(),
-                created_at_ms: now_ms(),
-                partitions: vec![ExportPartition {
-                    partition: Partition(0),
-                    next_offset: NextOffset(lines as i64),
-                    watermark: wm,
-                    counters: task.counters(),
-                    offsets: OffsetLedger::without_gaps(
-                        task.counters().consumed,
-                        NextOffset(lines as i64),
-                    ),
-                }],
-                store: self.store.clone(),
-                checkpoints: self.checkpoints.clone(),
-            },
-            std::time::Instant::now(),
-        )
-        .map_err(|source| WorkerError::Io {
-            path: "checkpoint thread".into(),
-            source,
-        })?;
-        self.pending = Some(pending);
+        let mut ports = FilePorts { flush };
+        self.coord
+            .checkpoint(&mut ports, || vec![cut(task, lines)], false)?;
         if let Some(keep) = self.budget {
             self.evicted += task.evict(keep) as u64;
         }

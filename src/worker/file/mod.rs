@@ -48,6 +48,7 @@ use paths::Paths;
 use source::Source;
 
 use super::{shutdown, WorkerError};
+use crate::checkpoint::CheckpointError;
 use crate::config::Config;
 use crate::engine::{Counters, PartitionTask, RecordIn, Route, TimeSource};
 use crate::kafka::now_ms;
@@ -71,6 +72,7 @@ fn create(path: &Path) -> Result<BufWriter<File>, WorkerError> {
 /// to land while it is parsed.
 const BATCH: usize = 32;
 
+/// Step 2 of a checkpoint in a file run: the three output files flushed.
 fn flush_all(
     out: &mut BufWriter<File>,
     output: &Path,
@@ -78,10 +80,14 @@ fn flush_all(
     late_path: &Path,
     dlq: &mut BufWriter<File>,
     dlq_path: &Path,
-) -> Result<(), WorkerError> {
-    out.flush().map_err(io_err(output))?;
-    late.flush().map_err(io_err(late_path))?;
-    dlq.flush().map_err(io_err(dlq_path))
+) -> Result<(), CheckpointError> {
+    let err = |p: &Path| {
+        let path = p.display().to_string();
+        move |source| CheckpointError::Io { path, source }
+    };
+    out.flush().map_err(err(output))?;
+    late.flush().map_err(err(late_path))?;
+    dlq.flush().map_err(err(dlq_path))
 }
 
 /// One result payload per line, exactly as on the results topic.
@@ -164,8 +170,9 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
             next_check = line_no + 4096;
             // Lines so far are applied: the offset of a commit here.
             if last_checkpoint.elapsed() >= interval {
-                flush_all(&mut out, output, &mut late, &late_path, &mut dlq, &dlq_path)?;
-                checkpointer.checkpoint(&mut task, line_no)?;
+                let mut flush =
+                    || flush_all(&mut out, output, &mut late, &late_path, &mut dlq, &dlq_path);
+                checkpointer.checkpoint(&mut task, line_no, &mut flush)?;
                 last_checkpoint = Instant::now();
             } else if budget.is_some_and(|b| task.memory_bytes() > b + b / 4) {
                 checkpointer.spill(&mut task, line_no)?;
@@ -247,8 +254,8 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
             }
         }
     }
-    flush_all(&mut out, output, &mut late, &late_path, &mut dlq, &dlq_path)?;
-    checkpointer.checkpoint(&mut task, line_no)?;
+    let mut flush = || flush_all(&mut out, output, &mut late, &late_path, &mut dlq, &dlq_path);
+    checkpointer.checkpoint(&mut task, line_no, &mut flush)?;
     checkpointer.finish()?;
     if stopped {
         tracing::info!(

@@ -1,0 +1,241 @@
+//! The checkpoint protocol, in one place for every mode (docs/DESIGN.md §7.2): the
+//! Kafka worker and the file run take the same checkpoints through it.
+//!
+//! Checkpoint N:
+//! 1. barrier: the caller is between record batches; the previous checkpoint's
+//!    export is awaited and completed first (`before_barrier` after that);
+//! 2. flush the outputs: everything emitted before the barrier is acknowledged,
+//!    or the checkpoint fails (`after_flush`);
+//! 3. write each partition's delta into the state store (one batch), then export
+//!    the store on a background thread: the parts, then the manifest
+//!    (`checkpoint::export`); processing resumes;
+//! 4. when the export is complete (`after_manifest`), commit its offsets
+//!    (`after_offset_commit`); a failed commit loses nothing — restores read
+//!    offsets from the checkpoint store;
+//! 5. retention.
+//!
+//! It talks to the world through narrow ports: `Ports` (flush the outputs, commit
+//! offsets, crash points), the state store and the checkpoint store (whose
+//! `Objects` can be any implementation), so the protocol runs against fakes in
+//! the model test (`model_tests`).
+//!
+//! Invariants: the state store is written only when no export reads it (every
+//! write here, and every restore by the caller, is preceded by `finish`); ids
+//! grow per worker; an export that fails fails the checkpoint, and nothing of it
+//! is committed.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::export::{self, ExportJob, ExportPartition, JobIdentity, PendingExport};
+use super::store::CheckpointStore;
+use super::{CheckpointError, CheckpointId, Manifest, OffsetLedger};
+use crate::engine::{Counters, StateDelta};
+use crate::model::Partition;
+use crate::state::{NextOffset, PartitionCommit, StateStore};
+use crate::time::EventTime;
+
+/// The named crash points of the protocol's own steps (the upload's are in
+/// `export`: `mid_upload`, `before_manifest`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    BeforeBarrier,
+    AfterFlush,
+    AfterManifest,
+    AfterOffsetCommit,
+}
+
+impl Step {
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::BeforeBarrier => "before_barrier",
+            Step::AfterFlush => "after_flush",
+            Step::AfterManifest => "after_manifest",
+            Step::AfterOffsetCommit => "after_offset_commit",
+        }
+    }
+}
+
+/// What the protocol needs from the world besides the two stores.
+pub trait Ports {
+    /// Step 2: every output emitted before the barrier is acknowledged.
+    fn flush_outputs(&mut self) -> Result<(), CheckpointError>;
+    /// Step 4: the checkpoint's offsets to the consumer group (the file run has
+    /// none). A failure is logged by the caller's port, never fatal.
+    fn commit_offsets(&mut self, id: CheckpointId, offsets: &[(Partition, NextOffset)]);
+    /// A crash point: in production `failpoint::hit`; a model test may stop here.
+    fn reached(&mut self, step: Step) -> Result<(), CheckpointError> {
+        crate::failpoint::hit(step.name());
+        Ok(())
+    }
+}
+
+/// Where a checkpoint's offsets go: the consumer group (`kafka::source::
+/// GroupCommitter`), or nowhere (the file run). A failure is logged there and is
+/// not fatal: restores read offsets from the checkpoint store.
+pub trait OffsetCommitter {
+    fn commit(&mut self, id: CheckpointId, offsets: &[(Partition, NextOffset)]);
+}
+
+/// One partition at the barrier: its position, audit and the changes since the
+/// last commit.
+pub struct Cut {
+    pub partition: Partition,
+    pub next_offset: NextOffset,
+    pub watermark: Option<EventTime>,
+    pub counters: Counters,
+    pub offsets: OffsetLedger,
+    pub delta: StateDelta,
+}
+
+/// A checkpoint whose offsets are committed and whose retention ran.
+pub struct Completed {
+    pub manifest: Manifest,
+    /// From its barrier to now.
+    pub duration_ms: u64,
+}
+
+pub struct Coordinator {
+    state: Arc<StateStore>,
+    checkpoints: Arc<CheckpointStore>,
+    job: JobIdentity,
+    next_id: CheckpointId,
+    pending: Option<PendingExport>,
+    /// Barrier pauses so far, ms (the shutdown summary and benchmarks).
+    pub pauses_ms: Vec<u64>,
+}
+
+impl Coordinator {
+    pub fn new(
+        state: Arc<StateStore>,
+        checkpoints: Arc<CheckpointStore>,
+        job: JobIdentity,
+    ) -> Result<Self, CheckpointError> {
+        Ok(Self {
+            next_id: checkpoints.next_id()?,
+            state,
+            checkpoints,
+            job,
+            pending: None,
+            pauses_ms: Vec::new(),
+        })
+    }
+
+    pub fn job(&self) -> &JobIdentity {
+        &self.job
+    }
+
+    pub fn checkpoints(&self) -> &Arc<CheckpointStore> {
+        &self.checkpoints
+    }
+
+    pub fn state(&self) -> &Arc<StateStore> {
+        &self.state
+    }
+
+    /// Steps 1–3 of checkpoint N (and, with `wait`, 4–5). `cut` is called after
+    /// the flush: it drains each partition's changes. Returns what completed —
+    /// the previous checkpoint, this one, both or neither.
+    pub fn checkpoint(
+        &mut self,
+        ports: &mut dyn Ports,
+        cut: impl FnOnce() -> Vec<Cut>,
+        wait: bool,
+    ) -> Result<Vec<Completed>, CheckpointError> {
+        // The pause runs from here: waiting for a previous export is part of it.
+        let started = Instant::now();
+        let mut done: Vec<Completed> = self.finish(ports, true)?.into_iter().collect();
+        ports.reached(Step::BeforeBarrier)?;
+        ports.flush_outputs()?;
+        ports.reached(Step::AfterFlush)?;
+        let cuts = cut();
+        let mut commits = Vec::with_capacity(cuts.len());
+        let mut listed = Vec::with_capacity(cuts.len());
+        for c in cuts {
+            listed.push(ExportPartition {
+                partition: c.partition,
+                next_offset: c.next_offset,
+                watermark: c.watermark,
+                counters: c.counters,
+                offsets: c.offsets,
+            });
+            commits.push(PartitionCommit {
+                partition: c.partition,
+                next_offset: c.next_offset,
+                delta: c.delta,
+            });
+        }
+        self.state.commit(commits)?;
+        let id = self.next_id;
+        self.next_id = CheckpointId(id.0.saturating_add(1));
+        let job = ExportJob {
+            id,
+            job: self.job.clone(),
+            created_at_ms: crate::kafka::now_ms(),
+            partitions: listed,
+            store: self.state.clone(),
+            checkpoints: self.checkpoints.clone(),
+        };
+        let pending = export::spawn(job, started).map_err(|source| CheckpointError::Io {
+            path: "checkpoint thread".into(),
+            source,
+        })?;
+        self.pending = Some(pending);
+        self.pauses_ms.push(started.elapsed().as_millis() as u64);
+        if wait {
+            done.extend(self.finish(ports, true)?);
+        }
+        Ok(done)
+    }
+
+    /// Steps 4–5 of the pending export: when it is done, or (`block`) waiting
+    /// for it.
+    pub fn finish(
+        &mut self,
+        ports: &mut dyn Ports,
+        block: bool,
+    ) -> Result<Option<Completed>, CheckpointError> {
+        if !block
+            && !self
+                .pending
+                .as_ref()
+                .is_some_and(PendingExport::is_finished)
+        {
+            return Ok(None);
+        }
+        let Some(pending) = self.pending.take() else {
+            return Ok(None);
+        };
+        let (id, started) = (pending.id, pending.started);
+        let manifest = pending.wait()?;
+        ports.reached(Step::AfterManifest)?;
+        let offsets: Vec<(Partition, NextOffset)> = manifest
+            .partitions
+            .iter()
+            .map(|e| (e.partition, e.next_offset))
+            .collect();
+        ports.commit_offsets(id, &offsets);
+        ports.reached(Step::AfterOffsetCommit)?;
+        self.checkpoints.retain(id)?;
+        Ok(Some(Completed {
+            manifest,
+            duration_ms: started.elapsed().as_millis() as u64,
+        }))
+    }
+
+    /// Memory pressure between checkpoints: writes `commits` to the working store
+    /// once no export reads it. Not a checkpoint: nothing is flushed, exported or
+    /// committed — the store is a working copy, restores read the checkpoint store.
+    pub fn spill(
+        &mut self,
+        ports: &mut dyn Ports,
+        commits: Vec<PartitionCommit>,
+    ) -> Result<Option<Completed>, CheckpointError> {
+        let done = self.finish(ports, true)?;
+        self.state.commit(commits)?;
+        Ok(done)
+    }
+}
+
+#[cfg(test)]
+mod model_tests;

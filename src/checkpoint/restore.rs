@@ -1,0 +1,214 @@
+//! The restore decision of one partition, as pure functions of the facts gathered
+//! first (docs/DESIGN.md §7.3–7.5):
+//!
+//! 1. `plan`: which checkpoints to try, best first, or which refusal — from the
+//!    checkpoints found (their manifests), the running config's fingerprint and
+//!    the policy;
+//! 2. the caller loads the first candidate whose parts check out (I/O: the only
+//!    step that is not pure), falling back on damage;
+//! 3. `decide`: where the partition starts, or which refusal — from what was
+//!    restored, the offset the group committed, the partition's log range and
+//!    the policy. A gap below the log start is refused, or accepted into the
+//!    ledger with `--allow-truncated-log`.
+//!
+//! No I/O, no clock (the time of an accepted gap is passed in), no logging: the
+//! caller logs what the decision says. Tested table by table.
+
+use super::ledger::Gap;
+use super::{Manifest, OffsetLedger, PartitionEntry};
+use crate::kafka::source::StartPolicy;
+use crate::model::Partition;
+use crate::state::NextOffset;
+
+/// One step of a restore plan, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Try<'m> {
+    /// Load this checkpoint's entry; on damage, go on with the next step.
+    Load {
+        name: &'m str,
+        entry: &'m PartitionEntry,
+    },
+    /// Stop here with this refusal.
+    Refuse(String),
+}
+
+/// What the checkpoint store holds for the partition, as listed.
+pub struct Found<'m> {
+    /// Complete checkpoints: `(name, manifest)`.
+    pub checkpoints: Vec<(&'m str, &'m Manifest)>,
+    /// Manifests that could not be read, by reason.
+    pub unreadable: Vec<String>,
+}
+
+/// Which checkpoints to try for `p`, best first (greatest next offset, then id),
+/// ending at the first written under another fingerprint (a refusal: restoring
+/// it would mix two sets of rules). Empty: no checkpoint holds `p`.
+pub fn plan<'m>(
+    p: Partition,
+    found: &Found<'m>,
+    fingerprint: &str,
+    policy: StartPolicy,
+) -> Vec<Try<'m>> {
+    if policy.reset_state_earliest {
+        return Vec::new();
+    }
+    if let Some(e) = found
+        .unreadable
+        .iter()
+        .find(|e| e.contains("of checkpoint format"))
+    {
+        return vec![Try::Refuse(format!("partition {p}: {e}"))];
+    }
+    let mut candidates: Vec<(&str, &Manifest, &PartitionEntry)> = found
+        .checkpoints
+        .iter()
+        .filter_map(|(name, m)| Some((*name, *m, m.entry(p)?)))
+        .collect();
+    candidates.sort_by_key(|(_, m, e)| std::cmp::Reverse((e.next_offset, m.id)));
+    let mut steps = Vec::with_capacity(candidates.len());
+    for (name, m, entry) in candidates {
+        if m.fingerprint != fingerprint {
+            steps.push(Try::Refuse(format!(
+                "partition {p}: the newest usable checkpoint {name} was written under another configuration \
+                 (fingerprint {} ≠ {}): window, lateness, bound, time source, idle timeout, dedup horizon, prices or \
+                 generation changed. Restoring it would mix two sets of rules. Either run with the previous \
+                 configuration, or re-bill under a new `job.generation` with a new consumer group (state \
+                 rebuilt from the log start), or — knowingly — pass `--reset-state earliest`.",
+                short(&m.fingerprint),
+                short(fingerprint)
+            )));
+            return steps;
+        }
+        steps.push(Try::Load { name, entry });
+    }
+    steps
+}
+
+/// The refusal when every candidate of a plan was damaged.
+pub fn none_usable(p: Partition, problems: &[String]) -> String {
+    format!(
+        "partition {p}: checkpoints exist but none is usable ({}). Refusing to start from empty state. \
+         Restore the checkpoint store, or rebuild the partition from the log start with \
+         `--reset-state earliest`.",
+        problems.join("; ")
+    )
+}
+
+/// The facts about a partition that the Kafka adapter gathers before it calls the
+/// worker (inside the rebalance callback, before the partition's first record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogFacts {
+    pub partition: Partition,
+    /// The log start (first offset kept) and end (next offset to be written).
+    pub log_start: i64,
+    pub log_end: i64,
+    /// The offset the consumer group committed, if any.
+    pub committed: Option<i64>,
+}
+
+/// Where a partition starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Start {
+    pub next: NextOffset,
+    /// The ledger at `next` (an accepted gap included).
+    pub offsets: OffsetLedger,
+    /// A gap accepted under `--allow-truncated-log`, and how it was found.
+    pub accepted_gap: Option<(Gap, String)>,
+    /// Rebuilt from the log start although the group had committed this offset
+    /// (`--reset-state earliest`).
+    pub rebuilt_over: Option<i64>,
+}
+
+/// Where names of the job for messages: the topic, the group and the store.
+pub struct Names<'a> {
+    pub topic: &'a str,
+    pub group: &'a str,
+    pub store: &'a str,
+}
+
+/// Where partition `facts.partition` starts, given what was restored
+/// (`restored`: its next offset and ledger, or `None`: no checkpoint) — or the
+/// refusal, with the way out.
+pub fn decide(
+    names: &Names<'_>,
+    facts: &LogFacts,
+    restored: Option<(NextOffset, OffsetLedger)>,
+    policy: StartPolicy,
+    now_ms: i64,
+) -> Result<Start, String> {
+    let (topic, p) = (names.topic, facts.partition);
+    let (low, high) = (facts.log_start, facts.log_end);
+    let fresh = restored.is_none();
+    let mut rebuilt_over = None;
+    let (start, mut offsets) = match restored {
+        Some((next, offsets)) => (next.0, offsets),
+        None => {
+            if let Some(o) = facts.committed {
+                if !policy.reset_state_earliest {
+                    return Err(format!(
+                        "partition {topic}/{p} has committed offset {o} in consumer group {} but no checkpoint \
+                         in {}. Starting from empty state would under-bill (the windows before offset {o} \
+                         are lost). Restore the checkpoint store, or rebuild this partition from the log \
+                         start with `tally run --reset-state earliest`.",
+                        names.group, names.store
+                    ));
+                }
+                rebuilt_over = Some(o);
+            }
+            (0, OffsetLedger::default())
+        }
+    };
+    if start > high {
+        return Err(format!(
+            "partition {topic}/{p}: the checkpoint resumes at offset {start} but the log ends at {high}: the \
+             topic was recreated or the broker lost data. Refusing to guess."
+        ));
+    }
+    let mut accepted_gap = None;
+    if start < low {
+        let how = if fresh {
+            format!(
+                "the partition has no checkpoint in {} and its log starts at offset {low}, not 0, so a \
+                 replay would bill a partial history (if it had checkpoints, restore that store)",
+                names.store
+            )
+        } else {
+            format!("the checkpoint resumes at offset {start} but the log now starts at {low}")
+        };
+        let gap = Gap {
+            from: start,
+            to: low,
+            at_ms: now_ms,
+        };
+        if !policy.allow_truncated_log {
+            return Err(gap_refusal(topic, p, &gap, &how));
+        }
+        offsets.accept_gap(gap);
+        accepted_gap = Some((gap, how));
+    }
+    Ok(Start {
+        next: NextOffset(start.max(low)),
+        offsets,
+        accepted_gap,
+        rebuilt_over,
+    })
+}
+
+/// The refusal of a gap of deleted offsets (`how`: how it was found).
+pub fn gap_refusal(topic: &str, p: Partition, gap: &Gap, how: &str) -> String {
+    format!(
+        "partition {topic}/{p}: {gap} were deleted by the broker (retention.ms, retention.bytes or \
+         DeleteRecords) before tally read them: {how}. None of them is billed, and the last checkpoint \
+         is intact, so a plain restart refuses again. Either bring the records back (restore the topic \
+         from a backup, then restart), or accept the gap: restart with `--allow-truncated-log` — it \
+         is logged, counted in tally_offsets_gap_total and recorded in the checkpoint. Then find out why \
+         tally fell behind and raise the topic's retention."
+    )
+}
+
+fn short(h: &str) -> &str {
+    &h[..h.len().min(12)]
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,246 @@
+//! The restore decision, table by table.
+
+use super::*;
+use crate::checkpoint::{CheckpointId, PartRef};
+use crate::engine::Counters;
+
+fn manifest(id: u64, fingerprint: &str, entries: &[(i32, i64)]) -> Manifest {
+    Manifest {
+        format: crate::checkpoint::format::VERSION,
+        id: CheckpointId(id),
+        worker: "w".into(),
+        created_at_ms: 0,
+        group: "g".into(),
+        topic: "t".into(),
+        fingerprint: fingerprint.into(),
+        partitions: entries
+            .iter()
+            .map(|&(p, next)| PartitionEntry {
+                partition: Partition(p),
+                next_offset: NextOffset(next),
+                watermark: None,
+                counters: Counters::default(),
+                offsets: OffsetLedger::without_gaps(0, NextOffset(next)),
+                parts: vec![PartRef {
+                    bytes: 1,
+                    sha256: [0; 32],
+                }],
+            })
+            .collect(),
+    }
+}
+
+/// The plan as `(name | "REFUSE")` per step.
+fn shape(steps: &[Try<'_>]) -> Vec<String> {
+    steps
+        .iter()
+        .map(|s| match s {
+            Try::Load { name, .. } => name.to_string(),
+            Try::Refuse(_) => "REFUSE".into(),
+        })
+        .collect()
+}
+
+#[test]
+fn the_plan_orders_by_offset_then_id_and_stops_at_another_fingerprint() {
+    let (a, b, c, d) = (
+        manifest(1, "f", &[(0, 10), (1, 10)]),
+        manifest(2, "f", &[(0, 30)]),
+        manifest(3, "f", &[(0, 30), (1, 5)]),
+        manifest(4, "old", &[(0, 20)]),
+    );
+    let policy = StartPolicy::default();
+    let reset = StartPolicy {
+        reset_state_earliest: true,
+        ..StartPolicy::default()
+    };
+    let found = |ms: Vec<(&'static str, &'static Manifest)>, unreadable: &[&str]| Found {
+        checkpoints: ms,
+        unreadable: unreadable.iter().map(|s| s.to_string()).collect(),
+    };
+    let (a, b, c, d): (&'static _, &'static _, &'static _, &'static _) = (
+        Box::leak(Box::new(a)),
+        Box::leak(Box::new(b)),
+        Box::leak(Box::new(c)),
+        Box::leak(Box::new(d)),
+    );
+    let all = vec![("a", a), ("b", b), ("c", c), ("d", d)];
+    type Row = (
+        Partition,
+        Found<'static>,
+        &'static str,
+        StartPolicy,
+        Vec<&'static str>,
+    );
+    let rows: Vec<Row> = vec![
+        // Greatest next offset first, ties by id; another fingerprint further down
+        // ends the plan with a refusal.
+        (
+            Partition(0),
+            found(all.clone(), &[]),
+            "f",
+            policy,
+            vec!["c", "b", "REFUSE"],
+        ),
+        // Partition 1: c (5) is behind a (10).
+        (
+            Partition(1),
+            found(all.clone(), &[]),
+            "f",
+            policy,
+            vec!["a", "c"],
+        ),
+        // Nobody holds partition 2.
+        (Partition(2), found(all.clone(), &[]), "f", policy, vec![]),
+        // The newest is under another fingerprint: refused at once.
+        (
+            Partition(0),
+            found(vec![("d", d), ("a", a)], &[]),
+            "f",
+            policy,
+            vec!["REFUSE"],
+        ),
+        // `--reset-state earliest` ignores the checkpoints.
+        (Partition(0), found(all.clone(), &[]), "f", reset, vec![]),
+        // A damaged manifest is ignored; one of another format is a refusal.
+        (
+            Partition(1),
+            found(vec![("a", a)], &["checksum mismatch"]),
+            "f",
+            policy,
+            vec!["a"],
+        ),
+        (
+            Partition(1),
+            found(
+                vec![("a", a)],
+                &["a manifest of checkpoint format 2 (bincode)"],
+            ),
+            "f",
+            policy,
+            vec!["REFUSE"],
+        ),
+    ];
+    for (i, (p, found, fingerprint, policy, want)) in rows.into_iter().enumerate() {
+        let steps = plan(p, &found, fingerprint, policy);
+        assert_eq!(shape(&steps), want, "row {i}");
+    }
+    let steps = plan(Partition(0), &found(vec![("d", d)], &[]), "f", policy);
+    let Try::Refuse(msg) = &steps[0] else {
+        panic!("{steps:?}")
+    };
+    assert!(
+        msg.contains("another configuration") && msg.contains("job.generation"),
+        "{msg}"
+    );
+}
+
+fn facts(start: i64, end: i64, committed: Option<i64>) -> LogFacts {
+    LogFacts {
+        partition: Partition(3),
+        log_start: start,
+        log_end: end,
+        committed,
+    }
+}
+
+#[test]
+fn the_start_is_decided_from_the_restore_the_group_and_the_log() {
+    let names = Names {
+        topic: "requests",
+        group: "billing",
+        store: "s3://b/p/billing",
+    };
+    let none = StartPolicy::default();
+    let allow = StartPolicy {
+        allow_truncated_log: true,
+        ..none
+    };
+    let reset = StartPolicy {
+        reset_state_earliest: true,
+        ..none
+    };
+    let at = |n: i64| {
+        Some((
+            NextOffset(n),
+            OffsetLedger::without_gaps(n as u64, NextOffset(n)),
+        ))
+    };
+    // (facts, restored, policy) → Ok(next, gap offsets, rebuilt_over) or Err(words).
+    type Want = Result<(i64, u64, Option<i64>), &'static [&'static str]>;
+    type Row = (
+        LogFacts,
+        Option<(NextOffset, OffsetLedger)>,
+        StartPolicy,
+        Want,
+    );
+    let rows: Vec<Row> = vec![
+        // A restore inside the log resumes there.
+        (facts(0, 100, Some(50)), at(50), none, Ok((50, 0, None))),
+        // At the log end exactly: nothing to read yet, fine.
+        (facts(0, 100, None), at(100), none, Ok((100, 0, None))),
+        // Past the log end: the topic was recreated.
+        (
+            facts(0, 100, None),
+            at(120),
+            none,
+            Err(&["log ends at 100", "Refusing to guess"]),
+        ),
+        // No checkpoint, nothing committed, the log from 0: a fresh partition.
+        (facts(0, 100, None), None, none, Ok((0, 0, None))),
+        // No checkpoint but a committed offset: refused, naming the group and store.
+        (
+            facts(0, 100, Some(40)),
+            None,
+            none,
+            Err(&[
+                "committed offset 40",
+                "billing",
+                "s3://b/p/billing",
+                "--reset-state earliest",
+            ]),
+        ),
+        // … unless rebuilt on purpose.
+        (facts(0, 100, Some(40)), None, reset, Ok((0, 0, Some(40)))),
+        // A checkpoint behind the log start: a gap, refused …
+        (
+            facts(60, 100, Some(50)),
+            at(50),
+            none,
+            Err(&["offsets 50..60 (10 records)", "--allow-truncated-log"]),
+        ),
+        // … or accepted and counted.
+        (facts(60, 100, Some(50)), at(50), allow, Ok((60, 10, None))),
+        // No checkpoint and a log that starts above 0: a partial history.
+        (
+            facts(7, 100, None),
+            None,
+            none,
+            Err(&["log starts at offset 7", "partial history"]),
+        ),
+        (facts(7, 100, None), None, allow, Ok((7, 7, None))),
+    ];
+    for (i, (f, restored, policy, want)) in rows.into_iter().enumerate() {
+        let got = decide(&names, &f, restored, policy, 99);
+        match (got, want) {
+            (Ok(s), Ok((next, gap, rebuilt))) => {
+                assert_eq!(
+                    (s.next.0, s.offsets.gap_offsets, s.rebuilt_over),
+                    (next, gap, rebuilt),
+                    "row {i}"
+                );
+                assert_eq!(s.accepted_gap.is_some(), gap > 0, "row {i}");
+                if let Some((g, _)) = s.accepted_gap {
+                    assert_eq!(g.at_ms, 99, "row {i}");
+                }
+            }
+            (Err(msg), Err(words)) => {
+                for w in words {
+                    assert!(msg.contains(w), "row {i}: {w:?} not in {msg}");
+                }
+                assert!(msg.contains("requests/3"), "row {i}: {msg}");
+            }
+            (got, want) => panic!("row {i}: got {got:?}, want {want:?}"),
+        }
+    }
+}
