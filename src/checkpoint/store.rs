@@ -243,17 +243,27 @@ impl CheckpointStore {
             return Ok(None);
         }
         let listed = self.list()?;
+        self.restore_listed(p, &listed, fingerprint, policy, state)
+    }
+
+    /// `restore_with` over a listing already taken (one listing serves every
+    /// partition of an assignment).
+    fn restore_listed(
+        &self,
+        p: Partition,
+        listed: &[Listed],
+        fingerprint: &str,
+        policy: StartPolicy,
+        state: &StateStore,
+    ) -> Result<Option<Restored>, CheckpointError> {
         let mut found = Found {
             checkpoints: Vec::new(),
             unreadable: Vec::new(),
         };
-        for l in &listed {
+        for l in listed {
             match &l.manifest {
                 Some(Ok(m)) => found.checkpoints.push((l.name.as_str(), m)),
-                Some(Err(e)) => {
-                    warn!(checkpoint = %l.name, error = %e, "unreadable manifest; ignored");
-                    found.unreadable.push(e.clone());
-                }
+                Some(Err(e)) => found.unreadable.push(e.clone()),
                 None => {}
             }
         }
@@ -291,19 +301,32 @@ impl CheckpointStore {
         Err(CheckpointError::Refused(none_usable(p, &problems)))
     }
 
-    /// `restore_partition` for several partitions at once, in parallel (reads,
-    /// hashing, decoding and imports are independent).
+    /// `restore_with` for several partitions at once: one listing of the store,
+    /// then the partitions in parallel (reads, hashing, decoding and imports are
+    /// independent). `Err`: the store could not be listed.
     pub fn restore_many(
         &self,
         partitions: &[Partition],
         fingerprint: &str,
         policy: StartPolicy,
         state: &StateStore,
-    ) -> Vec<Result<Option<Restored>, CheckpointError>> {
-        std::thread::scope(|scope| {
+    ) -> Result<Vec<Result<Option<Restored>, CheckpointError>>, CheckpointError> {
+        if policy.reset_state_earliest {
+            return Ok(partitions.iter().map(|_| Ok(None)).collect());
+        }
+        let listed = self.list()?;
+        for l in &listed {
+            if let Some(Err(e)) = &l.manifest {
+                warn!(checkpoint = %l.name, error = %e, "unreadable manifest; ignored");
+            }
+        }
+        let listed = &listed;
+        Ok(std::thread::scope(|scope| {
             let handles: Vec<_> = partitions
                 .iter()
-                .map(|p| scope.spawn(move || self.restore_with(*p, fingerprint, policy, state)))
+                .map(|p| {
+                    scope.spawn(move || self.restore_listed(*p, listed, fingerprint, policy, state))
+                })
                 .collect();
             handles
                 .into_iter()
@@ -313,7 +336,7 @@ impl CheckpointStore {
                     })
                 })
                 .collect()
-        })
+        }))
     }
 
     /// Reads and checks one part; every failure says which object and what is wrong.

@@ -244,11 +244,12 @@ fn measure(a: &BenchArgs, n: usize, s3: Option<&str>) -> anyhow::Result<Row> {
         let started = Instant::now();
         let parts: Vec<Partition> = (0..a.partitions).map(Partition).collect();
         let mut restored = 0;
-        for (p, r) in
-            parts
-                .iter()
-                .zip(checkpoints.restore_many(&parts, "bench", Default::default(), &fresh))
-        {
+        for (p, r) in parts.iter().zip(checkpoints.restore_many(
+            &parts,
+            "bench",
+            Default::default(),
+            &fresh,
+        )?) {
             let r = r?.ok_or_else(|| anyhow::anyhow!("partition {p} missing after restore"))?;
             restored += PartitionTask::restore(*p, engine(), r.snapshot).open_windows();
         }

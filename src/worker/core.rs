@@ -391,7 +391,7 @@ impl Core {
             &self.job.fingerprint,
             self.policy,
             &self.store,
-        );
+        )?;
         let location = self.coord.checkpoints().location();
         let names = Names {
             topic: &self.job.topic,

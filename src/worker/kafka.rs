@@ -245,13 +245,18 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
     // The stop report carries the whole run's figures (benchmarks read it).
     c.publisher.publish_quiet(&c.report_with(&consumer));
     drop(c);
-    // Closing the consumer leaves the group: the revoke callback runs and finds
-    // nothing to do. No unsubscribe first — a static member (group.instance.id)
-    // must leave as itself so its partitions wait for it instead of moving.
-    // The close is bounded: librdkafka can block for ever in the revoke callback's
-    // unassign while it closes (seen under group.protocol=consumer). Everything is
-    // checkpointed and committed by now, so a close that hangs is cut short: the
-    // group notices the member gone at its session timeout.
+    // Leaving the group. A dynamic member unsubscribes first and polls until its
+    // assignment is gone: the revoke callback (nothing left to checkpoint) then runs
+    // inside an ordinary poll, not inside the close — librdkafka can block for ever
+    // in the unassign of a revoke that runs while it closes (seen under
+    // group.protocol=consumer; librdkafka#4527). A static member
+    // (group.instance.id) does not unsubscribe: it must leave as itself so its
+    // partitions wait for it instead of moving. Either way the close is bounded:
+    // everything is checkpointed and committed by now, so a close that hangs is cut
+    // short, and the group notices the member gone at its session timeout.
+    if !cfg.kafka.properties.contains_key("group.instance.id") {
+        leave_assignment(&consumer);
+    }
     std::thread::Builder::new()
         .name("close-watchdog".into())
         .spawn(|| {
@@ -268,6 +273,24 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         })?;
     drop(consumer);
     Ok(total)
+}
+
+/// Unsubscribes and polls until the assignment is empty (at most
+/// `CLOSE_TIMEOUT`); records polled meanwhile are not processed — the last
+/// checkpoint is complete, and the partitions' next owner reads them.
+fn leave_assignment(consumer: &Source) {
+    consumer.unsubscribe();
+    let deadline = Instant::now() + CLOSE_TIMEOUT;
+    while Instant::now() < deadline {
+        let _ = consumer.poll(Duration::from_millis(100));
+        if consumer.assignment().is_ok_and(|a| a.count() == 0) {
+            return;
+        }
+    }
+    warn!(
+        timeout_s = CLOSE_TIMEOUT.as_secs(),
+        "the assignment was not released after unsubscribing; closing anyway"
+    );
 }
 
 /// How long leaving the consumer group may take at shutdown.
