@@ -40,6 +40,16 @@ pub fn manifest_key(name: &str) -> String {
     format!("{name}/{MANIFEST}")
 }
 
+/// Every key checkpoint `name` (with manifest `m`) references: its manifest and
+/// its parts.
+pub fn referenced(name: &str, m: &Manifest) -> BTreeSet<String> {
+    let mut keys = BTreeSet::from([manifest_key(name)]);
+    for e in &m.partitions {
+        keys.extend((0..e.parts.len()).map(|i| part_key(name, e.partition, i)));
+    }
+    keys
+}
+
 /// One checkpoint as found in the store.
 #[derive(Debug)]
 pub struct Listed {
@@ -489,11 +499,7 @@ impl CheckpointStore {
     /// Objects inside a kept complete checkpoint that its manifest does not
     /// reference (leftovers of an interrupted write), once old enough.
     fn delete_unreferenced(&self, l: &Listed, m: &Manifest, now: i64) {
-        let mut referenced: BTreeSet<String> = BTreeSet::new();
-        referenced.insert(manifest_key(&l.name));
-        for e in &m.partitions {
-            referenced.extend((0..e.parts.len()).map(|i| part_key(&l.name, e.partition, i)));
-        }
+        let referenced = referenced(&l.name, m);
         for o in &l.objects {
             if !referenced.contains(&o.key) && now - o.modified_ms > ORPHAN_AGE_MS {
                 if let Err(e) = self.objects.delete(&o.key) {

@@ -14,10 +14,9 @@ use clap::Args;
 use crate::checkpoint::export::{self, ExportJob, ExportPartition, JobIdentity};
 use crate::checkpoint::store::CheckpointStore;
 use crate::checkpoint::{CheckpointId, OffsetLedger};
-use crate::engine::{EngineConfig, PartitionTask, RecordIn, TimeSource};
-use crate::model::{NanoPer1k, Partition, PriceEntry, PriceTable};
+use crate::engine::{EngineConfig, PartitionTask, RecordIn};
+use crate::model::Partition;
 use crate::state::{NextOffset, PartitionCommit, StateStore};
-use crate::time::WindowSpec;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -56,26 +55,7 @@ fn store_config(a: &BenchArgs, n: usize, s3: Option<&str>) -> crate::config::Che
 }
 
 fn engine() -> Arc<EngineConfig> {
-    let mut prices = PriceTable::default();
-    prices.insert(
-        "m",
-        PriceEntry {
-            effective_from_ms: i64::MIN,
-            input: NanoPer1k(150_000),
-            output: NanoPer1k(600_000),
-        },
-    );
-    Arc::new(EngineConfig {
-        window: WindowSpec::new(60_000, 0),
-        allowed_lateness_ms: 0,
-        max_out_of_orderness_ms: 5_000,
-        max_future_ms: None,
-        time_source: TimeSource::CompletedTs,
-        dedup_extra_ms: 3_600_000,
-        max_record_bytes: 1 << 20,
-        generation: 1,
-        prices,
-    })
+    crate::devtools::support::one_price_engine(0)
 }
 
 fn feed(task: &mut PartitionTask, tenants: std::ops::Range<usize>, round: usize) {

@@ -332,3 +332,30 @@ pub fn write_checkpoint(
     };
     Ok(export::spawn(job, Instant::now())?.wait()?)
 }
+
+/// An engine configuration with one model (`m`: $0.15 input, $0.60 output per
+/// 1k tokens), 1-minute windows, a 5 s bound and `allowed_lateness_ms`: the
+/// benchmarks' and the protocol model test's.
+pub fn one_price_engine(allowed_lateness_ms: i64) -> std::sync::Arc<crate::engine::EngineConfig> {
+    use crate::model::{NanoPer1k, PriceEntry, PriceTable};
+    let mut prices = PriceTable::default();
+    prices.insert(
+        "m",
+        PriceEntry {
+            effective_from_ms: i64::MIN,
+            input: NanoPer1k(150_000),
+            output: NanoPer1k(600_000),
+        },
+    );
+    std::sync::Arc::new(crate::engine::EngineConfig {
+        window: crate::time::WindowSpec::new(60_000, 0),
+        allowed_lateness_ms,
+        max_out_of_orderness_ms: 5_000,
+        max_future_ms: None,
+        time_source: crate::engine::TimeSource::CompletedTs,
+        dedup_extra_ms: 3_600_000,
+        max_record_bytes: 1 << 20,
+        generation: 1,
+        prices,
+    })
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tally::checkpoint::objects::remote::RemoteObjects;
 use tally::checkpoint::objects::{ObjectError, Objects};
-use tally::checkpoint::store::{manifest_key, part_key, CheckpointStore};
+use tally::checkpoint::store::{referenced, CheckpointStore};
 use tally::checkpoint::CheckpointId;
 use tally::devtools::support::write_checkpoint;
 use tally::model::Partition;
@@ -76,14 +76,10 @@ fn s3_retention_leaves_no_unreferenced_object_after_100_checkpoints() {
         store.retain(CheckpointId(id)).unwrap();
     }
     let listed = store.list().unwrap();
-    let mut referenced = BTreeSet::new();
-    for l in &listed {
-        let m = l.manifest.as_ref().unwrap().as_ref().unwrap();
-        referenced.insert(manifest_key(&l.name));
-        for e in &m.partitions {
-            referenced.extend((0..e.parts.len()).map(|i| part_key(&l.name, e.partition, i)));
-        }
-    }
+    let referenced: BTreeSet<String> = listed
+        .iter()
+        .flat_map(|l| referenced(&l.name, l.manifest.as_ref().unwrap().as_ref().unwrap()))
+        .collect();
     let keys: BTreeSet<String> = store
         .objects()
         .list()

@@ -12,10 +12,8 @@ use std::sync::{Arc, Mutex};
 
 use super::*;
 use crate::checkpoint::objects::{ObjectError, ObjectInfo, Objects};
-use crate::engine::{EngineConfig, PartitionTask, RecordIn, ResultRecord, Route, TimeSource};
+use crate::engine::{EngineConfig, PartitionTask, RecordIn, ResultRecord, Route};
 use crate::gen::Rng;
-use crate::model::{NanoPer1k, PriceEntry, PriceTable};
-use crate::time::WindowSpec;
 
 const PARTITIONS: i32 = 3;
 
@@ -132,26 +130,7 @@ impl Ports for ModelPorts<'_> {
 }
 
 fn engine() -> Arc<EngineConfig> {
-    let mut prices = PriceTable::default();
-    prices.insert(
-        "m",
-        PriceEntry {
-            effective_from_ms: i64::MIN,
-            input: NanoPer1k(150_000),
-            output: NanoPer1k(600_000),
-        },
-    );
-    Arc::new(EngineConfig {
-        window: WindowSpec::new(60_000, 0),
-        allowed_lateness_ms: 10_000,
-        max_out_of_orderness_ms: 5_000,
-        max_future_ms: None,
-        time_source: TimeSource::CompletedTs,
-        dedup_extra_ms: 3_600_000,
-        max_record_bytes: 1 << 20,
-        generation: 1,
-        prices,
-    })
+    crate::devtools::support::one_price_engine(10_000)
 }
 
 /// Records of one partition: disorder, duplicates, very late and malformed ones.

@@ -178,15 +178,15 @@ fn retention_leaves_no_unreferenced_object_after_100_checkpoints() {
         f.store.retain(CheckpointId(id)).unwrap();
     }
     let listed = f.store.list().unwrap();
-    let mut referenced = BTreeSet::new();
-    for l in &listed {
-        let m = l.manifest.as_ref().unwrap().as_ref().unwrap();
-        referenced.insert(manifest_key(&l.name));
-        for e in &m.partitions {
-            referenced.extend((0..e.parts.len()).map(|i| part_key(&l.name, e.partition, i)));
-        }
-    }
+    let referenced: BTreeSet<String> = listed
+        .iter()
+        .flat_map(|l| referenced(&l.name, l.manifest.as_ref().unwrap().as_ref().unwrap()))
+        .collect();
     assert_eq!(f.keys(), referenced);
+    assert!(
+        f.store.verify().unwrap().is_empty(),
+        "every referenced part is there"
+    );
     // Each partition is still held by `retain` checkpoints.
     for p in [0, 1, 2] {
         let holding = listed
