@@ -323,7 +323,7 @@ impl Collector for Worker {
         gauges(
             &mut e,
             "tally_consumer_lag",
-            "Input log end minus this worker's position, as of the last fetch.",
+            "Input log end minus this worker's position, as of the last fetch (or the assignment).",
             Some(&Unit::Other("records".into())),
             ps.iter().filter_map(|p| {
                 p.log_end

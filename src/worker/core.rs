@@ -634,7 +634,8 @@ impl Core {
                     dedup_ids: s.task.dedup_ids(),
                     delay: s.task.delay().clone(),
                     disorder: s.task.disorder().clone(),
-                    log_end: None,
+                    // The log end seen at assignment until a fetch says more.
+                    log_end: Some(s.end),
                 })
                 .collect(),
             pane_ack_us: self.outputs.pane_ack_latency_us(),
@@ -645,7 +646,7 @@ impl Core {
     pub fn report_with(&self, consumer: &Source) -> WorkerReport {
         let mut r = self.report();
         for p in &mut r.partitions {
-            p.log_end = cached_log_end(consumer, &self.job.topic, p.partition);
+            p.log_end = cached_log_end(consumer, &self.job.topic, p.partition).or(p.log_end);
         }
         r
     }
@@ -692,7 +693,11 @@ impl RebalanceHandler for Core {
             .set_not_ready(format!("restoring {} partition(s)", facts.len()));
         let starts = self.restore_all(facts).map_err(|e| e.to_string())?;
         self.evict_to_budget();
-        // Joined, and every assigned partition restored.
+        // Joined, and every assigned partition restored: the report shows the
+        // restored positions and the backlog as of the assignment's log ends
+        // before the service says ready.
+        let report = self.report();
+        self.publisher.publish_quiet(&report);
         self.publisher.service().set_ready();
         Ok(starts)
     }
