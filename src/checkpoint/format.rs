@@ -73,31 +73,64 @@ pub fn header(magic: &[u8; 8]) -> [u8; HEADER] {
     h
 }
 
+/// Why an object of the store could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unreadable {
+    /// Another checkpoint format, older or newer: refused by name, with the way out.
+    OtherFormat(String),
+    /// Damage: a checksum, a length or a field out of range, an I/O failure.
+    Damaged(String),
+}
+
+impl Unreadable {
+    /// The same reason, said of `what` (the object's location).
+    pub fn of(self, what: &str) -> Self {
+        match self {
+            Unreadable::OtherFormat(m) => Unreadable::OtherFormat(format!("{what}: {m}")),
+            Unreadable::Damaged(m) => Unreadable::Damaged(format!("{what}: {m}")),
+        }
+    }
+}
+
+impl From<String> for Unreadable {
+    fn from(msg: String) -> Self {
+        Unreadable::Damaged(msg)
+    }
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unreadable::OtherFormat(m) | Unreadable::Damaged(m) => f.write_str(m),
+        }
+    }
+}
+
 /// Checks the framing of `buf` (kind `magic`, called `what`), returning the body.
 /// A foreign, old or future format is named.
-pub fn body<'b>(buf: &'b [u8], magic: &[u8; 8], what: &str) -> Result<&'b [u8], String> {
+pub fn body<'b>(buf: &'b [u8], magic: &[u8; 8], what: &str) -> Result<&'b [u8], Unreadable> {
     if buf.len() >= 8 && (&buf[..8] == b"TALLYPS1" || &buf[..8] == b"TALLYPS2") {
-        return Err(format!(
+        return Err(Unreadable::OtherFormat(format!(
             "a partition file of checkpoint format {} (before object storage); {LEGACY_WAY_OUT}",
             if buf[7] == b'1' { 1 } else { 2 }
-        ));
+        )));
     }
     if buf.len() < HEADER || &buf[..8] != magic {
-        return Err(format!(
+        return Err(Unreadable::Damaged(format!(
             "not a tally {what} (no {:?} magic)",
             String::from_utf8_lossy(magic)
-        ));
+        )));
     }
     let version = u16::from_be_bytes([buf[8], buf[9]]);
     match version {
         VERSION => Ok(&buf[HEADER..]),
-        v if v < VERSION => Err(format!(
+        v if v < VERSION => Err(Unreadable::OtherFormat(format!(
             "{what} of checkpoint format {v}, written by an older tally; {LEGACY_WAY_OUT}"
-        )),
-        v => Err(format!(
+        ))),
+        v => Err(Unreadable::OtherFormat(format!(
             "{what} of checkpoint format {v}, written by a newer tally (this one reads format \
              {VERSION}): run that version, or a newer one than this"
-        )),
+        ))),
     }
 }
 
@@ -193,23 +226,23 @@ pub fn unseal(m: &[u8]) -> &[u8] {
 
 /// Decodes a manifest object (pure: any bytes in, a manifest or the reason out;
 /// no panic, no allocation beyond the input).
-pub fn decode_manifest(buf: &[u8]) -> Result<Manifest, String> {
+pub fn decode_manifest(buf: &[u8]) -> Result<Manifest, Unreadable> {
     if buf.len() as u64 > MAX_MANIFEST_BYTES {
-        return Err(format!("{} bytes, more than a manifest can be", buf.len()));
+        return Err(format!("{} bytes, more than a manifest can be", buf.len()).into());
     }
     if !buf.starts_with(MANIFEST_MAGIC) && matches!(buf.first(), Some(1 | 2)) {
-        return Err(format!(
+        return Err(Unreadable::OtherFormat(format!(
             "a manifest of checkpoint format {} (bincode, before object storage); {LEGACY_WAY_OUT}",
             buf[0]
-        ));
+        )));
     }
     body(buf, MANIFEST_MAGIC, "manifest")?;
     if buf.len() < HEADER + 32 {
-        return Err("truncated manifest".into());
+        return Err(String::from("truncated manifest").into());
     }
     let (framed, sum) = buf.split_at(buf.len() - 32);
     if Sha256::digest(framed).as_slice() != sum {
-        return Err("manifest checksum mismatch".into());
+        return Err(String::from("manifest checksum mismatch").into());
     }
     let b: ManifestBody = postcard::from_bytes(&framed[HEADER..]).map_err(|e| e.to_string())?;
     let m = Manifest {
@@ -330,12 +363,15 @@ mod tests {
         // A flipped body byte: the checksum.
         let mut bad = bytes.clone();
         bad[HEADER + 2] ^= 1;
-        assert!(decode_manifest(&bad).unwrap_err().contains("checksum"));
+        assert!(decode_manifest(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("checksum"));
         // Another version, older and newer, read before the body.
         for (v, says) in [(2u16, "older tally"), (9, "newer tally")] {
             let mut other = bytes.clone();
             other[8..10].copy_from_slice(&v.to_be_bytes());
-            let e = decode_manifest(&other).unwrap_err();
+            let e = decode_manifest(&other).unwrap_err().to_string();
             assert!(
                 e.contains(&format!("format {v}")) && e.contains(says),
                 "{e}"
@@ -344,14 +380,19 @@ mod tests {
         // A format-1/2 manifest (bincode: the format number first), a part file of
         // format 2, and something else entirely.
         let e = decode_manifest(&[2, 7, 1, 1]).unwrap_err();
+        assert!(matches!(e, Unreadable::OtherFormat(_)), "{e:?}");
+        let e = e.to_string();
         assert!(
             e.contains("format 2") && e.contains("--reset-state earliest"),
             "{e}"
         );
-        let e = body(b"TALLYPS2\0\0\0\x01", PART_MAGIC, "part").unwrap_err();
+        let e = body(b"TALLYPS2\0\0\0\x01", PART_MAGIC, "part")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("format 2"), "{e}");
         assert!(decode_manifest(b"hello")
             .unwrap_err()
+            .to_string()
             .contains("not a tally manifest"));
     }
 
@@ -366,12 +407,15 @@ mod tests {
         assert!(decode_manifest(&frame(&body)).is_err());
         let mut m = sample();
         m.partitions[0].next_offset = NextOffset(-3);
-        let e = decode_manifest(&encode_manifest(&m)).unwrap_err();
+        let e = decode_manifest(&encode_manifest(&m))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("field `next_offset` is -3"), "{e}");
         let mut m = sample();
         m.partitions.push(m.partitions[0].clone());
         assert!(decode_manifest(&encode_manifest(&m))
             .unwrap_err()
+            .to_string()
             .contains("twice"));
         let mut m = sample();
         m.partitions[0].partition = Partition(-1);

@@ -76,7 +76,7 @@ pub fn parse_part(
     partition: Partition,
     index: u32,
 ) -> Result<Vec<EntryRef<'_>>, String> {
-    let b = body(buf, PART_MAGIC, "partition part")?;
+    let b = body(buf, PART_MAGIC, "partition part").map_err(|e| e.to_string())?;
     if b.len() < 8 {
         return Err("truncated".into());
     }

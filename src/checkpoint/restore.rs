@@ -14,6 +14,7 @@
 //! No I/O, no clock (the time of an accepted gap is passed in), no logging: the
 //! caller logs what the decision says. Tested table by table.
 
+use super::format::Unreadable;
 use super::ledger::Gap;
 use super::{Manifest, OffsetLedger, PartitionEntry};
 use crate::kafka::source::StartPolicy;
@@ -37,7 +38,7 @@ pub struct Found<'m> {
     /// Complete checkpoints: `(name, manifest)`.
     pub checkpoints: Vec<(&'m str, &'m Manifest)>,
     /// Manifests that could not be read, by reason.
-    pub unreadable: Vec<String>,
+    pub unreadable: Vec<Unreadable>,
 }
 
 /// Which checkpoints to try for `p`, best first (greatest next offset, then id),
@@ -52,10 +53,11 @@ pub fn plan<'m>(
     if policy.reset_state_earliest {
         return Vec::new();
     }
+    // Damage is restored around; another format is refused, never skipped.
     if let Some(e) = found
         .unreadable
         .iter()
-        .find(|e| e.contains("of checkpoint format"))
+        .find(|e| matches!(e, Unreadable::OtherFormat(_)))
     {
         return vec![Try::Refuse(format!("partition {p}: {e}"))];
     }

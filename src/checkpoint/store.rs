@@ -8,7 +8,9 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 use tracing::{error, info, warn};
 
-use super::format::{decode_manifest, encode_manifest, MAX_MANIFEST_BYTES, MAX_PART_BYTES};
+use super::format::{
+    decode_manifest, encode_manifest, Unreadable, MAX_MANIFEST_BYTES, MAX_PART_BYTES,
+};
 use super::objects::local::LocalObjects;
 use super::objects::remote::{is_url, RemoteObjects};
 use super::objects::{ObjectError, ObjectInfo, Objects};
@@ -56,7 +58,7 @@ pub struct Listed {
     /// `chk-<id>-<worker>`.
     pub name: String,
     /// The parsed manifest, or why it could not be read (`None`: not complete yet).
-    pub manifest: Option<Result<Manifest, String>>,
+    pub manifest: Option<Result<Manifest, Unreadable>>,
     /// Its objects (manifest included).
     pub objects: Vec<ObjectInfo>,
 }
@@ -214,12 +216,12 @@ impl CheckpointStore {
         Ok(out)
     }
 
-    fn read_manifest(&self, key: &str) -> Result<Manifest, String> {
+    fn read_manifest(&self, key: &str) -> Result<Manifest, Unreadable> {
         let bytes = self
             .objects
             .get(key, MAX_MANIFEST_BYTES)
-            .map_err(|e| e.to_string())?;
-        decode_manifest(&bytes).map_err(|e| format!("{}: {e}", self.objects.location(key)))
+            .map_err(|e| Unreadable::Damaged(e.to_string()))?;
+        decode_manifest(&bytes).map_err(|e| e.of(&self.objects.location(key)))
     }
 
     /// Writes checkpoint `name`'s manifest: its commit point.

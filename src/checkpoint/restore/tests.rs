@@ -54,9 +54,9 @@ fn the_plan_orders_by_offset_then_id_and_stops_at_another_fingerprint() {
         reset_state_earliest: true,
         ..StartPolicy::default()
     };
-    let found = |ms: Vec<(&'static str, &'static Manifest)>, unreadable: &[&str]| Found {
+    let found = |ms: Vec<(&'static str, &'static Manifest)>, unreadable: &[Unreadable]| Found {
         checkpoints: ms,
-        unreadable: unreadable.iter().map(|s| s.to_string()).collect(),
+        unreadable: unreadable.to_vec(),
     };
     let (a, b, c, d): (&'static _, &'static _, &'static _, &'static _) = (
         Box::leak(Box::new(a)),
@@ -105,7 +105,10 @@ fn the_plan_orders_by_offset_then_id_and_stops_at_another_fingerprint() {
         // A damaged manifest is ignored; one of another format is a refusal.
         (
             Partition(1),
-            found(vec![("a", a)], &["checksum mismatch"]),
+            found(
+                vec![("a", a)],
+                &[Unreadable::Damaged("checksum mismatch".into())],
+            ),
             "f",
             policy,
             vec!["a"],
@@ -114,7 +117,9 @@ fn the_plan_orders_by_offset_then_id_and_stops_at_another_fingerprint() {
             Partition(1),
             found(
                 vec![("a", a)],
-                &["a manifest of checkpoint format 2 (bincode)"],
+                &[Unreadable::OtherFormat(
+                    "a manifest of checkpoint format 2".into(),
+                )],
             ),
             "f",
             policy,
