@@ -176,6 +176,8 @@ pub struct FpSet {
     expiries: Vec<i64>,
     expiry_ids: HashMap<i64, u32>,
     last: Option<(i64, u32)>,
+    /// The `dead_through` of `compact`'s last count of dead entries.
+    counted_through: i64,
 }
 
 impl Default for FpSet {
@@ -201,6 +203,7 @@ impl FpSet {
             expiries: Vec::new(),
             expiry_ids: HashMap::new(),
             last: None,
+            counted_through: i64::MIN,
         }
     }
 
@@ -354,6 +357,14 @@ impl FpSet {
     /// Drops the entries expiring at or below `dead_through` if they hold at least
     /// half of the occupied slots (otherwise inserts reuse them as they come).
     pub fn compact(&mut self, dead_through: i64) {
+        // Counting is a scan of the table: skipped when no expiry was passed
+        // since the last count (its verdict stands: since then, entries were
+        // only added, or dead ones reused) — so a drain costs O(expiries).
+        let passed = |e: &i64| *e > self.counted_through && *e <= dead_through;
+        if !self.expiries.iter().any(passed) {
+            return;
+        }
+        self.counted_through = dead_through;
         let dead = self.iter().filter(|(_, e)| *e <= dead_through).count();
         if dead > 0 && dead * 2 >= self.occupied {
             self.make_room(dead_through);

@@ -108,6 +108,9 @@ pub struct PartitionTask {
     counters: Counters,
     /// Windows ending at or below this were purged since the last `drain_changes`.
     purged_through: Option<i64>,
+    /// The windows that turned dirty since the last `drain_changes` (each once;
+    /// some may be gone since): what it writes, without scanning every window.
+    dirty: Vec<WindowKey>,
     /// Windows evicted to the state store.
     spilled: Spilled,
     /// `window_bytes` summed over the windows in memory (`open` and `fired`).
@@ -150,6 +153,7 @@ impl PartitionTask {
             dedup: Dedup::restore(snap.dedup, snap.watermark.map_or(i64::MIN, |w| w.current())),
             counters: snap.counters,
             purged_through: None,
+            dirty: Vec::new(),
             spilled: Spilled::default(),
             delay: Histogram::default(),
             disorder: Histogram::default(),
@@ -436,6 +440,9 @@ impl PartitionTask {
             return Route::DeadLetter(DeadLetterReason::Overflow);
         };
         self.dedup.check_and_insert(fp, &ev.request_id, expiry, w);
+        if !acc.dirty {
+            self.dirty.push((window.end, ev.tenant_id.as_ref().into()));
+        }
         *acc = new_acc;
         if phase == WindowPhase::Fired {
             let pane = Self::pane(
@@ -487,6 +494,7 @@ impl PartitionTask {
             tenants.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             let retain = w < (end - 1).saturating_add(lateness);
             for (tenant, mut acc) in tenants {
+                let was_dirty = acc.dirty;
                 out.push(Self::pane(
                     self.partition,
                     &self.cfg,
@@ -497,6 +505,9 @@ impl PartitionTask {
                 ));
                 self.counters.panes += 1;
                 if retain {
+                    if !was_dirty {
+                        self.dirty.push((end, tenant.clone()));
+                    }
                     self.fired.entry(end).or_default().insert(tenant, acc);
                 } else {
                     self.held_bytes -= window_bytes(&tenant);
@@ -586,18 +597,28 @@ impl PartitionTask {
     /// windows purged since then, and the dedup changes — what the state store
     /// must write to catch up with this task.
     pub fn drain_changes(&mut self) -> StateDelta {
-        let mut changed = Vec::new();
-        for (phase, map) in [
-            (WindowPhase::Open, &mut self.open),
-            (WindowPhase::Fired, &mut self.fired),
-        ] {
-            for (end, tenants) in map.iter_mut() {
-                for (tenant, acc) in tenants.iter_mut().filter(|(_, a)| a.dirty) {
+        let mut changed = Vec::with_capacity(self.dirty.len());
+        for (end, tenant) in std::mem::take(&mut self.dirty) {
+            // A window is open or fired, never both; gone if purged since.
+            let found = [
+                (WindowPhase::Open, &mut self.open),
+                (WindowPhase::Fired, &mut self.fired),
+            ]
+            .into_iter()
+            .find_map(|(phase, map)| Some((phase, map.get_mut(&end)?.get_mut(&tenant)?)));
+            if let Some((phase, acc)) = found {
+                if acc.dirty {
                     acc.dirty = false;
-                    changed.push(((*end, tenant.clone()), *acc, phase));
+                    changed.push(((end, tenant), *acc, phase));
                 }
             }
         }
+        debug_assert!(
+            [&self.open, &self.fired]
+                .iter()
+                .all(|m| m.values().flat_map(|t| t.values()).all(|a| !a.dirty)),
+            "every dirty window is in the dirty list"
+        );
         StateDelta {
             changed,
             purged_through: self.purged_through.take(),
