@@ -14,7 +14,9 @@ use proptest::prelude::*;
 
 use crate::checkpoint::format::{decode_manifest, encode_manifest, seal, unseal, VERSION};
 use crate::checkpoint::part::{parse_part, PartWriter};
-use crate::checkpoint::{CheckpointId, Manifest, OffsetLedger, PartRef, PartitionEntry};
+use crate::checkpoint::{
+    CheckpointId, Manifest, OffsetLedger, PartRef, PartitionEntry, Segment, SegmentKind,
+};
 use crate::config::Config;
 use crate::engine::{validate, Counters, RecordIn};
 use crate::model::{event, Partition};
@@ -87,9 +89,13 @@ fn manifest_body() -> Vec<u8> {
                 ..Counters::default()
             },
             offsets: OffsetLedger::default(),
-            parts: vec![PartRef {
-                bytes: 100,
-                sha256: [0xcd; 32],
+            segments: vec![Segment {
+                checkpoint: "chk-00000000000000000001-w".into(),
+                kind: SegmentKind::Base,
+                parts: vec![PartRef {
+                    bytes: 100,
+                    sha256: [0xcd; 32],
+                }],
             }],
         }],
     };

@@ -6,9 +6,11 @@
 //!    export is awaited and completed first (`before_barrier` after that);
 //! 2. flush the outputs: everything emitted before the barrier is acknowledged,
 //!    or the checkpoint fails (`after_flush`);
-//! 3. write each partition's delta into the state store (one batch), then export
-//!    the store on a background thread: the parts, then the manifest
-//!    (`checkpoint::export`); processing resumes;
+//! 3. hand each partition's delta to a background thread and resume processing;
+//!    there, the deltas are written into the state store (one batch), then each
+//!    partition's segment is exported (`plan_segment`: a delta on top of the
+//!    previous checkpoint's chain, or a new base), then the manifest
+//!    (`checkpoint::export`). The pause is the flush and the drain alone;
 //! 4. when the export is complete (`after_manifest`), commit its offsets
 //!    (`after_offset_commit`); a failed commit loses nothing — restores read
 //!    offsets from the checkpoint store;
@@ -20,19 +22,26 @@
 //! the model test (`model_tests`).
 //!
 //! Invariants: the state store is written only when no export reads it (every
-//! write here, and every restore by the caller, is preceded by `finish`); ids
+//! write here, and every restore by the caller, is preceded by `finish`); it
+//! holds every drained change only when no export is pending (`settled`), so
+//! the caller evicts windows only then — an evicted window must be readable
+//! back from the store; ids
 //! grow per worker; an export that fails fails the checkpoint, and nothing of it
-//! is committed.
+//! is committed. A delta is planned only on top of the chain of this worker's
+//! last *complete* checkpoint of the partition (`chains`, set in `finish`); an
+//! export that fails forgets every chain, so the next checkpoint is all bases.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::export::{self, ExportJob, ExportPartition, JobIdentity, PendingExport};
+use std::collections::BTreeMap;
+
+use super::export::{self, ExportJob, ExportPartition, JobIdentity, PendingExport, SegmentPlan};
 use super::store::CheckpointStore;
-use super::{CheckpointError, CheckpointId, Manifest, OffsetLedger};
+use super::{CheckpointError, CheckpointId, Manifest, OffsetLedger, Segment};
 use crate::engine::{Counters, StateDelta};
 use crate::model::Partition;
-use crate::state::{NextOffset, PartitionCommit, StateStore};
+use crate::state::{Changes, NextOffset, PartitionCommit, StateStore};
 use crate::time::EventTime;
 
 /// The named crash points of the protocol's own steps (the upload's are in
@@ -95,14 +104,39 @@ pub struct Completed {
     pub duration_ms: u64,
 }
 
+/// The most deltas a chain holds before the next checkpoint writes a base.
+pub const MAX_DELTAS: usize = 16;
+
+/// What to write for a partition whose last complete chain is `chain` (if any)
+/// and whose working copy knows `changes`: a delta while the chain is short and
+/// its deltas weigh less than its base; a base otherwise (see `checkpoint`).
+pub fn plan_segment(chain: Option<&[Segment]>, changes: Changes) -> SegmentPlan {
+    let (Some(chain), Changes::Known(changes)) = (chain, changes) else {
+        return SegmentPlan::Base;
+    };
+    let Some((base, deltas)) = chain.split_first() else {
+        return SegmentPlan::Base;
+    };
+    let delta_bytes: u64 = deltas.iter().map(Segment::bytes).sum();
+    if deltas.len() >= MAX_DELTAS || delta_bytes >= base.bytes() {
+        return SegmentPlan::Base;
+    }
+    SegmentPlan::Delta {
+        chain: chain.to_vec(),
+        changes,
+    }
+}
+
 pub struct Coordinator {
     state: Arc<StateStore>,
     checkpoints: Arc<CheckpointStore>,
     job: JobIdentity,
     next_id: CheckpointId,
     pending: Option<PendingExport>,
-    /// Barrier pauses so far, ms (the shutdown summary and benchmarks).
-    pub pauses_ms: Vec<u64>,
+    /// Each partition's chain in this worker's last complete checkpoint.
+    chains: BTreeMap<Partition, Vec<Segment>>,
+    /// Barrier pauses so far, µs (the shutdown summary and benchmarks).
+    pub pauses_us: Vec<u64>,
 }
 
 impl Coordinator {
@@ -117,8 +151,15 @@ impl Coordinator {
             checkpoints,
             job,
             pending: None,
-            pauses_ms: Vec::new(),
+            chains: BTreeMap::new(),
+            pauses_us: Vec::new(),
         })
+    }
+
+    /// Whether the state store holds every change drained so far (no export is
+    /// pending): only then may windows be evicted from memory.
+    pub fn settled(&self) -> bool {
+        self.pending.is_none()
     }
 
     pub fn job(&self) -> &JobIdentity {
@@ -158,6 +199,7 @@ impl Coordinator {
                 watermark: c.watermark,
                 counters: c.counters,
                 offsets: c.offsets,
+                chain: self.chains.get(&c.partition).cloned(),
             });
             commits.push(PartitionCommit {
                 partition: c.partition,
@@ -165,7 +207,6 @@ impl Coordinator {
                 delta: c.delta,
             });
         }
-        self.state.commit(commits)?;
         let id = self.next_id;
         self.next_id = CheckpointId(id.0.saturating_add(1));
         let job = ExportJob {
@@ -173,6 +214,7 @@ impl Coordinator {
             job: self.job.clone(),
             created_at_ms: crate::kafka::now_ms(),
             partitions: listed,
+            commits,
             store: self.state.clone(),
             checkpoints: self.checkpoints.clone(),
         };
@@ -181,7 +223,7 @@ impl Coordinator {
             source,
         })?;
         self.pending = Some(pending);
-        self.pauses_ms.push(started.elapsed().as_millis() as u64);
+        self.pauses_us.push(started.elapsed().as_micros() as u64);
         if wait {
             done.extend(self.finish(ports, true)?);
         }
@@ -207,7 +249,12 @@ impl Coordinator {
             return Ok(None);
         };
         let (id, started) = (pending.id, pending.started);
-        let manifest = pending.wait()?;
+        let manifest = pending.wait().inspect_err(|_| self.chains.clear())?;
+        self.chains = manifest
+            .partitions
+            .iter()
+            .map(|e| (e.partition, e.segments.clone()))
+            .collect();
         ports.reached(Step::AfterManifest)?;
         let offsets: Vec<(Partition, NextOffset)> = manifest
             .partitions

@@ -1,11 +1,16 @@
-//! The checkpoint exporter: writes one checkpoint from the state store on a
-//! background thread, so the barrier pause is only flush + one batch write. Each
-//! partition's parts are uploaded in order (`mid_upload` after the first data
-//! object), then — after every part (`before_manifest`) — the manifest.
+//! The checkpoint exporter: on a background thread, writes the barrier's deltas
+//! into the state store (one batch), then one checkpoint from it — so the
+//! barrier pause is only the flush and the drain. Each
+//! partition's segment — a base (the whole partition) or a delta (the keys its
+//! changes name, `state::Changes`), as the coordinator planned — is uploaded part
+//! by part, in order (`mid_upload` after the first data object), then — after
+//! every part (`before_manifest`) — the manifest, whose chains reference the new
+//! segments and the earlier ones they build on.
 //!
-//! Invariant: the state store is not written while an export runs (the worker
-//! joins the previous export before its next barrier or restore), so the exporter
-//! reads the exact cut taken at the barrier.
+//! Invariant: nothing but the exporter writes the state store while an export
+//! runs (the worker joins the previous export before its next barrier, spill or
+//! restore, and evicts nothing until then), so the exporter reads the exact cut
+//! taken at the barrier.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -13,13 +18,17 @@ use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 
+use super::coordinator::plan_segment;
 use super::format::VERSION;
 use super::part::PartWriter;
 use super::store::{part_key, CheckpointStore};
-use super::{CheckpointError, CheckpointId, Manifest, OffsetLedger, PartRef, PartitionEntry};
+use super::{
+    CheckpointError, CheckpointId, Manifest, OffsetLedger, PartRef, PartitionEntry, Segment,
+    SegmentKind,
+};
 use crate::engine::Counters;
 use crate::model::Partition;
-use crate::state::{NextOffset, StateStore};
+use crate::state::{KnownChanges, NextOffset, PartitionCommit, StateStore};
 use crate::time::EventTime;
 
 /// One partition as the barrier cut it.
@@ -29,6 +38,22 @@ pub struct ExportPartition {
     pub watermark: Option<EventTime>,
     pub counters: Counters,
     pub offsets: OffsetLedger,
+    /// Its chain in this worker's previous complete checkpoint, if any: the
+    /// exporter plans a delta on it or a base (`coordinator::plan_segment`),
+    /// from the changes it takes from the store (off the barrier's pause).
+    pub chain: Option<Vec<Segment>>,
+}
+
+/// What to write for one partition.
+#[derive(Debug, Clone)]
+pub enum SegmentPlan {
+    /// The whole partition: a new chain.
+    Base,
+    /// Only `changes`, on top of `chain` (the previous checkpoint's).
+    Delta {
+        chain: Vec<Segment>,
+        changes: KnownChanges,
+    },
 }
 
 /// Who writes checkpoints, and under which rules: the manifest's identity.
@@ -48,6 +73,8 @@ pub struct ExportJob {
     pub job: JobIdentity,
     pub created_at_ms: i64,
     pub partitions: Vec<ExportPartition>,
+    /// The barrier's deltas, written into the store before anything is read.
+    pub commits: Vec<PartitionCommit>,
     pub store: Arc<StateStore>,
     pub checkpoints: Arc<CheckpointStore>,
 }
@@ -112,7 +139,8 @@ impl Uploader<'_> {
     }
 }
 
-fn run(job: ExportJob) -> Result<Manifest, CheckpointError> {
+fn run(mut job: ExportJob) -> Result<Manifest, CheckpointError> {
+    job.store.commit(std::mem::take(&mut job.commits))?;
     let name = job.checkpoints.name_for(job.id);
     let mut entries = Vec::with_capacity(job.partitions.len());
     let mut written = 0usize;
@@ -127,27 +155,47 @@ fn run(job: ExportJob) -> Result<Manifest, CheckpointError> {
         };
         let mut w = PartWriter::new(p);
         let mut failed: Option<CheckpointError> = None;
-        let exported = job.store.export_partition(p, |k, v| match w.entry(k, v) {
+        let mut visit = |k: &[u8], v: &[u8]| match w.entry(k, v) {
             Some(done) => up.put(done).map_err(|e| {
                 let io = std::io::Error::other(e.to_string());
                 failed = Some(e);
                 io
             }),
             None => Ok(()),
-        });
+        };
+        let plan = plan_segment(cut.chain.as_deref(), job.store.take_changes(p));
+        let (exported, mut segments, kind) = match &plan {
+            SegmentPlan::Base => (
+                job.store.export_partition(p, &mut visit),
+                Vec::new(),
+                SegmentKind::Base,
+            ),
+            SegmentPlan::Delta { chain, changes } => (
+                job.store.export_changes(p, changes, &mut visit),
+                chain.clone(),
+                SegmentKind::Delta {
+                    windows_through: changes.windows_through,
+                    dedup_through: changes.dedup_through,
+                },
+            ),
+        };
         if let Some(e) = failed {
             return Err(e);
         }
         exported?;
         up.put(w.finish())?;
-        let parts = up.parts;
+        segments.push(Segment {
+            checkpoint: name.clone(),
+            kind,
+            parts: up.parts,
+        });
         entries.push(PartitionEntry {
             partition: p,
             next_offset: cut.next_offset,
             watermark: cut.watermark,
             counters: cut.counters,
             offsets: cut.offsets,
-            parts,
+            segments,
         });
     }
     crate::failpoint::hit("before_manifest");

@@ -12,24 +12,27 @@
 //! version first, so an old or a future format is reported as such — with the
 //! version and the way out — never as "corrupt".
 //!
-//! ## Manifest body (format 3, postcard)
+//! ## Manifest body (format 4, postcard)
 //! `ManifestBody`: id, worker, created_at_ms, group, topic, fingerprint, then one
 //! `PartitionBody` per partition: partition, next_offset, watermark, the audit
-//! counters (`state::stored::StoredCounters`), the offset ledger, and its parts
-//! (bytes, sha256) in key order. A part's key is derived from the checkpoint's
-//! name, the partition and the part's index (`part_key`): a manifest names no path.
+//! counters (`state::stored::StoredCounters`), the offset ledger, and its chain of
+//! segments (`SegmentBody`: the checkpoint holding it, base or delta with its two
+//! range-delete bounds, its parts as (bytes, sha256) in key order). A part's key
+//! is derived from the segment's checkpoint name, the partition and the part's
+//! index (`part_key`): a manifest names no path, and a segment's checkpoint must
+//! be a plain `chk-<id>-<worker>` name.
 //!
 //! ## Compatibility
-//! - Format 3 is the first format with this framing. Formats 1 and 2 (a bincode
-//!   manifest without magic, `TALLYPS1`/`TALLYPS2` partition files) are recognised
-//!   and refused by name, with the way out (`LEGACY_WAY_OUT`): this tally does not
-//!   convert them.
+//! - Format 4 added the segment chain (incremental checkpoints). Format 3 (one
+//!   run of parts per partition) is still read, as a chain of one base in its own
+//!   checkpoint; its parts are format-4 parts with another version number.
+//! - Formats 1 and 2 (a bincode manifest without magic, `TALLYPS1`/`TALLYPS2`
+//!   partition files) are recognised and refused by name, with the way out
+//!   (`LEGACY_WAY_OUT`): this tally does not convert them.
 //! - Any change to a stored struct here or in `state::stored` is a new format:
 //!   bump `VERSION`, keep decoding the previous version (add its structs under a
-//!   versioned name and upgrade them in memory) or refuse it by version with the way
-//!   out. Adding a partition-level increment (issue 15's incremental checkpoints)
-//!   is such a change: a `PartitionBody` field saying which parts come from which
-//!   earlier checkpoint.
+//!   versioned name and upgrade them in memory, as `ManifestBodyV3`) or refuse it
+//!   by version with the way out.
 //! - Writers only ever write `VERSION`; a newer version is refused ("written by a
 //!   newer tally").
 //! - Sizes are bounded before decoding: a manifest `MAX_MANIFEST_BYTES`, a part
@@ -40,14 +43,16 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::ledger::{Gap, OffsetLedger};
-use super::{CheckpointId, Manifest, PartRef, PartitionEntry};
+use super::{CheckpointId, Manifest, PartRef, PartitionEntry, Segment, SegmentKind};
 use crate::model::Partition;
 use crate::state::stored::StoredCounters;
 use crate::state::NextOffset;
 use crate::time::EventTime;
 
-/// The checkpoint format this tally writes (and the only one it reads).
-pub const VERSION: u16 = 3;
+/// The checkpoint format this tally writes.
+pub const VERSION: u16 = 4;
+/// The oldest format it reads.
+pub const OLDEST_READ: u16 = 3;
 
 pub const MANIFEST_MAGIC: &[u8; 8] = b"TALLYMAN";
 pub const PART_MAGIC: &[u8; 8] = b"TALLYPRT";
@@ -60,7 +65,7 @@ pub const MAX_PART_BYTES: u64 = 256 << 20;
 
 /// What to do with a checkpoint of format 1 or 2.
 pub const LEGACY_WAY_OUT: &str =
-    "this tally reads only format 3 and does not convert older ones. Either \
+    "this tally reads formats 3 and 4 and does not convert older ones. Either \
      keep running the tally that wrote them until a re-bill, or start this one from the log with \
      `tally run --reset-state earliest` (the topic must still hold every record), or point \
      `checkpoint.dir` at an empty store with a new `kafka.group_id`";
@@ -109,6 +114,15 @@ impl std::fmt::Display for Unreadable {
 /// Checks the framing of `buf` (kind `magic`, called `what`), returning the body.
 /// A foreign, old or future format is named.
 pub fn body<'b>(buf: &'b [u8], magic: &[u8; 8], what: &str) -> Result<&'b [u8], Unreadable> {
+    versioned_body(buf, magic, what).map(|(_, b)| b)
+}
+
+/// `body`, with the format version it was written in.
+fn versioned_body<'b>(
+    buf: &'b [u8],
+    magic: &[u8; 8],
+    what: &str,
+) -> Result<(u16, &'b [u8]), Unreadable> {
     if buf.len() >= 8 && (&buf[..8] == b"TALLYPS1" || &buf[..8] == b"TALLYPS2") {
         return Err(Unreadable::OtherFormat(format!(
             "a partition file of checkpoint format {} (before object storage); {LEGACY_WAY_OUT}",
@@ -123,8 +137,8 @@ pub fn body<'b>(buf: &'b [u8], magic: &[u8; 8], what: &str) -> Result<&'b [u8], 
     }
     let version = u16::from_be_bytes([buf[8], buf[9]]);
     match version {
-        VERSION => Ok(&buf[HEADER..]),
-        v if v < VERSION => Err(Unreadable::OtherFormat(format!(
+        OLDEST_READ..=VERSION => Ok((version, &buf[HEADER..])),
+        v if v < OLDEST_READ => Err(Unreadable::OtherFormat(format!(
             "{what} of checkpoint format {v}, written by an older tally; {LEGACY_WAY_OUT}"
         ))),
         v => Err(Unreadable::OtherFormat(format!(
@@ -152,7 +166,77 @@ struct PartitionBody {
     watermark: Option<i64>,
     counters: StoredCounters,
     ledger: LedgerBody,
+    segments: Vec<SegmentBody>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct SegmentBody {
+    checkpoint: String,
+    kind: KindBody,
     parts: Vec<PartBody>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum KindBody {
+    Base,
+    Delta {
+        windows_through: Option<i64>,
+        dedup_through: Option<i64>,
+    },
+}
+
+/// Format 3's manifest body: one run of parts per partition, in the checkpoint's
+/// own directory.
+#[derive(Debug, Serialize, Deserialize)]
+struct ManifestBodyV3 {
+    id: u64,
+    worker: String,
+    created_at_ms: i64,
+    group: String,
+    topic: String,
+    fingerprint: String,
+    partitions: Vec<PartitionBodyV3>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct PartitionBodyV3 {
+    partition: i32,
+    next_offset: i64,
+    watermark: Option<i64>,
+    counters: StoredCounters,
+    ledger: LedgerBody,
+    parts: Vec<PartBody>,
+}
+
+impl ManifestBodyV3 {
+    /// The same manifest in format 4: each partition a chain of one base.
+    fn upgrade(self) -> ManifestBody {
+        let own = super::store::checkpoint_name(CheckpointId(self.id), &self.worker);
+        ManifestBody {
+            id: self.id,
+            worker: self.worker,
+            created_at_ms: self.created_at_ms,
+            group: self.group,
+            topic: self.topic,
+            fingerprint: self.fingerprint,
+            partitions: self
+                .partitions
+                .into_iter()
+                .map(|p| PartitionBody {
+                    partition: p.partition,
+                    next_offset: p.next_offset,
+                    watermark: p.watermark,
+                    counters: p.counters,
+                    ledger: p.ledger,
+                    segments: vec![SegmentBody {
+                        checkpoint: own.clone(),
+                        kind: KindBody::Base,
+                        parts: p.parts,
+                    }],
+                })
+                .collect(),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -196,12 +280,29 @@ pub fn encode_manifest(m: &Manifest) -> Vec<u8> {
                         .map(|g| (g.from, g.to, g.at_ms))
                         .collect(),
                 },
-                parts: e
-                    .parts
+                segments: e
+                    .segments
                     .iter()
-                    .map(|p| PartBody {
-                        bytes: p.bytes,
-                        sha256: p.sha256,
+                    .map(|g| SegmentBody {
+                        checkpoint: g.checkpoint.clone(),
+                        kind: match g.kind {
+                            SegmentKind::Base => KindBody::Base,
+                            SegmentKind::Delta {
+                                windows_through,
+                                dedup_through,
+                            } => KindBody::Delta {
+                                windows_through,
+                                dedup_through,
+                            },
+                        },
+                        parts: g
+                            .parts
+                            .iter()
+                            .map(|p| PartBody {
+                                bytes: p.bytes,
+                                sha256: p.sha256,
+                            })
+                            .collect(),
                     })
                     .collect(),
             })
@@ -236,7 +337,7 @@ pub fn decode_manifest(buf: &[u8]) -> Result<Manifest, Unreadable> {
             buf[0]
         )));
     }
-    body(buf, MANIFEST_MAGIC, "manifest")?;
+    let (version, _) = versioned_body(buf, MANIFEST_MAGIC, "manifest")?;
     if buf.len() < HEADER + 32 {
         return Err(String::from("truncated manifest").into());
     }
@@ -244,9 +345,14 @@ pub fn decode_manifest(buf: &[u8]) -> Result<Manifest, Unreadable> {
     if Sha256::digest(framed).as_slice() != sum {
         return Err(String::from("manifest checksum mismatch").into());
     }
-    let b: ManifestBody = postcard::from_bytes(&framed[HEADER..]).map_err(|e| e.to_string())?;
+    let decoded = if version == 3 {
+        postcard::from_bytes::<ManifestBodyV3>(&framed[HEADER..]).map(ManifestBodyV3::upgrade)
+    } else {
+        postcard::from_bytes::<ManifestBody>(&framed[HEADER..])
+    };
+    let b = decoded.map_err(|e| e.to_string())?;
     let m = Manifest {
-        format: VERSION,
+        format: version,
         id: CheckpointId(b.id),
         worker: b.worker,
         created_at_ms: b.created_at_ms,
@@ -271,12 +377,29 @@ pub fn decode_manifest(buf: &[u8]) -> Result<Manifest, Unreadable> {
                         .map(|(from, to, at_ms)| Gap { from, to, at_ms })
                         .collect(),
                 },
-                parts: p
-                    .parts
+                segments: p
+                    .segments
                     .into_iter()
-                    .map(|x| PartRef {
-                        bytes: x.bytes,
-                        sha256: x.sha256,
+                    .map(|g| Segment {
+                        checkpoint: g.checkpoint,
+                        kind: match g.kind {
+                            KindBody::Base => SegmentKind::Base,
+                            KindBody::Delta {
+                                windows_through,
+                                dedup_through,
+                            } => SegmentKind::Delta {
+                                windows_through,
+                                dedup_through,
+                            },
+                        },
+                        parts: g
+                            .parts
+                            .into_iter()
+                            .map(|x| PartRef {
+                                bytes: x.bytes,
+                                sha256: x.sha256,
+                            })
+                            .collect(),
                     })
                     .collect(),
             })
@@ -304,10 +427,47 @@ fn check_manifest(m: &Manifest) -> Result<(), String> {
                 e.next_offset.0
             ));
         }
-        if e.parts.is_empty() {
-            return Err(format!("partition {p}: no parts (every snapshot has one)"));
+        check_chain(p, &e.segments)?;
+    }
+    Ok(())
+}
+
+/// A chain is one base, then deltas, each of plain checkpoint names and at least
+/// one part of a readable size, at most `MAX_CHAIN` long.
+fn check_chain(p: Partition, segments: &[Segment]) -> Result<(), String> {
+    match segments.first() {
+        None => {
+            return Err(format!(
+                "partition {p}: no segments (every snapshot has one)"
+            ))
         }
-        if let Some(x) = e.parts.iter().find(|x| x.bytes > MAX_PART_BYTES) {
+        Some(s) if s.kind != SegmentKind::Base => {
+            return Err(format!(
+                "partition {p}: its chain does not start with a base"
+            ))
+        }
+        Some(_) => {}
+    }
+    if segments.len() > MAX_CHAIN {
+        return Err(format!(
+            "partition {p}: a chain of {} segments, more than {MAX_CHAIN}",
+            segments.len()
+        ));
+    }
+    for (i, s) in segments.iter().enumerate() {
+        if i > 0 && s.kind == SegmentKind::Base {
+            return Err(format!("partition {p}: segment {i} is a second base"));
+        }
+        if !s.checkpoint.starts_with("chk-") || !super::store::is_one_dir_name(&s.checkpoint) {
+            return Err(format!(
+                "partition {p}: segment {i} names {:?}, not a checkpoint",
+                s.checkpoint
+            ));
+        }
+        if s.parts.is_empty() {
+            return Err(format!("partition {p}: segment {i} has no parts"));
+        }
+        if let Some(x) = s.parts.iter().find(|x| x.bytes > MAX_PART_BYTES) {
             return Err(format!(
                 "partition {p}: a part of {} bytes, more than a part can be",
                 x.bytes
@@ -316,6 +476,10 @@ fn check_manifest(m: &Manifest) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// The longest chain read: a base and more deltas than any writer makes
+/// (`coordinator::MAX_DELTAS`).
+pub const MAX_CHAIN: usize = 64;
 
 #[cfg(test)]
 mod tests {
@@ -347,10 +511,27 @@ mod tests {
                     ..Counters::default()
                 },
                 offsets,
-                parts: vec![PartRef {
-                    bytes: 12,
-                    sha256: [7; 32],
-                }],
+                segments: vec![
+                    Segment {
+                        checkpoint: "chk-00000000000000000001-w1".into(),
+                        kind: SegmentKind::Base,
+                        parts: vec![PartRef {
+                            bytes: 12,
+                            sha256: [7; 32],
+                        }],
+                    },
+                    Segment {
+                        checkpoint: "chk-18446744073709551615-w1".into(),
+                        kind: SegmentKind::Delta {
+                            windows_through: Some(-7),
+                            dedup_through: None,
+                        },
+                        parts: vec![PartRef {
+                            bytes: 3,
+                            sha256: [8; 32],
+                        }],
+                    },
+                ],
             }],
         }
     }
@@ -368,7 +549,7 @@ mod tests {
             .to_string()
             .contains("checksum"));
         // Another version, older and newer, read before the body.
-        for (v, says) in [(2u16, "older tally"), (9, "newer tally")] {
+        for (v, says) in [(2u16, "older tally"), (5, "newer tally")] {
             let mut other = bytes.clone();
             other[8..10].copy_from_slice(&v.to_be_bytes());
             let e = decode_manifest(&other).unwrap_err().to_string();
@@ -420,11 +601,88 @@ mod tests {
         let mut m = sample();
         m.partitions[0].partition = Partition(-1);
         assert!(decode_manifest(&encode_manifest(&m)).is_err());
-        let mut m = sample();
-        m.partitions[0].parts[0].bytes = u64::MAX;
-        assert!(decode_manifest(&encode_manifest(&m)).is_err());
-        let mut m = sample();
-        m.partitions[0].parts.clear();
-        assert!(decode_manifest(&encode_manifest(&m)).is_err());
+        type Edit = Box<dyn Fn(&mut Vec<Segment>)>;
+        let chains: Vec<(Edit, &str)> = vec![
+            (
+                Box::new(|s| s[0].parts[0].bytes = u64::MAX),
+                "more than a part",
+            ),
+            (Box::new(|s| s[1].parts.clear()), "segment 1 has no parts"),
+            (Box::new(|s| s.clear()), "no segments"),
+            (Box::new(|s| s[1].kind = SegmentKind::Base), "second base"),
+            (Box::new(|s| s.swap(0, 1)), "does not start with a base"),
+            (
+                Box::new(|s| s[1].checkpoint = "../x".into()),
+                "not a checkpoint",
+            ),
+            (
+                Box::new(|s| s[0].checkpoint = "chk-1/p".into()),
+                "not a checkpoint",
+            ),
+            (
+                Box::new(|s| {
+                    let d = s[1].clone();
+                    s.resize(MAX_CHAIN + 1, d)
+                }),
+                "more than 64",
+            ),
+        ];
+        for (edit, says) in chains {
+            let mut m = sample();
+            edit(&mut m.partitions[0].segments);
+            let e = decode_manifest(&encode_manifest(&m))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{e}");
+        }
+    }
+
+    /// A format-3 manifest (one run of parts) reads as a chain of one base in
+    /// its own checkpoint.
+    #[test]
+    fn a_format_3_manifest_reads_as_one_base() {
+        let m = sample();
+        let e = &m.partitions[0];
+        let v3 = ManifestBodyV3 {
+            id: 7,
+            worker: "w1".into(),
+            created_at_ms: 1,
+            group: "g".into(),
+            topic: "t".into(),
+            fingerprint: "f".into(),
+            partitions: vec![PartitionBodyV3 {
+                partition: 3,
+                next_offset: 100,
+                watermark: None,
+                counters: e.counters.into(),
+                ledger: LedgerBody {
+                    empty_offsets: 0,
+                    gap_offsets: 0,
+                    gaps: vec![],
+                },
+                parts: vec![PartBody {
+                    bytes: 12,
+                    sha256: [7; 32],
+                }],
+            }],
+        };
+        let mut bytes = header(MANIFEST_MAGIC).to_vec();
+        bytes[8..10].copy_from_slice(&3u16.to_be_bytes());
+        bytes.extend_from_slice(&crate::state::stored::encode(&v3));
+        let sum = Sha256::digest(&bytes);
+        bytes.extend_from_slice(&sum);
+        let read = decode_manifest(&bytes).unwrap();
+        assert_eq!(read.format, 3);
+        assert_eq!(
+            read.partitions[0].segments,
+            [Segment {
+                checkpoint: "chk-00000000000000000007-w1".into(),
+                kind: SegmentKind::Base,
+                parts: vec![PartRef {
+                    bytes: 12,
+                    sha256: [7; 32],
+                }],
+            }]
+        );
     }
 }

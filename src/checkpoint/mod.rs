@@ -32,7 +32,27 @@
 //!   by at least `retain` newer complete checkpoints. Objects of incomplete
 //!   checkpoints are deleted when their writer is this process and a newer one
 //!   completed, or when all are older than an hour (another writer may still be
-//!   uploading). Nothing a retained manifest references is ever deleted.
+//!   uploading). Nothing a retained manifest references is ever deleted — in
+//!   whichever checkpoint's directory it lies — and this worker's newest complete
+//!   checkpoint is kept (its chains are the parents of the next one).
+//!
+//! ## Incremental checkpoints
+//! - A partition's state in a manifest is a chain of segments (`Segment`): one
+//!   base (the whole state, as parts) and then deltas, each the entries written
+//!   since the previous checkpoint plus two range deletes (`SegmentKind::Delta`).
+//!   Segments are immutable objects in the directory of the checkpoint that wrote
+//!   them; a later manifest references them by that checkpoint's name.
+//! - A checkpoint writes a delta for a partition only on top of this worker's
+//!   previous complete checkpoint of it, and only while the working copy knows
+//!   every key written since (`state::Changes`). It writes a base instead after
+//!   any restore or drop of the partition (a chain never crosses workers, so no
+//!   worker depends on another's retention), after a failed export, when the
+//!   changes were too many to track, when the chain holds `MAX_DELTAS` deltas, or
+//!   when its deltas outweigh its base (compaction: restores read at most about
+//!   twice a snapshot).
+//! - Restoring reads every part of the chain in parallel, checks each against the
+//!   manifest, then applies base and deltas in order; damage anywhere in the
+//!   chain fails that candidate, and the restore falls back to the next one.
 
 pub mod coordinator;
 pub mod export;
@@ -42,6 +62,9 @@ pub mod objects;
 pub mod part;
 pub mod restore;
 pub mod store;
+
+#[cfg(test)]
+mod chain_tests;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -106,15 +129,56 @@ pub struct PartitionEntry {
     pub counters: Counters,
     /// Where the offsets before `next_offset` went (see `ledger`).
     pub offsets: OffsetLedger,
-    /// The partition's state, in key order (`part`).
-    pub parts: Vec<PartRef>,
+    /// The partition's state: a base, then the deltas written since, oldest first
+    /// (never empty; see "Incremental checkpoints" above).
+    pub segments: Vec<Segment>,
 }
 
 impl PartitionEntry {
-    /// The bytes of its parts.
+    /// The bytes of every segment it references (a full snapshot's worth).
+    pub fn bytes(&self) -> u64 {
+        self.segments.iter().map(Segment::bytes).sum()
+    }
+
+    /// The bytes checkpoint `name` wrote for it (its own segment, if any).
+    pub fn written_bytes(&self, name: &str) -> u64 {
+        self.segments
+            .iter()
+            .filter(|s| s.checkpoint == name)
+            .map(Segment::bytes)
+            .sum()
+    }
+}
+
+/// A run of parts one checkpoint wrote for one partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Segment {
+    /// The checkpoint whose objects hold the parts (`chk-<id>-<worker>`): this
+    /// one, or an earlier one of the same worker.
+    pub checkpoint: String,
+    pub kind: SegmentKind,
+    /// Its parts, in key order (`part`); at least one.
+    pub parts: Vec<PartRef>,
+}
+
+impl Segment {
     pub fn bytes(&self) -> u64 {
         self.parts.iter().map(|p| p.bytes).sum()
     }
+}
+
+/// What a segment's entries mean.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SegmentKind {
+    /// The partition's whole state.
+    Base,
+    /// Changes to the state before it: first every window ending at or below
+    /// `windows_through` and every dedup chunk expiring at or below
+    /// `dedup_through` are deleted, then its entries are written over.
+    Delta {
+        windows_through: Option<i64>,
+        dedup_through: Option<i64>,
+    },
 }
 
 /// One part as the manifest records it.

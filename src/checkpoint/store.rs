@@ -16,12 +16,15 @@ use super::objects::remote::{is_url, RemoteObjects};
 use super::objects::{ObjectError, ObjectInfo, Objects};
 use super::part::parse_part;
 use super::restore::{none_usable, plan, Found, Try};
-use super::{hex, CheckpointError, CheckpointId, Manifest, OffsetLedger, PartitionEntry};
+use super::{
+    hex, CheckpointError, CheckpointId, Manifest, OffsetLedger, PartitionEntry, Segment,
+    SegmentKind,
+};
 use crate::config::CheckpointConfig;
 use crate::engine::TaskSnapshot;
 use crate::kafka::source::StartPolicy;
 use crate::model::Partition;
-use crate::state::{decode_partition, NextOffset, StateStore};
+use crate::state::{NextOffset, StateStore};
 
 pub const MANIFEST: &str = "MANIFEST";
 
@@ -43,14 +46,22 @@ pub fn manifest_key(name: &str) -> String {
 }
 
 /// Every key checkpoint `name` (with manifest `m`) references: its manifest and
-/// its parts.
+/// the parts of every segment of its chains, in whichever checkpoint they lie.
 pub fn referenced(name: &str, m: &Manifest) -> BTreeSet<String> {
     let mut keys = BTreeSet::from([manifest_key(name)]);
     for e in &m.partitions {
-        keys.extend((0..e.parts.len()).map(|i| part_key(name, e.partition, i)));
+        for s in &e.segments {
+            keys.extend((0..s.parts.len()).map(|i| part_key(&s.checkpoint, e.partition, i)));
+        }
     }
     keys
 }
+
+/// One part as read and checked (`read_part`).
+type PartRead = Result<Vec<u8>, CheckpointError>;
+
+/// Parts a restore reads at once (object stores serve them in parallel).
+const READ_THREADS: usize = 8;
 
 /// One checkpoint as found in the store.
 #[derive(Debug)]
@@ -200,10 +211,21 @@ impl CheckpointStore {
             .into_iter()
             .map(|(name, objects)| {
                 let key = manifest_key(&name);
-                let manifest = objects
-                    .iter()
-                    .any(|o| o.key == key)
-                    .then(|| self.read_manifest(&key));
+                let manifest = objects.iter().any(|o| o.key == key).then(|| {
+                    self.read_manifest(&key).and_then(|m| {
+                        // Part keys derive from names: a manifest copied or moved
+                        // under another name would vouch for objects not its own.
+                        let own = checkpoint_name(m.id, &m.worker);
+                        if own == name {
+                            Ok(m)
+                        } else {
+                            Err(Unreadable::Damaged(format!(
+                                "{}: the manifest is checkpoint {own}'s, not {name}'s",
+                                self.objects.location(&key)
+                            )))
+                        }
+                    })
+                });
                 Listed {
                     name,
                     manifest,
@@ -351,16 +373,11 @@ impl CheckpointStore {
         }))
     }
 
-    /// Reads and checks one part; every failure says which object and what is wrong.
-    fn read_part(
-        &self,
-        name: &str,
-        p: Partition,
-        i: usize,
-        entry: &PartitionEntry,
-    ) -> Result<Vec<u8>, CheckpointError> {
-        let key = part_key(name, p, i);
-        let want = entry.parts[i];
+    /// Reads and checks part `i` of segment `seg` of partition `p`; every failure
+    /// says which object and what is wrong.
+    fn read_part(&self, seg: &Segment, p: Partition, i: usize) -> Result<Vec<u8>, CheckpointError> {
+        let key = part_key(&seg.checkpoint, p, i);
+        let want = seg.parts[i];
         let corrupt = |msg: String| CheckpointError::Corrupt {
             path: self.objects.location(&key),
             msg,
@@ -388,8 +405,60 @@ impl CheckpointStore {
         Ok(buf)
     }
 
-    /// Reads, checks and imports partition `entry` of checkpoint `name`. Any
-    /// failure is damage, and nothing is imported then.
+    /// Reads and checks every part of `entry`'s chain, `READ_THREADS` at a time;
+    /// returns them per segment, in order.
+    fn read_chain(&self, entry: &PartitionEntry) -> Result<Vec<Vec<Vec<u8>>>, CheckpointError> {
+        let p = entry.partition;
+        let all: Vec<(usize, usize)> = entry
+            .segments
+            .iter()
+            .enumerate()
+            .flat_map(|(s, seg)| (0..seg.parts.len()).map(move |i| (s, i)))
+            .collect();
+        let threads = READ_THREADS.min(all.len()).max(1);
+        let read: Vec<Vec<(usize, PartRead)>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    let all = &all;
+                    scope.spawn(move || {
+                        (t..all.len())
+                            .step_by(threads)
+                            .map(|n| {
+                                let (s, i) = all[n];
+                                (n, self.read_part(&entry.segments[s], p, i))
+                            })
+                            .collect()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        vec![(
+                            0,
+                            Err(CheckpointError::Refused("a restore thread panicked".into())),
+                        )]
+                    })
+                })
+                .collect()
+        });
+        let mut bufs: Vec<Option<Vec<u8>>> = vec![None; all.len()];
+        for (n, r) in read.into_iter().flatten() {
+            bufs[n] = Some(r?);
+        }
+        let mut out: Vec<Vec<Vec<u8>>> = entry.segments.iter().map(|_| Vec::new()).collect();
+        for ((s, _), buf) in all.iter().zip(bufs) {
+            out[*s].push(
+                buf.ok_or_else(|| CheckpointError::Refused("a restore thread lost a part".into()))?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// Reads, checks and imports partition `entry` of checkpoint `name`: its
+    /// base, then each delta in order. Any failure is damage; the partition is
+    /// then left empty in `state`.
     fn load_snapshot(
         &self,
         name: &str,
@@ -397,34 +466,47 @@ impl CheckpointStore {
         state: &StateStore,
     ) -> Result<TaskSnapshot, CheckpointError> {
         let p = entry.partition;
-        let bufs = (0..entry.parts.len())
-            .map(|i| self.read_part(name, p, i, entry))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut entries = Vec::new();
-        for (i, buf) in bufs.iter().enumerate() {
-            let key = part_key(name, p, i);
-            entries.extend(parse_part(buf, p, i as u32).map_err(|msg| {
-                CheckpointError::Corrupt {
-                    path: self.objects.location(&key),
-                    msg,
+        let loaded = self.read_chain(entry).and_then(|bufs| {
+            for (seg, bufs) in entry.segments.iter().zip(&bufs) {
+                let mut entries = Vec::new();
+                for (i, buf) in bufs.iter().enumerate() {
+                    entries.extend(parse_part(buf, p, i as u32).map_err(|msg| {
+                        CheckpointError::Corrupt {
+                            path: self.objects.location(&part_key(&seg.checkpoint, p, i)),
+                            msg,
+                        }
+                    })?);
                 }
-            })?);
+                match seg.kind {
+                    SegmentKind::Base => state.import_partition(p, entries)?,
+                    SegmentKind::Delta {
+                        windows_through,
+                        dedup_through,
+                    } => state.apply_delta(p, windows_through, dedup_through, entries)?,
+                }
+            }
+            let corrupt = |msg: String| CheckpointError::Corrupt {
+                path: self.objects.location(&manifest_key(name)),
+                msg: format!("partition {p}: {msg}"),
+            };
+            let (snapshot, _) = state
+                .load(p)
+                .map_err(|e| corrupt(e.to_string()))?
+                .ok_or_else(|| corrupt("no partition meta in its chain".into()))?;
+            Ok(snapshot)
+        });
+        if loaded.is_err() {
+            // Best effort: the next candidate imports over it anyway.
+            let _ = state.drop_partition(p);
         }
-        let corrupt = |msg: String| CheckpointError::Corrupt {
-            path: self.objects.location(&part_key(name, p, 0)),
-            msg,
-        };
-        let (snapshot, _) = decode_partition(p, entries.iter().copied())
-            .map_err(|e| corrupt(e.to_string()))?
-            .ok_or_else(|| corrupt("no partition meta".into()))?;
-        state.import_partition(p, entries)?;
-        Ok(snapshot)
+        loaded
     }
 
     /// Re-reads and re-hashes every part of every complete checkpoint; returns
     /// the problems found, each naming its object.
     pub fn verify(&self) -> Result<Vec<String>, CheckpointError> {
         let mut problems = Vec::new();
+        let mut checked = BTreeSet::new();
         for l in self.list()? {
             match l.manifest {
                 // Being written, or cut short by a crash: never restored, not damage.
@@ -432,9 +514,15 @@ impl CheckpointStore {
                 Some(Err(e)) => problems.push(format!("{}: {e}", l.name)),
                 Some(Ok(m)) => {
                     for e in &m.partitions {
-                        for i in 0..e.parts.len() {
-                            if let Err(err) = self.read_part(&l.name, e.partition, i, e) {
-                                problems.push(err.to_string());
+                        for seg in &e.segments {
+                            for i in 0..seg.parts.len() {
+                                // A segment shared by several chains is read once.
+                                if !checked.insert(part_key(&seg.checkpoint, e.partition, i)) {
+                                    continue;
+                                }
+                                if let Err(err) = self.read_part(seg, e.partition, i) {
+                                    problems.push(err.to_string());
+                                }
                             }
                         }
                     }
@@ -447,23 +535,40 @@ impl CheckpointStore {
     /// Deletes what the retention rule allows (see the module header).
     pub fn retain(&self, newest_own: CheckpointId) -> Result<(), CheckpointError> {
         let listed = self.list()?;
-        let complete: Vec<&Manifest> = listed
+        let complete: Vec<(&str, &Manifest)> = listed
             .iter()
-            .filter_map(|l| l.manifest.as_ref()?.as_ref().ok())
+            .filter_map(|l| Some((l.name.as_str(), l.manifest.as_ref()?.as_ref().ok()?)))
+            .collect();
+        let superseded = |m: &Manifest| {
+            if m.worker == self.worker && m.id == newest_own {
+                return false; // the parent of this worker's next checkpoint
+            }
+            m.partitions.iter().all(|e| {
+                let newer = complete
+                    .iter()
+                    .filter(|(_, o)| {
+                        o.entry(e.partition)
+                            .is_some_and(|oe| (oe.next_offset, o.id) > (e.next_offset, m.id))
+                    })
+                    .count();
+                newer >= self.retain
+            })
+        };
+        let removed: BTreeSet<&str> = complete
+            .iter()
+            .filter(|(_, m)| superseded(m))
+            .map(|(name, _)| *name)
+            .collect();
+        // Everything a kept manifest references, in whichever directory it lies.
+        let live: BTreeSet<String> = complete
+            .iter()
+            .filter(|(name, _)| !removed.contains(name))
+            .flat_map(|(name, m)| referenced(name, m))
             .collect();
         let now = crate::kafka::now_ms();
         for l in &listed {
             let remove = match &l.manifest {
-                Some(Ok(m)) => m.partitions.iter().all(|e| {
-                    let newer = complete
-                        .iter()
-                        .filter(|o| {
-                            o.entry(e.partition)
-                                .is_some_and(|oe| (oe.next_offset, o.id) > (e.next_offset, m.id))
-                        })
-                        .count();
-                    newer >= self.retain
-                }),
+                Some(Ok(_)) => removed.contains(l.name.as_str()),
                 Some(Err(_)) => false, // kept for inspection; `verify` reports it
                 None => {
                     let own_and_superseded = l.name.ends_with(&format!("-{}", self.worker))
@@ -476,19 +581,25 @@ impl CheckpointStore {
                 }
             };
             if remove {
-                self.delete_checkpoint(l);
-            } else if let Some(Ok(m)) = &l.manifest {
-                self.delete_unreferenced(l, m, now);
+                self.delete_checkpoint(l, &live);
+            } else if let Some(Ok(_)) = &l.manifest {
+                self.delete_unreferenced(l, &live, now);
             }
         }
         Ok(())
     }
 
     /// Deletes a checkpoint: its manifest first (it is no longer complete), then
-    /// the rest. A failure is logged; the next retention tries again.
-    fn delete_checkpoint(&self, l: &Listed) {
+    /// every object of it no kept manifest references. A failure is logged; the
+    /// next retention tries again.
+    fn delete_checkpoint(&self, l: &Listed, live: &BTreeSet<String>) {
         let manifest = manifest_key(&l.name);
-        let mut keys: Vec<&str> = l.objects.iter().map(|o| o.key.as_str()).collect();
+        let mut keys: Vec<&str> = l
+            .objects
+            .iter()
+            .map(|o| o.key.as_str())
+            .filter(|k| !live.contains(*k))
+            .collect();
         keys.sort_by_key(|k| *k != manifest);
         for k in keys {
             if let Err(e) = self.objects.delete(k) {
@@ -498,12 +609,11 @@ impl CheckpointStore {
         }
     }
 
-    /// Objects inside a kept complete checkpoint that its manifest does not
-    /// reference (leftovers of an interrupted write), once old enough.
-    fn delete_unreferenced(&self, l: &Listed, m: &Manifest, now: i64) {
-        let referenced = referenced(&l.name, m);
+    /// Objects inside a kept complete checkpoint that no kept manifest
+    /// references (leftovers of an interrupted write), once old enough.
+    fn delete_unreferenced(&self, l: &Listed, live: &BTreeSet<String>, now: i64) {
         for o in &l.objects {
-            if !referenced.contains(&o.key) && now - o.modified_ms > ORPHAN_AGE_MS {
+            if !live.contains(&o.key) && now - o.modified_ms > ORPHAN_AGE_MS {
                 if let Err(e) = self.objects.delete(&o.key) {
                     warn!(object = %self.objects.location(&o.key), error = %e, "cannot delete a leftover object");
                 }

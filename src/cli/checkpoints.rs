@@ -35,8 +35,8 @@ pub fn run(a: CheckpointsArgs) -> anyhow::Result<()> {
             let store = open(&c)?;
             println!("checkpoints of {}", store.location());
             println!(
-                "{:<40} {:<24} {:>6} {:>10} {:>9}  offsets",
-                "checkpoint", "created", "parts", "bytes", "age"
+                "{:<40} {:<24} {:>10} {:>10} {:>10} {:>5} {:>9}  offsets",
+                "checkpoint", "created", "partitions", "written", "state", "chain", "age"
             );
             for l in store.list()? {
                 let name = &l.name;
@@ -44,7 +44,11 @@ pub fn run(a: CheckpointsArgs) -> anyhow::Result<()> {
                     None => println!("{name:<40} (incomplete: no MANIFEST)"),
                     Some(Err(e)) => println!("{name:<40} (unreadable: {e})"),
                     Some(Ok(m)) => {
-                        let bytes: u64 = m.partitions.iter().map(|e| e.bytes()).sum();
+                        // What this checkpoint wrote, what its chains reference
+                        // (a restore reads that), and the longest chain.
+                        let written: u64 = m.partitions.iter().map(|e| e.written_bytes(name)).sum();
+                        let state: u64 = m.partitions.iter().map(|e| e.bytes()).sum();
+                        let chain = m.partitions.iter().map(|e| e.segments.len()).max();
                         let offsets: Vec<String> = m
                             .partitions
                             .iter()
@@ -55,9 +59,10 @@ pub fn run(a: CheckpointsArgs) -> anyhow::Result<()> {
                             .collect();
                         let age = (now_ms() - m.created_at_ms).max(0) / 1000;
                         println!(
-                            "{name:<40} {:<24} {:>6} {bytes:>10} {:>8}s  {}",
+                            "{name:<40} {:<24} {:>10} {written:>10} {state:>10} {:>5} {:>8}s  {}",
                             format_utc_ms(m.created_at_ms),
                             m.partitions.len(),
+                            chain.unwrap_or(0),
                             age,
                             offsets.join(" ")
                         );

@@ -1,8 +1,9 @@
 //! `tally-dev bench-checkpoint`: checkpoint pause, duration, size and restore time at
 //! several numbers of open windows, measured on this machine in one run.
 //!
-//! Kafka is not involved: the barrier pause measured here is the state part (drain
-//! the engine's changes, one batch write, spawn the exporter); the producer flush
+//! Kafka is not involved (`rig`: real tasks, coordinator, working copy and
+//! checkpoint store): the barrier pause measured here is the state part (drain
+//! the engine's changes, one batch write, plan and spawn the exporter); the producer flush
 //! that precedes it depends on the broker and is reported by the worker's own
 //! `checkpoint complete` log lines.
 
@@ -11,12 +12,11 @@ use std::time::Instant;
 
 use clap::Args;
 
-use crate::checkpoint::export::{self, ExportJob, ExportPartition, JobIdentity};
-use crate::checkpoint::store::CheckpointStore;
-use crate::checkpoint::{CheckpointId, OffsetLedger};
-use crate::engine::{EngineConfig, PartitionTask, RecordIn};
+use crate::checkpoint::store::{checkpoint_name, CheckpointStore};
+use crate::devtools::rig::{Rig, T0};
+use crate::engine::{EngineConfig, PartitionTask};
 use crate::model::Partition;
-use crate::state::{NextOffset, PartitionCommit, StateStore};
+use crate::state::StateStore;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -25,7 +25,8 @@ pub struct BenchArgs {
     pub windows: Vec<usize>,
     #[arg(long, default_value_t = 4)]
     pub partitions: i32,
-    /// Steady-state checkpoints per size (1% of windows changed before each).
+    /// Steady-state checkpoints per size (1% of windows changed before each;
+    /// past 16 the chains compact).
     #[arg(long, default_value_t = 20)]
     pub rounds: usize,
     /// Scratch directory (deleted afterwards).
@@ -58,25 +59,6 @@ fn engine() -> Arc<EngineConfig> {
     crate::devtools::support::one_price_engine(0)
 }
 
-fn feed(task: &mut PartitionTask, tenants: std::ops::Range<usize>, round: usize) {
-    let mut out = Vec::new();
-    for t in tenants {
-        // One window (10:00), one tenant per event: every event opens or updates a window.
-        let rec = format!(
-            r#"{{"request_id":"r{round}-{t}","tenant_id":"tenant-{t}","model":"m","prompt_tokens":100,"completion_tokens":10,"completed_ts":{}}}"#,
-            1_767_261_600_000i64 + (round as i64 % 50)
-        );
-        task.process(
-            RecordIn {
-                payload: rec.as_bytes(),
-                kafka_ts: None,
-                now_ms: 0,
-            },
-            &mut out,
-        );
-    }
-}
-
 fn pct(v: &mut [f64], q: usize) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v.get((v.len().saturating_sub(1)) * q / 100)
@@ -90,22 +72,28 @@ struct Row {
     pause_p50: f64,
     pause_p99: f64,
     duration_p50: f64,
-    bytes: u64,
+    /// A full snapshot (the chain's base), and what a steady checkpoint wrote (p50).
+    full_bytes: u64,
+    written_p50: f64,
+    chain: usize,
     restore_one_ms: f64,
     restore_ms: f64,
 }
 
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {
-    println!("| store | open windows | first checkpoint pause ms | steady pause p50 / p99 ms | checkpoint duration ms (p50) | bytes | restore of one partition ms | restore of all {} ms |", a.partitions);
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| store | open windows | first checkpoint pause ms | steady pause p50 / p99 ms | checkpoint duration ms (p50) | full snapshot bytes | bytes written per checkpoint (p50) | written / full | chain at restore | restore of one partition ms | restore of all {} ms |", a.partitions);
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let print = |kind: &str, n: usize, r: &Row| {
         println!(
-            "| {kind} | {n} | {:.1} | {:.1} / {:.1} | {:.0} | {} | {:.0} | {:.0} |",
+            "| {kind} | {n} | {:.1} | {:.1} / {:.1} | {:.0} | {} | {:.0} | {:.2}% | {} | {:.0} | {:.0} |",
             r.first_pause,
             r.pause_p50,
             r.pause_p99,
             r.duration_p50,
-            r.bytes,
+            r.full_bytes,
+            r.written_p50,
+            100.0 * r.written_p50 / r.full_bytes as f64,
+            r.chain,
             r.restore_one_ms,
             r.restore_ms
         )
@@ -118,7 +106,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             let s3 = measure(&a, n, Some(endpoint))?;
             print("S3", n, &s3);
             println!(
-                "| S3 / local | {n} | {:.2} | {:.2} / {:.2} | {:.2} | | {:.2} | {:.2} |",
+                "| S3 / local | {n} | {:.2} | {:.2} / {:.2} | {:.2} | | | | | {:.2} | {:.2} |",
                 s3.first_pause / local.first_pause,
                 s3.pause_p50 / local.pause_p50,
                 s3.pause_p99 / local.pause_p99,
@@ -135,121 +123,96 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
 /// Checkpoints and restores of `n` open windows, on the local store or (`s3`) on
 /// the S3-compatible server at that endpoint.
 fn measure(a: &BenchArgs, n: usize, s3: Option<&str>) -> anyhow::Result<Row> {
-    {
-        let _ = std::fs::remove_dir_all(&a.dir);
-        let store = Arc::new(StateStore::open_fresh(&a.dir.join("state"))?);
-        let cfg = store_config(a, n, s3);
-        let checkpoints = Arc::new(CheckpointStore::open(&cfg, "bench", "bench")?);
-        let per = n / a.partitions as usize;
-        let mut tasks: Vec<PartitionTask> = (0..a.partitions)
-            .map(|p| PartitionTask::new(Partition(p), engine()))
-            .collect();
-        for (p, t) in tasks.iter_mut().enumerate() {
-            feed(t, p * per..(p + 1) * per, 0);
-        }
-        let mut id = 0u64;
-        let mut checkpoint = |tasks: &mut Vec<PartitionTask>,
-                              offset: i64|
-         -> anyhow::Result<(f64, f64, u64)> {
-            let started = Instant::now();
-            let parts = tasks
-                .iter_mut()
-                .map(|t| PartitionCommit {
-                    partition: t.partition(),
-                    next_offset: NextOffset(offset),
-                    delta: t.drain_changes(),
-                })
-                .collect();
-            store.commit(parts)?;
-            id += 1;
-            let listed = tasks
-                .iter()
-                .map(|t| ExportPartition {
-                    partition: t.partition(),
-                    next_offset: NextOffset(offset),
-                    watermark: Some(t.watermark()),
-                    counters: t.counters(),
-                    offsets: OffsetLedger::without_gaps(t.counters().consumed, NextOffset(offset)),
-                })
-                .collect();
-            let job = ExportJob {
-                id: CheckpointId(id),
-                job: JobIdentity {
-                    worker: "bench".into(),
-                    group: "bench".into(),
-                    topic: "requests".into(),
-                    fingerprint: "bench".into(),
-                },
-                created_at_ms: 0,
-                partitions: listed,
-                store: store.clone(),
-                checkpoints: checkpoints.clone(),
-            };
-            let pending = export::spawn(job, started)?;
-            let pause = started.elapsed().as_secs_f64() * 1e3;
-            let manifest = pending.wait()?;
-            let total = started.elapsed().as_secs_f64() * 1e3;
-            checkpoints.retain(CheckpointId(id))?;
-            Ok((
-                pause,
-                total,
-                manifest.partitions.iter().map(|e| e.bytes()).sum(),
-            ))
-        };
-        let (first_pause, _, _) = checkpoint(&mut tasks, 1)?;
-        let mut pauses = Vec::new();
-        let mut durations = Vec::new();
-        let mut bytes = 0;
-        for round in 1..=a.rounds {
-            let changed = (per / 100).max(1);
-            for (p, t) in tasks.iter_mut().enumerate() {
-                let from = p * per + (round * changed) % per.max(1);
-                feed(t, from..(from + changed).min((p + 1) * per), round);
-            }
-            let (pause, total, b) = checkpoint(&mut tasks, 1 + round as i64)?;
-            pauses.push(pause);
-            durations.push(total);
-            bytes = b;
-        }
-        // One partition, then every partition into a fresh store, as a worker does
-        // on assignment.
-        let one = StateStore::open_fresh(&a.dir.join("restore-one"))?;
-        let started = Instant::now();
-        checkpoints
-            .restore_partition(Partition(0), "bench", &one)?
-            .ok_or_else(|| anyhow::anyhow!("partition 0 missing after restore"))?;
-        let restore_one_ms = started.elapsed().as_secs_f64() * 1e3;
-        drop(one);
-        let fresh = StateStore::open_fresh(&a.dir.join("restore"))?;
-        let started = Instant::now();
-        let parts: Vec<Partition> = (0..a.partitions).map(Partition).collect();
-        let mut restored = 0;
-        for (p, r) in parts.iter().zip(checkpoints.restore_many(
-            &parts,
-            "bench",
-            Default::default(),
-            &fresh,
-        )?) {
-            let r = r?.ok_or_else(|| anyhow::anyhow!("partition {p} missing after restore"))?;
-            restored += PartitionTask::restore(*p, engine(), r.snapshot).open_windows();
-        }
-        let restore_ms = started.elapsed().as_secs_f64() * 1e3;
-        anyhow::ensure!(
-            restored == per * a.partitions as usize,
-            "restored {restored} windows, expected {}",
-            per * a.partitions as usize
-        );
-        let _ = std::fs::remove_dir_all(&a.dir);
-        Ok(Row {
-            first_pause,
-            pause_p50: pct(&mut pauses.clone(), 50),
-            pause_p99: pct(&mut pauses, 99),
-            duration_p50: pct(&mut durations, 50),
-            bytes,
-            restore_one_ms,
-            restore_ms,
-        })
+    let _ = std::fs::remove_dir_all(&a.dir);
+    let cfg = store_config(a, n, s3);
+    let checkpoints = Arc::new(CheckpointStore::open(&cfg, "bench", "bench")?);
+    let mut rig = Rig::new(
+        &a.dir.join("state"),
+        checkpoints.clone(),
+        "bench",
+        a.partitions,
+        engine(),
+    )?;
+    let per = n / a.partitions as usize;
+    // One window (10:00) per tenant: every event opens or updates a window.
+    let ts = |round: usize| T0 + (round as i64 % 50);
+    for p in 0..a.partitions as usize {
+        rig.feed(p, p * per..(p + 1) * per, ts(0), 0);
     }
+    let first = rig.checkpoint()?;
+    let first_pause = *rig.coord.pauses_us.last().unwrap_or(&0) as f64 / 1e3;
+    let _ = first;
+    let mut pauses = Vec::new();
+    let mut durations = Vec::new();
+    let mut written = Vec::new();
+    let mut last = None;
+    for round in 1..=a.rounds {
+        let changed = (per / 100).max(1);
+        for p in 0..a.partitions as usize {
+            let from = p * per + (round * changed) % per.max(1);
+            rig.feed(
+                p,
+                from..(from + changed).min((p + 1) * per),
+                ts(round),
+                round,
+            );
+        }
+        let c = rig.checkpoint()?;
+        pauses.push(*rig.coord.pauses_us.last().unwrap_or(&0) as f64 / 1e3);
+        durations.push(c.duration_ms as f64);
+        let name = checkpoint_name(c.manifest.id, "bench");
+        written.push(
+            c.manifest
+                .partitions
+                .iter()
+                .map(|e| e.written_bytes(&name))
+                .sum::<u64>() as f64,
+        );
+        last = Some(c.manifest);
+    }
+    let last = last.ok_or_else(|| anyhow::anyhow!("--rounds must be at least 1"))?;
+    let full_bytes = last.partitions.iter().map(|e| e.segments[0].bytes()).sum();
+    let chain = last.partitions[0].segments.len();
+    drop(rig);
+    // One partition, then every partition into a fresh store, as a worker does
+    // on assignment.
+    let one = StateStore::open_fresh(&a.dir.join("restore-one"))?;
+    let started = Instant::now();
+    checkpoints
+        .restore_partition(Partition(0), "f", &one)?
+        .ok_or_else(|| anyhow::anyhow!("partition 0 missing after restore"))?;
+    let restore_one_ms = started.elapsed().as_secs_f64() * 1e3;
+    drop(one);
+    let fresh = StateStore::open_fresh(&a.dir.join("restore"))?;
+    let started = Instant::now();
+    let parts: Vec<Partition> = (0..a.partitions).map(Partition).collect();
+    let mut restored = 0;
+    for (p, r) in
+        parts
+            .iter()
+            .zip(checkpoints.restore_many(&parts, "f", Default::default(), &fresh)?)
+    {
+        let r = r?.ok_or_else(|| anyhow::anyhow!("partition {p} missing after restore"))?;
+        restored += PartitionTask::restore(*p, engine(), r.snapshot).open_windows();
+    }
+    let restore_ms = started.elapsed().as_secs_f64() * 1e3;
+    anyhow::ensure!(
+        restored == per * a.partitions as usize,
+        "restored {restored} windows, expected {}",
+        per * a.partitions as usize
+    );
+    let _ = std::fs::remove_dir_all(&a.dir);
+    Ok(Row {
+        first_pause,
+        pause_p50: pct(&mut pauses.clone(), 50),
+        pause_p99: pct(&mut pauses, 99),
+        duration_p50: pct(&mut durations, 50),
+        full_bytes,
+        written_p50: pct(&mut written, 50),
+        chain,
+        restore_one_ms,
+        restore_ms,
+    })
 }
 
 #[derive(Args, Debug)]

@@ -7,4 +7,5 @@ pub mod bench;
 pub mod bench_kafka;
 pub mod certs;
 pub mod chaos;
+pub mod rig;
 pub mod support;

@@ -307,7 +307,6 @@ pub fn write_checkpoint(
             },
         })
         .collect();
-    state.commit(commits)?;
     let job = ExportJob {
         id: CheckpointId(id),
         job: JobIdentity {
@@ -325,8 +324,10 @@ pub fn write_checkpoint(
                 watermark: None,
                 counters: Counters::default(),
                 offsets: OffsetLedger::without_gaps(0, NextOffset(next)),
+                chain: None,
             })
             .collect(),
+        commits,
         store: state.clone(),
         checkpoints: checkpoints.clone(),
     };

@@ -45,6 +45,7 @@ pub const EXPORTED: &[&str] = &[
     "tally_checkpoint_last_success_timestamp_seconds",
     "tally_checkpoint_last_duration_seconds",
     "tally_checkpoint_last_bytes",
+    "tally_checkpoint_state_bytes",
     "tally_checkpoint_interval_seconds",
     // sink
     "tally_sink_applied_records_total",
@@ -383,9 +384,16 @@ impl Collector for Worker {
             gauge(
                 &mut e,
                 "tally_checkpoint_last",
-                "Size of the last checkpoint's partition files.",
+                "Bytes the last checkpoint wrote (its new base or delta segments).",
                 Some(&Unit::Bytes),
                 c.last_bytes as f64,
+            )?;
+            gauge(
+                &mut e,
+                "tally_checkpoint_state",
+                "Bytes of the state the last checkpoint references: its bases and deltas.",
+                Some(&Unit::Bytes),
+                c.state_bytes as f64,
             )?;
         }
         gauge(
@@ -465,6 +473,7 @@ mod tests {
                 last_success_ms: Some(1_767_261_690_000),
                 last_duration_ms: 250,
                 last_bytes: 4096,
+                state_bytes: 65536,
             },
             idle_ms: None,
             partitions: vec![PartitionReport {
@@ -526,6 +535,7 @@ mod tests {
             "tally_partition_watermark_timestamp_seconds{partition=\"2\"} 1767261600.0",
             "tally_consumer_lag_records{partition=\"2\"} 10.0",
             "tally_checkpoint_last_bytes 4096.0",
+            "tally_checkpoint_state_bytes 65536.0",
             "tally_checkpoint_last_duration_seconds 0.25",
             "# TYPE tally_event_delay_seconds histogram",
             // 3 ms, then 40 and 40 (≤ 50 ms), 700 ms (≤ 1 s), 20 s (≤ 30 s): cumulative.

@@ -54,8 +54,11 @@ pub struct CheckpointStats {
     pub last_success_ms: Option<i64>,
     /// Barrier to manifest, ms.
     pub last_duration_ms: i64,
-    /// Bytes of its partition files.
+    /// Bytes it wrote (its new segments).
     pub last_bytes: u64,
+    /// Bytes of every segment it references (what a restore reads).
+    #[serde(default)]
+    pub state_bytes: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

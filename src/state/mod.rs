@@ -32,17 +32,22 @@
 //!   checkpoint store (`import_partition`); its writes skip the WAL. The checkpoint
 //!   files are the durable truth.
 //! - A partition without an `M` key has no state: it starts from the log start.
+//! - Every commit records the keys it put and its range deletes per partition
+//!   (`changes`), so a checkpoint can write only what changed (a delta); a
+//!   restore or a drop makes the partition's changes unknown.
 //!
 //! ## Compatibility
 //! The layout and the values are copied byte for byte into checkpoint parts, so
-//! they are part of the checkpoint format (`checkpoint::format`, version 3): a
+//! they are part of the checkpoint format (`checkpoint::format`, version 4): a
 //! change to a key or a stored struct (`stored`) is a new checkpoint format. The
 //! working copy itself is wiped at every start, so it has no compatibility of its
 //! own.
 
+pub mod changes;
 pub mod stored;
 
 use std::path::Path;
+use std::sync::Mutex;
 
 use rocksdb::{Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB};
 use serde::{Deserialize, Serialize};
@@ -51,6 +56,8 @@ use crate::engine::dedup::{unpack, Fingerprint};
 use crate::engine::spill::SpillStore;
 use crate::engine::{StateDelta, TaskSnapshot, WindowAcc, WindowPhase};
 use crate::model::Partition;
+use changes::Tracker;
+pub use changes::{Changes, KnownChanges};
 pub use stored::PartitionMeta;
 use stored::{encode, StoredMeta, StoredWindow};
 
@@ -90,7 +97,13 @@ pub struct PartitionCommit {
 
 pub struct StateStore {
     db: DB,
+    /// The keys written since each partition's last checkpoint (`changes`).
+    changes: Mutex<Tracker>,
 }
+
+/// The most key bytes `changes` holds (about a million changed windows between
+/// two checkpoints); past it, every partition's next checkpoint is a base.
+pub const CHANGES_LIMIT: usize = 64 << 20;
 
 fn p_bytes(p: i32) -> [u8; 4] {
     ((p as u32) ^ 0x8000_0000).to_be_bytes()
@@ -142,6 +155,22 @@ pub fn describe_key(k: &[u8]) -> String {
         }
         _ => format!("unrecognised key of {} bytes", k.len()),
     }
+}
+
+/// Deletes every window of partition `p` ending at or below `through`.
+fn delete_windows_through(batch: &mut WriteBatch, p: i32, through: i64) {
+    batch.delete_range(
+        key(b'W', p, &[]),
+        key(b'W', p, &[&end_bytes(through.saturating_add(1))]),
+    );
+}
+
+/// Deletes every dedup chunk of partition `p` expiring at or below `through`.
+fn delete_dedup_through(batch: &mut WriteBatch, p: i32, through: i64) {
+    batch.delete_range(
+        key(b'D', p, &[]),
+        key(b'D', p, &[&end_bytes(through.saturating_add(1))]),
+    );
 }
 
 /// Entries per write batch of a commit. The store is a working copy read only by
@@ -201,13 +230,29 @@ impl StateStore {
                 StateError::Open { path, source }
             }
         })?;
-        Ok(Self { db })
+        Ok(Self {
+            db,
+            changes: Mutex::new(Tracker::new(CHANGES_LIMIT)),
+        })
+    }
+
+    fn tracker(&self) -> std::sync::MutexGuard<'_, Tracker> {
+        // A panic elsewhere cannot leave the tracker half-updated in a way that
+        // matters: at worst a partition is taken as known one time too many —
+        // and a panicking worker exits anyway.
+        self.changes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Partition `p`'s changes since they were last taken (`changes`).
+    pub fn take_changes(&self, Partition(p): Partition) -> Changes {
+        self.tracker().take(p)
     }
 
     /// Writes every partition's changes and meta, in batches of at most
     /// `COMMIT_BATCH` entries (bounded memory however much changed).
     pub fn commit(&self, parts: Vec<PartitionCommit>) -> Result<(), StateError> {
         let mut batch = WriteBatch::default();
+        let mut tracker = self.tracker();
         for PartitionCommit {
             partition: Partition(p),
             next_offset,
@@ -215,38 +260,38 @@ impl StateStore {
         } in parts
         {
             if let Some(through) = delta.purged_through {
-                batch.delete_range(
-                    key(b'W', p, &[]),
-                    key(b'W', p, &[&end_bytes(through.saturating_add(1))]),
-                );
+                delete_windows_through(&mut batch, p, through);
+                tracker.purge_windows(p, through);
             }
             for ((end, tenant), acc, phase) in delta.changed {
-                batch.put(
-                    key(b'W', p, &[&end_bytes(end), tenant.as_bytes()]),
-                    encode(&StoredWindow::of(&acc, phase)),
-                );
+                let k = key(b'W', p, &[&end_bytes(end), tenant.as_bytes()]);
+                tracker.put(p, &k);
+                batch.put(k, encode(&StoredWindow::of(&acc, phase)));
                 if batch.len() >= COMMIT_BATCH {
                     self.write(std::mem::take(&mut batch))?;
                 }
             }
             let dead_through = delta.dedup.dead_through;
             if dead_through > i64::MIN {
-                batch.delete_range(
-                    key(b'D', p, &[]),
-                    key(b'D', p, &[&end_bytes(dead_through.saturating_add(1))]),
-                );
+                delete_dedup_through(&mut batch, p, dead_through);
+                tracker.purge_dedup(p, dead_through);
             }
             let seq = (next_offset.0 as u64).to_be_bytes();
             for (expiry, ids) in delta.dedup.chunks {
-                batch.put(key(b'D', p, &[&end_bytes(expiry), &seq]), ids);
+                let k = key(b'D', p, &[&end_bytes(expiry), &seq]);
+                tracker.put(p, &k);
+                batch.put(k, ids);
             }
             let meta = PartitionMeta {
                 next_offset,
                 watermark: delta.watermark,
                 counters: delta.counters,
             };
-            batch.put(key(b'M', p, &[]), encode(&StoredMeta::from(&meta)));
+            let k = key(b'M', p, &[]);
+            tracker.put(p, &k);
+            batch.put(k, encode(&StoredMeta::from(&meta)));
         }
+        drop(tracker);
         // Not synced, no WAL: durability comes from the checkpoint files (docs/DESIGN.md §7).
         self.write(batch)
     }
@@ -292,6 +337,54 @@ impl StateStore {
         Ok(n)
     }
 
+    /// Streams the entries of partition `p` that `changes` names and that still
+    /// exist to `visit`, in key order (a delta segment's entries).
+    pub fn export_changes(
+        &self,
+        Partition(p): Partition,
+        changes: &KnownChanges,
+        mut visit: impl FnMut(&[u8], &[u8]) -> std::io::Result<()>,
+    ) -> Result<u64, StateError> {
+        let mut n = 0;
+        for k in &changes.keys {
+            if k.get(1..5) != Some(&p_bytes(p)[..]) {
+                return Err(StateError::Corrupt {
+                    key: describe_key(k),
+                    msg: format!("tracked as a change of partition {p}"),
+                });
+            }
+            if let Some(v) = self.db.get_pinned(k).map_err(StateError::Read)? {
+                visit(k, &v).map_err(|e| StateError::Corrupt {
+                    key: "export".into(),
+                    msg: e.to_string(),
+                })?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Applies a delta segment to partition `p`: the range deletes, then
+    /// `entries` written over (`checkpoint::SegmentKind::Delta`).
+    pub fn apply_delta<'a>(
+        &self,
+        Partition(p): Partition,
+        windows_through: Option<i64>,
+        dedup_through: Option<i64>,
+        entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+    ) -> Result<(), StateError> {
+        let mut batch = WriteBatch::default();
+        if let Some(through) = windows_through {
+            delete_windows_through(&mut batch, p, through);
+        }
+        if let Some(through) = dedup_through {
+            delete_dedup_through(&mut batch, p, through);
+        }
+        self.put_all(p, batch, entries)?;
+        self.tracker().forget(p);
+        Ok(())
+    }
+
     /// Replaces everything of partition `p` with `entries` (from a checkpoint file).
     pub fn import_partition<'a>(
         &self,
@@ -299,7 +392,16 @@ impl StateStore {
         entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
     ) -> Result<(), StateError> {
         self.drop_partition(Partition(p))?;
-        let mut batch = WriteBatch::default();
+        self.put_all(p, WriteBatch::default(), entries)
+    }
+
+    /// Writes `batch`, then `entries` of partition `p` (refusing any other's).
+    fn put_all<'a>(
+        &self,
+        p: i32,
+        mut batch: WriteBatch,
+        entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
+    ) -> Result<(), StateError> {
         for (k, v) in entries {
             if k.get(1..5) != Some(&p_bytes(p)[..]) {
                 return Err(StateError::Corrupt {
@@ -324,6 +426,7 @@ impl StateStore {
 
     /// Deletes every key of partition `p`.
     pub fn drop_partition(&self, Partition(p): Partition) -> Result<(), StateError> {
+        self.tracker().forget(p);
         let mut batch = WriteBatch::default();
         for kind in [b'D', b'M', b'W'] {
             let (from, to) = (key(kind, p, &[]), key(kind, p.wrapping_add(1), &[]));

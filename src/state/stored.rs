@@ -8,7 +8,7 @@
 //! larger than `MAX_VALUE_BYTES` are refused before decoding.
 //!
 //! ## Compatibility
-//! These structs are part of checkpoint format 3 (`checkpoint::format`). Changing a
+//! These structs are part of checkpoint formats 3 and 4 (`checkpoint::format`). Changing a
 //! field's type, order or meaning, or adding one, is a new checkpoint format: bump
 //! `checkpoint::format::VERSION`, keep a reader for the old structs (or refuse them
 //! by version, naming the way out), and say so in docs/DESIGN.md §7.

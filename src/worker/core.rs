@@ -325,10 +325,11 @@ impl Core {
                     })
                     .collect()
             };
-            let done = self.coord.checkpoint(&mut ports, cut, wait)?;
-            self.evict_to_budget();
-            done
+            self.coord.checkpoint(&mut ports, cut, wait)?
         };
+        if self.coord.settled() {
+            self.evict_to_budget();
+        }
         for c in done {
             self.completed(c, consumer);
         }
@@ -339,12 +340,19 @@ impl Core {
     fn completed(&mut self, c: Completed, consumer: Option<&Source>) {
         let manifest = &c.manifest;
         let total = self.audit();
-        let bytes: u64 = manifest.partitions.iter().map(|e| e.bytes()).sum();
+        let name = self.coord.checkpoints().name_for(manifest.id);
+        let bytes: u64 = manifest
+            .partitions
+            .iter()
+            .map(|e| e.written_bytes(&name))
+            .sum();
+        let state_bytes: u64 = manifest.partitions.iter().map(|e| e.bytes()).sum();
         self.checkpoint_stats = CheckpointStats {
             completed: self.checkpoint_stats.completed + 1,
             last_success_ms: Some(now_ms()),
             last_duration_ms: c.duration_ms as i64,
             last_bytes: bytes,
+            state_bytes,
         };
         let report = match consumer {
             Some(consumer) => self.report_with(consumer),
@@ -353,9 +361,10 @@ impl Core {
         self.publisher.publish(&report);
         info!(
             checkpoint = manifest.id.0,
-            pause_ms = self.coord.pauses_ms.last().copied().unwrap_or(0),
+            pause_ms = self.coord.pauses_us.last().map_or(0, |us| us / 1000),
             duration_ms = c.duration_ms,
             bytes,
+            state_bytes,
             offsets = %crate::logfmt::pairs(manifest.partitions.iter().map(|e| (e.partition.0, e.next_offset.0))),
             gap_offsets = manifest.partitions.iter().map(|e| e.offsets.gap_offsets).sum::<u64>(),
             consumed = total.consumed, folded = total.folded, too_late = total.too_late,
@@ -373,6 +382,8 @@ impl Core {
             committer: &mut committer,
         };
         if let Some(c) = self.coord.finish(&mut ports, false)? {
+            // The barrier's deltas are in the store now: windows may go.
+            self.evict_to_budget();
             self.completed(c, Some(consumer));
         }
         Ok(())

@@ -217,7 +217,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         outputs.flush(Duration::from_secs(60))?;
     }
     let total = c.audit();
-    let mut pauses = c.coord.pauses_ms.clone();
+    let mut pauses: Vec<u64> = c.coord.pauses_us.iter().map(|us| us / 1000).collect();
     pauses.sort_unstable();
     let pct = |q: usize| {
         pauses

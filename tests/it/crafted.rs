@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
+use tally::checkpoint::format::{decode_manifest, encode_manifest};
 
 use crate::common::*;
 
@@ -85,16 +86,25 @@ fn crafted_checkpoints_are_damage_under_a_small_address_space() {
     let z = store.join("chk-00000000000000000901-x");
     std::fs::create_dir_all(&z).unwrap();
     std::os::unix::fs::symlink("/dev/zero", z.join("MANIFEST")).unwrap();
-    // 3. A good checkpoint's partition file replaced by /dev/zero.
+    // 3. A good checkpoint's manifest, renamed as checkpoint 902 of worker `x`
+    // (its segment moved along), whose partition file is /dev/zero.
     let copy = store.join("chk-00000000000000000902-x");
     let original = std::fs::read_dir(&store)
         .unwrap()
         .map(|e| e.unwrap().path())
         .find(|p| p.join("MANIFEST").is_file() && p.join("p-000000-0000").is_file())
         .expect("the file run wrote a checkpoint");
+    let mut m = decode_manifest(&std::fs::read(original.join("MANIFEST")).unwrap()).unwrap();
+    (m.id, m.worker) = (tally::checkpoint::CheckpointId(902), "x".into());
+    m.partitions[0].segments.truncate(1);
+    m.partitions[0].segments[0].checkpoint = "chk-00000000000000000902-x".into();
     std::fs::create_dir_all(&copy).unwrap();
-    std::fs::copy(original.join("MANIFEST"), copy.join("MANIFEST")).unwrap();
+    std::fs::write(copy.join("MANIFEST"), encode_manifest(&m)).unwrap();
     std::os::unix::fs::symlink("/dev/zero", copy.join("p-000000-0000")).unwrap();
+    // 4. A manifest copied under another name: damage, not a second checkpoint.
+    let moved = store.join("chk-00000000000000000903-x");
+    std::fs::create_dir_all(&moved).unwrap();
+    std::fs::copy(original.join("MANIFEST"), moved.join("MANIFEST")).unwrap();
 
     for args in [["checkpoints", "verify"], ["checkpoints", "list"]] {
         let mut all = args.to_vec();
@@ -112,6 +122,10 @@ fn crafted_checkpoints_are_damage_under_a_small_address_space() {
             assert_eq!(out.status.code(), Some(1), "{text}");
             assert!(
                 text.contains("chk-00000000000000000902-x/p-000000-0000"),
+                "{text}"
+            );
+            assert!(
+                text.contains("chk-00000000000000000903-x/MANIFEST: the manifest is checkpoint"),
                 "{text}"
             );
         }

@@ -262,11 +262,21 @@ fn on_s3_a_damaged_object_is_reported_and_fallen_back_from() {
         .into_iter()
         .rfind(|l| matches!(l.manifest, Some(Ok(_))))
         .expect("a complete checkpoint");
-    let part = newest
-        .objects
+    // A part of a delta: the newest checkpoint builds on earlier ones.
+    let manifest = newest.manifest.as_ref().unwrap().as_ref().unwrap();
+    let delta = manifest
+        .partitions
         .iter()
-        .find(|o| !o.key.ends_with("MANIFEST"))
-        .unwrap();
+        .find(|e| {
+            e.segments.len() > 1
+                && matches!(
+                    e.segments.last().unwrap().kind,
+                    tally::checkpoint::SegmentKind::Delta { .. }
+                )
+        })
+        .expect("the fourth checkpoint of a run holds a delta");
+    let key = tally::checkpoint::store::part_key(&newest.name, delta.partition, 0);
+    let part = newest.objects.iter().find(|o| o.key == key).unwrap();
     // Replaced from outside (as a bucket admin or a bad lifecycle tool could).
     store.objects().delete(&part.key).unwrap();
     store

@@ -1,7 +1,7 @@
 //! The restore decision, table by table.
 
 use super::*;
-use crate::checkpoint::{CheckpointId, PartRef};
+use crate::checkpoint::{CheckpointId, PartRef, Segment, SegmentKind};
 use crate::engine::Counters;
 
 fn manifest(id: u64, fingerprint: &str, entries: &[(i32, i64)]) -> Manifest {
@@ -21,9 +21,13 @@ fn manifest(id: u64, fingerprint: &str, entries: &[(i32, i64)]) -> Manifest {
                 watermark: None,
                 counters: Counters::default(),
                 offsets: OffsetLedger::without_gaps(0, NextOffset(next)),
-                parts: vec![PartRef {
-                    bytes: 1,
-                    sha256: [0; 32],
+                segments: vec![Segment {
+                    checkpoint: "chk-1-w".into(),
+                    kind: SegmentKind::Base,
+                    parts: vec![PartRef {
+                        bytes: 1,
+                        sha256: [0; 32],
+                    }],
                 }],
             })
             .collect(),

@@ -86,9 +86,9 @@ fn a_checkpoint_restores_what_was_written_across_parts() {
     // Enough windows for several parts (about 60 bytes each).
     let m = f.checkpoint(1, &[0, 1], 50, 300_000);
     assert!(
-        m.partitions[0].parts.len() >= 2,
+        m.partitions[0].segments[0].parts.len() >= 2,
         "{:?}",
-        m.partitions[0].parts
+        m.partitions[0].segments[0].parts
     );
     assert!(f.store.verify().unwrap().is_empty());
     let fresh = StateStore::open_fresh(&f.dir.join("fresh")).unwrap();
@@ -259,9 +259,9 @@ fn every_field_at_its_extremes_is_read_or_damage() {
         Box::new(|m| m.partitions[0].watermark = Some(EventTime(i64::MIN))),
         Box::new(|m| m.partitions[0].watermark = Some(EventTime(i64::MAX))),
         Box::new(move |m| m.partitions[0].counters = max),
-        Box::new(|m| m.partitions[0].parts[0].bytes = 0),
-        Box::new(|m| m.partitions[0].parts[0].bytes = u64::MAX),
-        Box::new(|m| m.partitions[0].parts[0].sha256 = [0; 32]),
+        Box::new(|m| m.partitions[0].segments[0].parts[0].bytes = 0),
+        Box::new(|m| m.partitions[0].segments[0].parts[0].bytes = u64::MAX),
+        Box::new(|m| m.partitions[0].segments[0].parts[0].sha256 = [0; 32]),
         Box::new(|m| m.partitions[0].offsets.gap_offsets = u64::MAX),
         Box::new(|m| m.partitions[0].offsets.empty_offsets = u64::MAX),
         Box::new(|m| {

@@ -136,7 +136,9 @@ impl Checkpointer {
         let mut ports = FilePorts { flush };
         self.coord
             .checkpoint(&mut ports, || vec![cut(task, lines)], false)?;
-        if let Some(keep) = self.budget {
+        // Evicting waits for the export's commit (the next spill's, at the
+        // latest): an evicted window must be in the store.
+        if let (Some(keep), true) = (self.budget, self.coord.settled()) {
             self.evicted += task.evict(keep) as u64;
         }
         self.taken += 1;
