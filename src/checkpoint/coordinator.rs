@@ -14,7 +14,7 @@
 //! 4. when the export is complete (`after_manifest`), commit its offsets
 //!    (`after_offset_commit`); a failed commit loses nothing — restores read
 //!    offsets from the checkpoint store;
-//! 5. retention.
+//! 5. retention, every `RETAIN_EVERY` checkpoints.
 //!
 //! It talks to the world through narrow ports: `Ports` (flush the outputs, commit
 //! offsets, crash points), the state store and the checkpoint store (whose
@@ -103,6 +103,10 @@ pub struct Completed {
     /// From its barrier to now.
     pub duration_ms: u64,
 }
+
+/// Retention runs after every this many checkpoints (by id): it lists the whole
+/// store, which on object storage costs with every object the kept chains hold.
+pub const RETAIN_EVERY: u64 = 4;
 
 /// The most deltas a chain holds before the next checkpoint writes a base.
 pub const MAX_DELTAS: usize = 16;
@@ -263,7 +267,9 @@ impl Coordinator {
             .collect();
         ports.commit_offsets(id, &offsets);
         ports.reached(Step::AfterOffsetCommit)?;
-        self.checkpoints.retain(id)?;
+        if id.0 % RETAIN_EVERY == 0 {
+            self.checkpoints.retain(id)?;
+        }
         Ok(Some(Completed {
             manifest,
             duration_ms: started.elapsed().as_millis() as u64,

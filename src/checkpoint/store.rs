@@ -57,6 +57,9 @@ pub fn referenced(name: &str, m: &Manifest) -> BTreeSet<String> {
     keys
 }
 
+/// A manifest as read: the object's size and modification time, and what it held.
+type CachedManifest = (u64, i64, Result<Manifest, Unreadable>);
+
 /// One part as read and checked (`read_part`).
 type PartRead = Result<Vec<u8>, CheckpointError>;
 
@@ -92,6 +95,11 @@ pub struct CheckpointStore {
     objects: Box<dyn Objects>,
     worker: String,
     retain: usize,
+    /// Manifests read so far, by key, with the size and time of the object read:
+    /// objects are created once, so the same key, size and time is the same
+    /// manifest — a listing reads only the new ones (retention lists after every
+    /// checkpoint).
+    manifests: std::sync::Mutex<BTreeMap<String, CachedManifest>>,
 }
 
 /// The id in a checkpoint name `chk-<id>-<worker>`: the digits up to the first
@@ -168,6 +176,7 @@ impl CheckpointStore {
             objects,
             worker: worker.to_string(),
             retain: retain.max(1),
+            manifests: Default::default(),
         }
     }
 
@@ -206,13 +215,25 @@ impl CheckpointStore {
 
     /// Every checkpoint, oldest id first.
     pub fn list(&self) -> Result<Vec<Listed>, CheckpointError> {
-        let mut out: Vec<Listed> = self
-            .groups()?
+        let groups = self.groups()?;
+        let mut cache = self.manifests.lock().unwrap_or_else(|e| e.into_inner());
+        // Manifests gone from the store are forgotten.
+        cache.retain(|key, _| {
+            key.split_once('/')
+                .is_some_and(|(name, _)| groups.contains_key(name))
+        });
+        let mut out: Vec<Listed> = groups
             .into_iter()
             .map(|(name, objects)| {
                 let key = manifest_key(&name);
-                let manifest = objects.iter().any(|o| o.key == key).then(|| {
-                    self.read_manifest(&key).and_then(|m| {
+                let found = objects.iter().find(|o| o.key == key);
+                let manifest = found.map(|o| {
+                    if let Some((size, modified, m)) = cache.get(&key) {
+                        if (*size, *modified) == (o.size, o.modified_ms) {
+                            return m.clone();
+                        }
+                    }
+                    let m = self.read_manifest(&key).and_then(|m| {
                         // Part keys derive from names: a manifest copied or moved
                         // under another name would vouch for objects not its own.
                         let own = checkpoint_name(m.id, &m.worker);
@@ -224,7 +245,12 @@ impl CheckpointStore {
                                 self.objects.location(&key)
                             )))
                         }
-                    })
+                    });
+                    // Damage may be a failed read: read it again next time.
+                    if !matches!(m, Err(Unreadable::Damaged(_))) {
+                        cache.insert(key.clone(), (o.size, o.modified_ms, m.clone()));
+                    }
+                    m
                 });
                 Listed {
                     name,

@@ -179,7 +179,9 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
             c.publisher.publish_quiet(&report);
             last_report = Instant::now();
         }
-        if last_checkpoint.elapsed() >= interval {
+        // One export at a time, and the loop never waits for one here: a slow
+        // store spaces checkpoints out instead of pausing the records.
+        if last_checkpoint.elapsed() >= interval && c.coord.settled() {
             c.checkpoint(&consumer, false)?;
             last_checkpoint = Instant::now();
         }
