@@ -7,7 +7,7 @@
 #   BENCH_STATE_SIZES   open-window scales for the state benchmark (default "1000000 10000000")
 #   BENCH_BUDGET        state.memory_budget for the state benchmark (default 64MiB)
 #   BENCH_DIR           scratch directory (default /tmp/tally-bench; generated files are reused)
-#   BENCH_ONLY          run one section: engine, kafka, state or checkpoint
+#   BENCH_ONLY          run one section: engine, kafka, state, checkpoint or budget
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -118,4 +118,15 @@ if section checkpoint; then
   AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench-secret AWS_REGION=us-east-1 TALLY_LOG=warn \
     "$dev" bench-checkpoint --dir "$work/checkpoint-bench" --s3-endpoint "$(cat "$s3dir/endpoint")"
   scripts/s3.sh stop "$s3dir"
+fi
+
+if section budget; then
+  echo "### Long lateness under a memory budget (100k tenants, 1 h lateness, a checkpoint a minute)"
+  echo
+  TALLY_LOG=warn "$dev" bench-lateness --dir "$work/lateness-bench"
+  echo
+  echo "### 50 M live dedup ids, without and with a 256 MiB budget (each in its own process)"
+  echo
+  TALLY_LOG=warn "$dev" bench-dedup --dir "$work/dedup-bench"
+  echo
 fi

@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tally::devtools::{bench, bench_kafka, certs, chaos};
+use tally::devtools::{bench, bench_kafka, bench_state, certs, chaos};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -28,6 +28,10 @@ enum Command {
     BenchKafka(bench_kafka::BenchKafkaArgs),
     /// Benchmark: checkpoint pause, duration, size and restore time by open windows.
     BenchCheckpoint(bench::BenchArgs),
+    /// Benchmark: long lateness over many tenants under a memory budget.
+    BenchLateness(bench_state::LatenessArgs),
+    /// Benchmark: tens of millions of live dedup ids, with and without a budget.
+    BenchDedup(bench_state::DedupArgs),
     /// Throw-away TLS certificates (CA, server for localhost/127.0.0.1, client,
     /// a second CA) for `tally dev-broker --tls-*` and a TLS PostgreSQL.
     Certs(CertsArgs),
@@ -52,6 +56,8 @@ fn main() -> ExitCode {
         Command::BenchEngine(a) => bench::run_engine(a),
         Command::BenchKafka(a) => bench_kafka::run(a),
         Command::BenchCheckpoint(a) => bench::run(a),
+        Command::BenchLateness(a) => bench_state::run_lateness(a),
+        Command::BenchDedup(a) => bench_state::run_dedup(a),
         Command::Certs(a) => certs::generate(&a.out, a.client_key_password.as_deref()),
     };
     match result {

@@ -304,9 +304,9 @@ impl Default for CheckpointConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct StateConfig {
     pub dir: PathBuf,
-    /// Memory for window state per worker; windows beyond it are evicted to
-    /// RocksDB after a checkpoint (read back when touched). `"off"`: unlimited.
-    /// Dedup ids are not covered (16-byte table entries, 21-64 bytes per id with the table load; see docs/operations/memory.md).
+    /// Memory for window state and dedup ids per worker; windows beyond it are
+    /// evicted to RocksDB after a commit (read back when touched), and dedup ids
+    /// move there behind filters (docs/operations/memory.md). `"off"`: unlimited.
     pub memory_budget: Budget,
 }
 

@@ -32,6 +32,10 @@ pub struct Rig {
     pub tasks: Vec<PartitionTask>,
     /// Records fed to each partition so far (its next offset).
     pub offsets: Vec<i64>,
+    /// `state.memory_budget` of the rig (all partitions), if any.
+    pub budget: Option<usize>,
+    /// Records since the last memory check.
+    since_check: usize,
 }
 
 impl Rig {
@@ -58,28 +62,110 @@ impl Rig {
                 .map(|p| PartitionTask::new(Partition(p), engine.clone()))
                 .collect(),
             offsets: vec![0; partitions as usize],
+            budget: None,
+            since_check: 0,
         })
+    }
+
+    /// Lets the rig evict windows and move dedup ids out under `budget` bytes,
+    /// as a worker does (after each commit; a spill when a quarter over).
+    pub fn with_budget(mut self, budget: usize) -> Self {
+        for t in &mut self.tasks {
+            t.attach_spill(self.state.clone());
+        }
+        self.budget = Some(budget);
+        self
+    }
+
+    /// Bytes the tasks hold that the budget bounds.
+    pub fn held_bytes(&self) -> usize {
+        self.tasks
+            .iter()
+            .map(|t| t.memory_bytes() + t.dedup_bytes())
+            .sum()
+    }
+
+    fn evict(&mut self) {
+        if let (Some(budget), true) = (self.budget, self.coord.settled()) {
+            let keep = budget / self.tasks.len().max(1);
+            for t in &mut self.tasks {
+                t.evict(keep);
+            }
+        }
+    }
+
+    /// The worker's memory check (every 4096 records): a quarter over the
+    /// budget, the changes go to the store and the tasks shrink.
+    fn check_memory(&mut self) -> Result<(), CheckpointError> {
+        self.since_check += 1;
+        if self.since_check < 4096 {
+            return Ok(());
+        }
+        self.since_check = 0;
+        let Some(budget) = self.budget else {
+            return Ok(());
+        };
+        if self.held_bytes() <= budget + budget / 4 {
+            return Ok(());
+        }
+        self.commit()
+    }
+
+    /// A spill: every task's changes to the working copy (no checkpoint), then,
+    /// under a budget, evictions.
+    pub fn commit(&mut self) -> Result<(), CheckpointError> {
+        let commits = self
+            .tasks
+            .iter_mut()
+            .zip(&self.offsets)
+            .map(|(t, &next)| crate::state::PartitionCommit {
+                partition: t.partition(),
+                next_offset: NextOffset(next),
+                delta: t.drain_changes(),
+            })
+            .collect();
+        self.coord.spill(&mut NoPorts, commits)?;
+        self.evict();
+        match self.tasks.iter_mut().find_map(|t| t.take_spill_error()) {
+            Some(e) => Err(CheckpointError::Refused(e)),
+            None => Ok(()),
+        }
     }
 
     /// One request per tenant in `tenants` to partition `p`, completed at `ts`
     /// (request ids unique per `round`): each opens or updates one window.
     pub fn feed(&mut self, p: usize, tenants: std::ops::Range<usize>, ts: i64, round: usize) {
-        let mut out = Vec::new();
-        let task = &mut self.tasks[p];
         for t in tenants {
-            let rec = format!(
-                r#"{{"request_id":"r{round}-{p}-{t}","tenant_id":"tenant-{t}","model":"m","prompt_tokens":100,"completion_tokens":10,"completed_ts":{ts}}}"#
-            );
-            task.process(
-                RecordIn {
-                    payload: rec.as_bytes(),
-                    kafka_ts: None,
-                    now_ms: 0,
-                },
-                &mut out,
-            );
-            self.offsets[p] += 1;
+            let id = format!("r{round}-{p}-{t}");
+            self.feed_one(p, &id, &format!("tenant-{t}"), ts)
+                .expect("the rig's state store works");
         }
+    }
+
+    /// One request `id` of `tenant` to partition `p`, completed at `ts`; under a
+    /// budget, the memory check after it (which may spill).
+    pub fn feed_one(
+        &mut self,
+        p: usize,
+        id: &str,
+        tenant: &str,
+        ts: i64,
+    ) -> Result<crate::engine::Route, CheckpointError> {
+        let rec = format!(
+            r#"{{"request_id":"{id}","tenant_id":"{tenant}","model":"m","prompt_tokens":100,"completion_tokens":10,"completed_ts":{ts}}}"#
+        );
+        let mut out = Vec::new();
+        let route = self.tasks[p].process(
+            RecordIn {
+                payload: rec.as_bytes(),
+                kafka_ts: None,
+                now_ms: 0,
+            },
+            &mut out,
+        );
+        self.offsets[p] += 1;
+        self.check_memory()?;
+        Ok(route)
     }
 
     /// A checkpoint of every partition, waited for.
@@ -100,6 +186,7 @@ impl Rig {
                 .collect()
         };
         let done = self.coord.checkpoint(&mut NoPorts, cut, true)?;
+        self.evict();
         done.into_iter()
             .last()
             .ok_or_else(|| CheckpointError::Refused("the checkpoint did not complete".into()))

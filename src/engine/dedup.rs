@@ -24,12 +24,22 @@
 //! one value per chunk and one range delete — a checkpoint costs O(expiries), not
 //! O(ids). An id may sit in two chunks (re-inserted after expiring); the larger
 //! expiry wins on restore.
+//!
+//! Under a memory budget the recent ids stay exact in the table (the hot set)
+//! and older ones move to the state store behind filters (`cold`): `spill_cold`
+//! moves every live id out; `is_duplicate` asks the cold tier only when the hot
+//! set has no live entry. An id is never both hot and live-cold (it is inserted
+//! hot again only once its cold entry is dead), so the two tiers decide exactly
+//! what one table would.
 
 use std::hash::Hasher;
+use std::sync::Arc;
 
 use siphasher::sip128::{Hasher128, SipHasher13};
 
+use super::cold::{Cold, DedupStore};
 use super::fpset::{Fp, FpSet};
+use crate::model::Partition;
 
 /// The fingerprint of a request id (see the module header).
 pub type Fingerprint = Fp;
@@ -55,6 +65,8 @@ pub struct Dedup {
     last: usize,
     /// The watermark of the last lookup or sweep (entries at or below it are dead).
     watermark: i64,
+    /// Ids moved out of memory (under a memory budget), if any.
+    cold: Option<Cold>,
 }
 
 impl Default for Dedup {
@@ -64,6 +76,7 @@ impl Default for Dedup {
             pending: Vec::new(),
             last: 0,
             watermark: i64::MIN,
+            cold: None,
         }
     }
 }
@@ -107,7 +120,59 @@ impl Dedup {
     /// but the watermark. `check_and_insert` afterwards records it.
     pub fn is_duplicate(&mut self, fp: Fingerprint, watermark: i64) -> bool {
         self.watermark = self.watermark.max(watermark);
-        self.seen.get(fp).is_some_and(|e| e > self.watermark)
+        if self.seen.get(fp).is_some_and(|e| e > self.watermark) {
+            return true;
+        }
+        match &mut self.cold {
+            Some(cold) => cold.is_live(fp, self.watermark),
+            None => false,
+        }
+    }
+
+    /// Lets this set move ids to `store` (`spill_cold`), in buckets of `width` ms
+    /// of expiries.
+    pub fn attach_cold(&mut self, store: Arc<dyn DedupStore>, partition: Partition, width: i64) {
+        self.cold = Some(Cold::new(store, partition, width));
+    }
+
+    /// Moves every live id out of memory to the cold tier (new filters of
+    /// `bloom_bytes`), except those expiring too far ahead; returns how many
+    /// moved. Only after a commit: the ids' chunks must be in the store already.
+    pub fn spill_cold(&mut self, bloom_bytes: usize) -> Result<usize, String> {
+        let Some(cold) = &mut self.cold else {
+            return Ok(0);
+        };
+        let w = self.watermark;
+        let live: Vec<(Fp, i64)> = self.seen.iter().filter(|(_, e)| *e > w).collect();
+        let n = live.len();
+        let stay = cold.take(live, w, bloom_bytes)?;
+        self.seen = FpSet::default();
+        for (fp, e) in &stay {
+            self.seen.insert_max(*fp, *e);
+        }
+        Ok(n - stay.len())
+    }
+
+    /// Memory the hot table takes.
+    pub fn hot_bytes(&self) -> usize {
+        self.seen.bytes()
+    }
+
+    /// Memory the set takes: the hot table and the cold tier's filters.
+    pub fn memory_bytes(&self) -> usize {
+        self.seen.bytes() + self.cold.as_ref().map_or(0, Cold::bytes)
+    }
+
+    /// Ids moved to the cold tier so far, and the store reads their filters caused.
+    pub fn cold_stats(&self) -> (u64, u64) {
+        self.cold
+            .as_ref()
+            .map_or((0, 0), |c| (c.moved(), c.reads()))
+    }
+
+    /// A failure to read the cold tier; the task's output since is void.
+    pub fn take_error(&mut self) -> Option<String> {
+        self.cold.as_mut().and_then(Cold::take_error)
     }
 
     pub fn check_and_insert(
@@ -151,6 +216,9 @@ impl Dedup {
     /// Notes that the watermark reached `watermark` (entries at or below it expire).
     pub fn expire(&mut self, watermark: i64) {
         self.watermark = self.watermark.max(watermark);
+        if let Some(cold) = &mut self.cold {
+            cold.expire(self.watermark);
+        }
     }
 
     /// Drops expired entries from memory if they are many (the table reuses them
@@ -159,7 +227,8 @@ impl Dedup {
         self.seen.compact(self.watermark);
     }
 
-    /// Every live id's fingerprint with its expiry, in no particular order.
+    /// Every live hot id's fingerprint with its expiry, in no particular order
+    /// (cold ids are in the state store).
     pub fn entries(&self) -> impl Iterator<Item = (Fingerprint, i64)> + '_ {
         let w = self.watermark;
         self.seen.iter().filter(move |(_, e)| *e > w)
@@ -246,6 +315,93 @@ mod tests {
         assert_eq!(unpack(&[5, 0, b'a']), None);
         assert_eq!(unpack(&[1]), None);
         assert_eq!(unpack(&[]), Some(vec![]));
+    }
+
+    /// The cold tier's store, in memory: the index the state store keeps.
+    #[derive(Default)]
+    struct MemCold(std::sync::Mutex<std::collections::BTreeMap<Fp, i64>>);
+
+    impl DedupStore for MemCold {
+        fn cold_expiry(&self, _: Partition, fp: Fp) -> Result<Option<i64>, String> {
+            Ok(self.0.lock().unwrap().get(&fp).copied())
+        }
+        fn put_cold(&self, _: Partition, entries: &[(Fp, i64)]) -> Result<(), String> {
+            assert!(
+                entries.windows(2).all(|w| w[0].0 < w[1].0),
+                "sorted, each once"
+            );
+            self.0.lock().unwrap().extend(entries.iter().copied());
+            Ok(())
+        }
+    }
+
+    /// Random inserts, lookups, watermark moves, moves to the cold tier and
+    /// restores (from the live ids, as a restore from the chunks does) decide
+    /// exactly as a map of every id to its latest expiry.
+    #[test]
+    fn spilled_and_restored_ids_decide_as_one_exact_map() {
+        let mut reads = 0;
+        for seed in 1..=40u64 {
+            let mut rng = crate::gen::Rng::new(seed);
+            let mut model: std::collections::HashMap<Fp, i64> = Default::default();
+            let fresh = |w: i64| {
+                let mut d = Dedup::restore([], w);
+                d.attach_cold(Arc::new(MemCold::default()), Partition(0), 500);
+                d
+            };
+            let mut d = fresh(i64::MIN);
+            let mut w = 0i64;
+            for step in 0..3_000 {
+                match rng.below(100) {
+                    // An event: its id from a small pool (duplicates, re-inserts
+                    // after expiry), expiring up to 3 000 ms ahead, some far out.
+                    0..=79 => {
+                        let id = format!("id-{}", rng.below(400));
+                        let fp = Fp::of(&id);
+                        let expiry = if rng.below(50) == 0 {
+                            w + 1_000_000
+                        } else {
+                            w + 1 + rng.below(3_000) as i64
+                        };
+                        let want = model.get(&fp).is_some_and(|e| *e > w);
+                        assert_eq!(d.is_duplicate(fp, w), want, "seed {seed} step {step}: {id}");
+                        if !want {
+                            d.check_and_insert(fp, &id, expiry, w);
+                            model.insert(fp, expiry);
+                        }
+                    }
+                    80..=89 => {
+                        w += rng.below(300) as i64;
+                        d.expire(w);
+                    }
+                    90..=96 => {
+                        d.drain_changes();
+                        d.spill_cold(4096).unwrap();
+                        assert!(d.len() <= model.len());
+                    }
+                    // A restore: the live ids come back into memory, hot.
+                    _ => {
+                        reads += d.cold_stats().1;
+                        let live: Vec<(Fp, i64)> = model
+                            .iter()
+                            .filter(|(_, e)| **e > w)
+                            .map(|(f, e)| (*f, *e))
+                            .collect();
+                        d = fresh(w);
+                        d = Dedup {
+                            cold: d.cold.take(),
+                            ..Dedup::restore(live, w)
+                        };
+                    }
+                }
+                assert!(d.take_error().is_none());
+            }
+            reads += d.cold_stats().1;
+        }
+        assert!(
+            reads > 100,
+            "the cold tier was read {reads} times: not exercised"
+        );
     }
 
     #[test]

@@ -207,6 +207,11 @@ impl FpSet {
         }
     }
 
+    /// Memory the table takes (its buckets; the expiry table is small).
+    pub fn bytes(&self) -> usize {
+        self.buckets.len() * std::mem::size_of::<Bucket>()
+    }
+
     /// Occupied slots: live entries and expired ones not yet dropped by a rebuild.
     pub fn len(&self) -> usize {
         self.occupied

@@ -7,6 +7,8 @@
 //! except the `max_future` guard and processing-time modes, which read the `now_ms`
 //! the caller passes in.
 
+pub mod bloom;
+pub mod cold;
 pub mod dedup;
 pub mod fpset;
 mod result;

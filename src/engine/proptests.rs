@@ -136,7 +136,10 @@ fn finals(panes: &[ResultRecord]) -> BTreeMap<(String, i64), ResultRecord> {
 /// What the state store does with a task's windows, in memory: applies each
 /// drained delta (changed windows, range purge), serves evicted windows back.
 #[derive(Default)]
-struct MirrorStore(std::sync::Mutex<BTreeMap<(i64, Box<str>), WindowAcc>>);
+struct MirrorStore(
+    std::sync::Mutex<BTreeMap<(i64, Box<str>), WindowAcc>>,
+    std::sync::Mutex<BTreeMap<crate::engine::fpset::Fp, i64>>,
+);
 
 impl MirrorStore {
     fn commit(&self, delta: StateDelta) {
@@ -147,6 +150,28 @@ impl MirrorStore {
         for ((end, tenant), acc, _) in delta.changed {
             m.insert((end, tenant), acc);
         }
+    }
+}
+
+impl crate::engine::cold::DedupStore for MirrorStore {
+    fn cold_expiry(
+        &self,
+        _: Partition,
+        fp: crate::engine::fpset::Fp,
+    ) -> Result<Option<i64>, String> {
+        Ok(self.1.lock().unwrap().get(&fp).copied())
+    }
+    fn put_cold(
+        &self,
+        _: Partition,
+        entries: &[(crate::engine::fpset::Fp, i64)],
+    ) -> Result<(), String> {
+        assert!(
+            entries.windows(2).all(|w| w[0].0 < w[1].0),
+            "sorted, each once"
+        );
+        self.1.lock().unwrap().extend(entries.iter().copied());
+        Ok(())
     }
 }
 

@@ -31,8 +31,9 @@ use crate::model::Partition;
 /// `scripts/bench.sh` (state scale); see BENCHMARKS.md.
 pub const WINDOW_BYTES: usize = 160;
 
-/// Read access to a partition's stored windows (the state store, in a worker).
-pub trait SpillStore: Send + Sync {
+/// Read access to a partition's stored windows, and its cold dedup ids (the
+/// state store, in a worker).
+pub trait SpillStore: super::cold::DedupStore + Send + Sync {
     /// The stored accumulator of `(end, tenant)`, if any.
     fn window(
         &self,

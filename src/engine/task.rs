@@ -98,6 +98,14 @@ pub struct TaskSnapshot {
     pub dedup: Vec<(Fingerprint, i64)>,
 }
 
+/// The fewest dedup ids moved out of memory at once: a tiny budget must not
+/// turn every commit into a file of a few ids. (Unit tests move any number, so
+/// their short inputs reach the cold tier.)
+#[cfg(not(test))]
+const MIN_COLD_MOVE: usize = 1024;
+#[cfg(test)]
+const MIN_COLD_MOVE: usize = 1;
+
 pub struct PartitionTask {
     partition: Partition,
     cfg: Arc<EngineConfig>,
@@ -251,22 +259,53 @@ impl PartitionTask {
     /// Lets this task evict windows to `store` (which must hold every window as
     /// of the last `drain_changes`, like the state store after a commit).
     pub fn attach_spill(&mut self, store: Arc<dyn SpillStore>) {
+        // Dedup ids move in buckets of a quarter of their horizon.
+        let cfg = &self.cfg;
+        let horizon = cfg
+            .window
+            .size_ms
+            .saturating_add(cfg.allowed_lateness_ms)
+            .saturating_add(cfg.dedup_extra_ms);
+        self.dedup
+            .attach_cold(store.clone(), self.partition, (horizon / 4).max(1));
         self.spilled.attach(store);
     }
 
-    /// A failure to read an evicted window back; the task's output since is void.
+    /// A failure to read an evicted window or a cold dedup id back (or to move
+    /// ids out); the task's output since is void.
     pub fn take_spill_error(&mut self) -> Option<String> {
-        self.spilled.take_error()
+        self.spilled
+            .take_error()
+            .or_else(|| self.dedup.take_error())
     }
 
-    /// Evicts clean windows until at most `keep_bytes` of them (`memory_bytes`)
-    /// are in memory: fired windows oldest end first, then open windows latest end
-    /// first. Call right after `drain_changes` has been committed. Returns how many
-    /// were evicted.
+    /// Memory the dedup ids take (hot table and cold filters), which
+    /// `state.memory_budget` bounds together with `memory_bytes`.
+    pub fn dedup_bytes(&self) -> usize {
+        self.dedup.memory_bytes()
+    }
+
+    /// Dedup ids moved out of memory so far, and the store reads that caused.
+    pub fn dedup_cold_stats(&self) -> (u64, u64) {
+        self.dedup.cold_stats()
+    }
+
+    /// Keeps the task within `keep_bytes`: first, when the dedup table takes
+    /// more than a quarter of it (and holds `MIN_COLD_MOVE` ids), its ids move to
+    /// the cold tier (filters of a twentieth each); then clean windows are evicted until at most what is left
+    /// of `keep_bytes` holds them (`memory_bytes`): fired windows oldest end
+    /// first, then open windows latest end first. Call right after
+    /// `drain_changes` has been committed (the evicted windows and the moved ids'
+    /// chunks must be in the store). Returns how many windows were evicted.
     pub fn evict(&mut self, keep_bytes: usize) -> usize {
         if !self.spilled.can_evict() {
             return 0;
         }
+        if self.dedup.hot_bytes() > keep_bytes / 4 && self.dedup.len() >= MIN_COLD_MOVE {
+            // A failure is remembered by the cold tier (`take_spill_error`).
+            let _ = self.dedup.spill_cold((keep_bytes / 20).max(4096));
+        }
+        let keep_bytes = keep_bytes.saturating_sub(self.dedup.memory_bytes());
         let mut excess = self.held_bytes.saturating_sub(keep_bytes);
         let mut evicted = 0;
         let ends: Vec<(WindowPhase, i64)> = self

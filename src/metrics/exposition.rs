@@ -33,6 +33,8 @@ pub const EXPORTED: &[&str] = &[
     "tally_open_windows",
     "tally_spilled_windows",
     "tally_dedup_ids",
+    "tally_dedup_cold_ids_total",
+    "tally_dedup_cold_reads_total",
     "tally_idle_advances_total",
     "tally_offsets_gap_total",
     "tally_offsets_empty_total",
@@ -288,6 +290,18 @@ impl Collector for Worker {
         )?;
         counters(
             &mut e,
+            "tally_dedup_cold_ids",
+            "Dedup ids moved out of memory to the state store under state.memory_budget.",
+            per(|p| p.dedup_cold_ids),
+        )?;
+        counters(
+            &mut e,
+            "tally_dedup_cold_reads",
+            "State-store reads for dedup ids out of memory (their filter said maybe).",
+            per(|p| p.dedup_cold_reads),
+        )?;
+        counters(
+            &mut e,
             "tally_offsets_gap",
             "Offsets deleted before tally read them, accepted with --allow-truncated-log (never billed).",
             per(|p| p.offsets.gap_offsets),
@@ -492,6 +506,8 @@ mod tests {
                 open_windows: 1,
                 spilled_windows: 0,
                 dedup_ids: 5,
+                dedup_cold_ids: 0,
+                dedup_cold_reads: 0,
                 delay,
                 disorder: Histogram::default(),
                 log_end: Some(100),

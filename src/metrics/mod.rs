@@ -38,6 +38,12 @@ pub struct PartitionReport {
     #[serde(default)]
     pub spilled_windows: usize,
     pub dedup_ids: usize,
+    /// Dedup ids moved out of memory so far (`engine::cold`), and the store
+    /// reads for them.
+    #[serde(default)]
+    pub dedup_cold_ids: u64,
+    #[serde(default)]
+    pub dedup_cold_reads: u64,
     pub delay: Histogram,
     pub disorder: Histogram,
     /// The input log end as of librdkafka's last fetch (consumer lag = log_end −
@@ -218,6 +224,8 @@ mod tests {
             open_windows: 1,
             spilled_windows: 0,
             dedup_ids: 3,
+            dedup_cold_ids: 0,
+            dedup_cold_reads: 0,
             delay: Histogram::default(),
             disorder: h,
             log_end: Some(10),

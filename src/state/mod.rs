@@ -9,6 +9,7 @@
 //! | `M` `p`                          | `StoredMeta` (next offset, watermark, audit counters) |
 //! | `W` `p` `end` `tenant_id bytes`  | `StoredWindow` (accumulator, whether the on-time pane fired) |
 //! | `D` `p` `expiry` `seq`            | the ids expiring then, packed (`dedup::pack`) |
+//! | `F` `p` `fp.a` `fp.b`             | a cold dedup id's expiry (`i64` BE); working copy only |
 //!
 //! ## Rules
 //! - The engine keeps active windows in memory; `commit` writes only what changed
@@ -32,6 +33,12 @@
 //!   checkpoint store (`import_partition`); its writes skip the WAL. The checkpoint
 //!   files are the durable truth.
 //! - A partition without an `M` key has no state: it starts from the log start.
+//! - `F` is the index of the dedup ids a task moved out of memory (`engine::cold`):
+//!   written in sorted runs as SST files ingested whole (no memtable, no WAL),
+//!   never exported (the `D` chunks are the durable form; a restore starts with
+//!   every id in memory again) and dropped with its partition. An entry whose
+//!   expiry is at or below its partition's last dedup range delete is dead: a
+//!   compaction filter drops it, so the index does not grow with time.
 //! - Every commit records the keys it put and its range deletes per partition
 //!   (`changes`), so a checkpoint can write only what changed (a delta); a
 //!   restore or a drop makes the partition's changes unknown.
@@ -46,12 +53,19 @@
 pub mod changes;
 pub mod stored;
 
-use std::path::Path;
-use std::sync::Mutex;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
-use rocksdb::{Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB};
+use rocksdb::compaction_filter::Decision;
+use rocksdb::{
+    Direction, IngestExternalFileOptions, IteratorMode, Options, SstFileWriter, WriteBatch,
+    WriteOptions, DB,
+};
 use serde::{Deserialize, Serialize};
 
+use crate::engine::cold::DedupStore;
 use crate::engine::dedup::{unpack, Fingerprint};
 use crate::engine::spill::SpillStore;
 use crate::engine::{StateDelta, TaskSnapshot, WindowAcc, WindowPhase};
@@ -97,6 +111,12 @@ pub struct PartitionCommit {
 
 pub struct StateStore {
     db: DB,
+    dir: PathBuf,
+    /// Per partition, the last dedup range delete's bound: cold ids expiring at
+    /// or below it are dead (read by the compaction filter).
+    dead_through: Arc<RwLock<HashMap<i32, i64>>>,
+    /// Cold-id SST files written so far (their names).
+    ssts: AtomicU64,
     /// The keys written since each partition's last checkpoint (`changes`).
     changes: Mutex<Tracker>,
 }
@@ -153,6 +173,7 @@ pub fn describe_key(k: &[u8]) -> String {
         (Some(b'D'), Some(p), Some(expiry)) => {
             format!("dedup chunk of partition {p} expiring at {expiry}")
         }
+        (Some(b'F'), Some(p), _) => format!("cold dedup id of partition {p}"),
         _ => format!("unrecognised key of {} bytes", k.len()),
     }
 }
@@ -212,6 +233,56 @@ impl SpillStore for StateStore {
     }
 }
 
+fn cold_key(p: i32, fp: Fingerprint) -> Vec<u8> {
+    key(b'F', p, &[&fp.a.to_be_bytes(), &fp.b.to_be_bytes()])
+}
+
+impl DedupStore for StateStore {
+    fn cold_expiry(&self, Partition(p): Partition, fp: Fingerprint) -> Result<Option<i64>, String> {
+        let k = cold_key(p, fp);
+        match self.db.get_pinned(&k).map_err(|e| e.to_string())? {
+            Some(v) => match <[u8; 8]>::try_from(&v[..]) {
+                Ok(b) => Ok(Some(i64::from_be_bytes(b))),
+                Err(_) => Err(format!(
+                    "{}: a value of {} bytes",
+                    describe_key(&k),
+                    v.len()
+                )),
+            },
+            None => Ok(None),
+        }
+    }
+
+    /// One SST file per call, ingested whole (moved into the store).
+    fn put_cold(
+        &self,
+        Partition(p): Partition,
+        entries: &[(Fingerprint, i64)],
+    ) -> Result<(), String> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let n = self.ssts.fetch_add(1, Ordering::Relaxed);
+        let path = self.dir.join(format!("cold-{p}-{n}.sst"));
+        let opts = Options::default();
+        let mut w = SstFileWriter::create(&opts);
+        let written = (|| {
+            w.open(&path)?;
+            for (fp, expiry) in entries {
+                w.put(cold_key(p, *fp), expiry.to_be_bytes())?;
+            }
+            w.finish()?;
+            let mut ingest = IngestExternalFileOptions::default();
+            ingest.set_move_files(true);
+            self.db.ingest_external_file_opts(&ingest, vec![&path])
+        })();
+        if written.is_err() {
+            let _ = std::fs::remove_file(&path);
+        }
+        written.map_err(|e| format!("moving {} dedup ids to the state store: {e}", entries.len()))
+    }
+}
+
 impl StateStore {
     pub fn open(dir: &Path) -> Result<Self, StateError> {
         let mut opts = Options::default();
@@ -222,6 +293,20 @@ impl StateStore {
         // memtables bound the store's memory (two of 16 MiB) without slowing them.
         opts.set_write_buffer_size(16 << 20);
         opts.set_max_write_buffer_number(2);
+        let dead_through: Arc<RwLock<HashMap<i32, i64>>> = Arc::default();
+        let dead = dead_through.clone();
+        opts.set_compaction_filter("tally-dead-cold-ids", move |_: u32, k: &[u8], v: &[u8]| {
+            if k.first() != Some(&b'F') || k.len() < 5 || v.len() != 8 {
+                return Decision::Keep;
+            }
+            let p = (u32::from_be_bytes([k[1], k[2], k[3], k[4]]) ^ 0x8000_0000) as i32;
+            let expiry = i64::from_be_bytes(v.try_into().unwrap_or([0; 8]));
+            let dead = dead.read().unwrap_or_else(|e| e.into_inner());
+            match dead.get(&p) {
+                Some(&through) if expiry <= through => Decision::Remove,
+                _ => Decision::Keep,
+            }
+        });
         let path = dir.display().to_string();
         let db = DB::open(&opts, dir).map_err(|source| {
             if source.kind() == rocksdb::ErrorKind::IOError && source.as_ref().contains("lock") {
@@ -232,6 +317,9 @@ impl StateStore {
         })?;
         Ok(Self {
             db,
+            dir: dir.to_path_buf(),
+            dead_through,
+            ssts: AtomicU64::new(0),
             changes: Mutex::new(Tracker::new(CHANGES_LIMIT)),
         })
     }
@@ -275,6 +363,10 @@ impl StateStore {
             if dead_through > i64::MIN {
                 delete_dedup_through(&mut batch, p, dead_through);
                 tracker.purge_dedup(p, dead_through);
+                self.dead_through
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(p, dead_through);
             }
             let seq = (next_offset.0 as u64).to_be_bytes();
             for (expiry, ids) in delta.dedup.chunks {
@@ -427,8 +519,13 @@ impl StateStore {
     /// Deletes every key of partition `p`.
     pub fn drop_partition(&self, Partition(p): Partition) -> Result<(), StateError> {
         self.tracker().forget(p);
+        // A restore may go back in time: an old bound must not kill its ids.
+        self.dead_through
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&p);
         let mut batch = WriteBatch::default();
-        for kind in [b'D', b'M', b'W'] {
+        for kind in [b'D', b'F', b'M', b'W'] {
             let (from, to) = (key(kind, p, &[]), key(kind, p.wrapping_add(1), &[]));
             if p == i32::MAX {
                 batch.delete_range(from, vec![kind + 1]);

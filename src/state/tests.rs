@@ -101,3 +101,83 @@ fn rocksdb_version_is_the_bundled_one() {
         "{version} vs {ROCKSDB_VERSION}"
     );
 }
+
+/// The cold dedup index: runs ingested as SST files, later runs win, a drop
+/// forgets it, and compaction drops the ids dead at the partition's last dedup
+/// range delete — never another partition's.
+#[test]
+fn cold_ids_are_ingested_replaced_dropped_and_compacted_away_when_dead() {
+    use crate::engine::cold::DedupStore;
+    use crate::engine::dedup::Fingerprint;
+    use crate::engine::{DedupDelta, StateDelta};
+    let dir = std::env::temp_dir().join(format!("tally-state-cold-{}", std::process::id()));
+    let store = StateStore::open_fresh(&dir).unwrap();
+    let fp = |i: u32| Fingerprint::of(&format!("id-{i}"));
+    let mut run: Vec<(Fingerprint, i64)> = (0..1000).map(|i| (fp(i), 100 + i as i64)).collect();
+    run.sort_unstable();
+    for p in [0, 1] {
+        store.put_cold(Partition(p), &run).unwrap();
+    }
+    assert_eq!(store.cold_expiry(Partition(0), fp(7)).unwrap(), Some(107));
+    assert_eq!(store.cold_expiry(Partition(0), fp(5000)).unwrap(), None);
+    // A later run wins (an id moved out again after a re-insert).
+    store.put_cold(Partition(0), &[(fp(7), 9_000)]).unwrap();
+    assert_eq!(store.cold_expiry(Partition(0), fp(7)).unwrap(), Some(9_000));
+    // Not exported: the chunks are the durable form.
+    let mut exported = 0;
+    store
+        .export_partition(Partition(0), |k, _| {
+            assert_ne!(k[0], b'F');
+            exported += 1;
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(exported, 0);
+    // Partition 0's dedup range delete through 600: its ids expiring at or
+    // below are dead, and compaction drops them.
+    let commit = |p: i32, dead_through: i64| PartitionCommit {
+        partition: Partition(p),
+        next_offset: NextOffset(1),
+        delta: StateDelta {
+            changed: vec![],
+            purged_through: None,
+            dedup: DedupDelta {
+                chunks: vec![],
+                dead_through,
+            },
+            watermark: crate::time::Watermark::new(0),
+            counters: Default::default(),
+        },
+    };
+    store
+        .commit(vec![commit(0, 600), commit(1, i64::MIN)])
+        .unwrap();
+    store.db.compact_range::<&[u8], &[u8]>(None, None);
+    assert_eq!(
+        store.cold_expiry(Partition(0), fp(3)).unwrap(),
+        None,
+        "dead, compacted away"
+    );
+    assert_eq!(
+        store.cold_expiry(Partition(0), fp(900)).unwrap(),
+        Some(1000)
+    );
+    assert_eq!(store.cold_expiry(Partition(0), fp(7)).unwrap(), Some(9_000));
+    assert_eq!(
+        store.cold_expiry(Partition(1), fp(3)).unwrap(),
+        Some(103),
+        "another partition"
+    );
+    store.drop_partition(Partition(1)).unwrap();
+    assert_eq!(store.cold_expiry(Partition(1), fp(900)).unwrap(), None);
+    assert!(
+        std::fs::read_dir(&dir).unwrap().all(|e| !e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with("cold-")),
+        "ingested files are moved into the store"
+    );
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -506,7 +506,11 @@ impl Core {
         }
         self.since_memory_check = 0;
         if let Some(budget) = self.memory_budget {
-            let held: usize = self.slots.values().map(|s| s.task.memory_bytes()).sum();
+            let held: usize = self
+                .slots
+                .values()
+                .map(|s| s.task.memory_bytes() + s.task.dedup_bytes())
+                .sum();
             self.spill_due |= held > budget + budget / 4;
         }
     }
@@ -643,6 +647,8 @@ impl Core {
                     open_windows: s.task.open_windows(),
                     spilled_windows: s.task.open_windows() - s.task.windows_in_memory(),
                     dedup_ids: s.task.dedup_ids(),
+                    dedup_cold_ids: s.task.dedup_cold_stats().0,
+                    dedup_cold_reads: s.task.dedup_cold_stats().1,
                     delay: s.task.delay().clone(),
                     disorder: s.task.disorder().clone(),
                     // The log end seen at assignment until a fetch says more.

@@ -80,8 +80,10 @@ fn seed_burst_with_thirty_seconds_of_lateness_is_billed_to_ten_oclock() {
 }
 
 /// Two runs over the same topic from the earliest offset, fresh state, different
-/// groups: byte-identical results per source partition. The first run's accounting
-/// must match what the generator injected, and its totals reach PostgreSQL exactly.
+/// groups: byte-identical results per source partition — the second under a
+/// memory budget so tight that its windows and dedup ids live in RocksDB. The first
+/// run's accounting must match what the generator injected, and its totals reach
+/// PostgreSQL exactly.
 #[test]
 fn replays_are_byte_identical_and_dirty_input_is_accounted_exactly() {
     let dir = TempDir::new("replay");
@@ -118,13 +120,24 @@ fn replays_are_byte_identical_and_dirty_input_is_accounted_exactly() {
     ];
     let args: Vec<&str> = base.iter().chain(DIRTY).copied().collect();
     let expected = generate(&cfg_a, dir.path(), "expected", &args);
-    for cfg in [&cfg_a, &cfg_b] {
+    for (cfg, budget) in [(&cfg_a, "off"), (&cfg_b, "16KiB")] {
         tally_ok(
             &["run", "--config", cfg.to_str().unwrap(), "--until-end"],
-            &[],
+            &[("TALLY_STATE__MEMORY_BUDGET", budget)],
             Duration::from_secs(300),
         );
     }
+    let report_b = tally::worker::report::read(&dir.path().join("state-b")).unwrap();
+    let cold: u64 = report_b.partitions.iter().map(|p| p.dedup_cold_ids).sum();
+    let reads: u64 = report_b.partitions.iter().map(|p| p.dedup_cold_reads).sum();
+    assert!(
+        cold > 10_000 && reads > 100,
+        "run b moved {cold} dedup ids out of memory and read {reads} back"
+    );
+    assert_eq!(
+        totals(&dir.path().join("state-b")),
+        totals(&dir.path().join("state-a"))
+    );
     let by_partition = |topic: &str| {
         let mut m: BTreeMap<i64, Vec<Vec<u8>>> = BTreeMap::new();
         for r in read_topic(&broker.kafka(), topic).unwrap() {

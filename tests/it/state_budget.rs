@@ -1,6 +1,6 @@
-//! Window state beyond `state.memory_budget` lives in RocksDB (docs/DESIGN.md §7.7,
-//! docs/operations/memory.md): a run that spills nearly every window produces the same bytes as one
-//! that keeps everything in memory.
+//! Window state and dedup ids beyond `state.memory_budget` live in RocksDB
+//! (docs/DESIGN.md §7.7, docs/operations/memory.md): a run that spills nearly every
+//! window and id produces the same bytes as one that keeps everything in memory.
 
 use std::time::Duration;
 
@@ -111,6 +111,16 @@ fn a_tight_memory_budget_spills_windows_and_changes_no_byte_of_output() {
     assert!(
         evicted > 1_000,
         "only {evicted} windows evicted:\n{spilled_log}"
+    );
+    let moved: u64 = spilled_log
+        .split("dedup_ids_moved_out=")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .expect("the run reports its dedup ids moved out");
+    assert!(
+        moved > 10_000,
+        "only {moved} dedup ids moved out:\n{spilled_log}"
     );
     assert!(!plain[0].is_empty() && !plain[1].is_empty() && !plain[2].is_empty());
     for (a, b) in plain.iter().zip(&spilled) {

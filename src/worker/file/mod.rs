@@ -174,7 +174,7 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
                     || flush_all(&mut out, output, &mut late, &late_path, &mut dlq, &dlq_path);
                 checkpointer.checkpoint(&mut task, line_no, &mut flush)?;
                 last_checkpoint = Instant::now();
-            } else if budget.is_some_and(|b| task.memory_bytes() > b + b / 4) {
+            } else if budget.is_some_and(|b| task.memory_bytes() + task.dedup_bytes() > b + b / 4) {
                 checkpointer.spill(&mut task, line_no)?;
             }
         }
@@ -269,10 +269,13 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
             interrupted: Some(shutdown::signal().unwrap_or(libc::SIGTERM)),
         });
     }
+    let (ids_cold, cold_reads) = task.dedup_cold_stats();
     tracing::info!(
         checkpoints = checkpointer.taken,
         windows_evicted = checkpointer.evicted,
         windows_spilled = task.open_windows() - task.windows_in_memory(),
+        dedup_ids_moved_out = ids_cold,
+        dedup_cold_reads = cold_reads,
         "input read; state committed"
     );
     task.end_of_input(&mut panes);
