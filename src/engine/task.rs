@@ -301,7 +301,7 @@ impl PartitionTask {
         if !self.spilled.can_evict() {
             return 0;
         }
-        if self.dedup.hot_bytes() > keep_bytes / 4 && self.dedup.len() >= MIN_COLD_MOVE {
+        if self.dedup.hot_bytes() >= keep_bytes / 4 && self.dedup.len() >= MIN_COLD_MOVE {
             // A failure is remembered by the cold tier (`take_spill_error`).
             let _ = self.dedup.spill_cold((keep_bytes / 20).max(4096));
         }
