@@ -192,6 +192,17 @@ impl Manifest {
     pub fn entry(&self, p: Partition) -> Option<&PartitionEntry> {
         self.partitions.iter().find(|e| e.partition == p)
     }
+
+    /// The bytes this checkpoint wrote: its own segments.
+    pub fn written_bytes(&self) -> u64 {
+        let name = store::checkpoint_name(self.id, &self.worker);
+        self.partitions.iter().map(|e| e.written_bytes(&name)).sum()
+    }
+
+    /// The bytes its chains reference: what a restore of every partition reads.
+    pub fn state_bytes(&self) -> u64 {
+        self.partitions.iter().map(PartitionEntry::bytes).sum()
+    }
 }
 
 pub fn hex(bytes: &[u8]) -> String {

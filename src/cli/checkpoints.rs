@@ -46,8 +46,7 @@ pub fn run(a: CheckpointsArgs) -> anyhow::Result<()> {
                     Some(Ok(m)) => {
                         // What this checkpoint wrote, what its chains reference
                         // (a restore reads that), and the longest chain.
-                        let written: u64 = m.partitions.iter().map(|e| e.written_bytes(name)).sum();
-                        let state: u64 = m.partitions.iter().map(|e| e.bytes()).sum();
+                        let (written, state) = (m.written_bytes(), m.state_bytes());
                         let chain = m.partitions.iter().map(|e| e.segments.len()).max();
                         let offsets: Vec<String> = m
                             .partitions

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use clap::Args;
 
-use crate::checkpoint::store::{checkpoint_name, CheckpointStore};
+use crate::checkpoint::store::CheckpointStore;
 use crate::devtools::rig::{Rig, T0};
 use crate::engine::{EngineConfig, PartitionTask};
 use crate::model::Partition;
@@ -160,14 +160,7 @@ fn measure(a: &BenchArgs, n: usize, s3: Option<&str>) -> anyhow::Result<Row> {
         let c = rig.checkpoint()?;
         pauses.push(*rig.coord.pauses_us.last().unwrap_or(&0) as f64 / 1e3);
         durations.push(c.duration_ms as f64);
-        let name = checkpoint_name(c.manifest.id, "bench");
-        written.push(
-            c.manifest
-                .partitions
-                .iter()
-                .map(|e| e.written_bytes(&name))
-                .sum::<u64>() as f64,
-        );
+        written.push(c.manifest.written_bytes() as f64);
         last = Some(c.manifest);
     }
     let last = last.ok_or_else(|| anyhow::anyhow!("--rounds must be at least 1"))?;

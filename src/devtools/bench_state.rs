@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use clap::Args;
 
-use crate::checkpoint::store::{checkpoint_name, CheckpointStore};
+use crate::checkpoint::store::CheckpointStore;
 use crate::config::size::Budget;
 use crate::devtools::rig::{Rig, T0};
 use crate::devtools::support::one_price_engine;
@@ -90,15 +90,8 @@ pub fn run_lateness(a: LatenessArgs) -> anyhow::Result<()> {
             rig.feed_one(p, &format!("m{m}-t{t}"), &format!("tenant-{t}"), ts)?;
         }
         let c = rig.checkpoint()?;
-        let name = checkpoint_name(c.manifest.id, "bench");
-        written.push(
-            c.manifest
-                .partitions
-                .iter()
-                .map(|e| e.written_bytes(&name))
-                .sum::<u64>(),
-        );
-        state = c.manifest.partitions.iter().map(|e| e.bytes()).sum();
+        written.push(c.manifest.written_bytes());
+        state = c.manifest.state_bytes();
         pauses.push(*rig.coord.pauses_us.last().unwrap_or(&0));
     }
     let secs = started.elapsed().as_secs_f64();

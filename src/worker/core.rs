@@ -340,13 +340,7 @@ impl Core {
     fn completed(&mut self, c: Completed, consumer: Option<&Source>) {
         let manifest = &c.manifest;
         let total = self.audit();
-        let name = self.coord.checkpoints().name_for(manifest.id);
-        let bytes: u64 = manifest
-            .partitions
-            .iter()
-            .map(|e| e.written_bytes(&name))
-            .sum();
-        let state_bytes: u64 = manifest.partitions.iter().map(|e| e.bytes()).sum();
+        let (bytes, state_bytes) = (manifest.written_bytes(), manifest.state_bytes());
         self.checkpoint_stats = CheckpointStats {
             completed: self.checkpoint_stats.completed + 1,
             last_success_ms: Some(now_ms()),
