@@ -4,8 +4,8 @@ use clap::{Args, Subcommand};
 
 use super::ConfigArg;
 use crate::checkpoint::store::CheckpointStore;
-use crate::config::duration::format_utc_ms;
 use crate::kafka::now_ms;
+use crate::time::utc::format_utc_ms;
 
 #[derive(Args, Debug)]
 pub struct CheckpointsArgs {

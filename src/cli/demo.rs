@@ -11,13 +11,13 @@ use anyhow::Context;
 use clap::Args;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
-use crate::config::duration::format_utc_ms;
 use crate::config::{Config, Millis, PriceConfig};
 use crate::engine::{PaneKind, ResultRecord};
 use crate::gen::{GenOptions, Generator};
 use crate::kafka::outputs::{send, DeliveryTracker, UNTIMED};
 use crate::kafka::read::read_topic;
 use crate::kafka::{broker, client_config, headers, PRODUCER_DEFAULTS};
+use crate::time::utc::format_utc_ms;
 use crate::worker::kafka::{run as run_worker, RunOptions};
 
 #[derive(Args, Debug)]

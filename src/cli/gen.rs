@@ -9,11 +9,11 @@ use clap::Args;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 use super::ConfigArg;
-use crate::config::duration::parse_utc_ms;
 use crate::config::{Config, Millis};
 use crate::gen::{Expected, GenOptions, Generator};
 use crate::kafka::outputs::{send, DeliveryTracker, UNTIMED};
 use crate::kafka::{client_config, PRODUCER_DEFAULTS};
+use crate::time::utc::parse_utc_ms;
 
 #[derive(Args, Debug)]
 pub struct GenArgs {

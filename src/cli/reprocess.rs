@@ -19,13 +19,13 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::ConfigArg;
-use crate::config::duration::parse_utc_ms;
 use crate::engine::RecordIn;
 use crate::kafka::logging::Logged;
 use crate::kafka::outputs::{source_coords, Outputs};
 use crate::kafka::{client_config, headers, now_ms};
 use crate::model::Partition;
 use crate::reprocess::{Outcome, Reprocessor};
+use crate::time::utc::parse_utc_ms;
 use crate::worker::shutdown;
 
 #[derive(Args, Debug)]

@@ -1,5 +1,5 @@
-//! Human durations (`"500ms"`, `"5s"`, `"1m30s"`, `"2h"`, `"1d"`) and UTC timestamps
-//! (`"2026-01-01T10:00:00Z"` or integer ms), as used in the config file.
+//! Human durations (`"500ms"`, `"5s"`, `"1m30s"`, `"2h"`, `"1d"`), as used in the
+//! config file. UTC times are `crate::time::utc`.
 //!
 //! Invariant: parsing is exact integer arithmetic in milliseconds; `"off"` is
 //! only accepted where a duration is optional.
@@ -134,91 +134,6 @@ pub fn de_u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     d.deserialize_any(V)
 }
 
-/// Parses `"YYYY-MM-DDTHH:MM:SS[.mmm]Z"` (UTC only) or integer milliseconds.
-pub fn parse_utc_ms(s: &str) -> Result<i64, String> {
-    let s = s.trim();
-    if let Ok(ms) = s.parse::<i64>() {
-        return Ok(ms);
-    }
-    let err = || format!("{s:?} is not a UTC time like \"2026-01-01T10:00:00Z\" or integer ms");
-    let b = s.as_bytes();
-    if b.len() < 20
-        || b[4] != b'-'
-        || b[7] != b'-'
-        || b[10] != b'T'
-        || b[13] != b':'
-        || b[16] != b':'
-    {
-        return Err(err());
-    }
-    if !s.ends_with('Z') {
-        return Err(format!("{s:?}: only UTC times ending in Z are accepted"));
-    }
-    let num =
-        |r: std::ops::Range<usize>| s.get(r).and_then(|x| x.parse::<i64>().ok()).ok_or_else(err);
-    let (y, mo, d, h, mi, sec) = (
-        num(0..4)?,
-        num(5..7)?,
-        num(8..10)?,
-        num(11..13)?,
-        num(14..16)?,
-        num(17..19)?,
-    );
-    let frac = match &s[19..s.len() - 1] {
-        "" => 0,
-        f if f.len() == 4 && f.starts_with('.') => num(20..23)?,
-        _ => return Err(err()),
-    };
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 59 {
-        return Err(err());
-    }
-    Ok(days_from_civil(y, mo, d) * 86_400_000 + h * 3_600_000 + mi * 60_000 + sec * 1_000 + frac)
-}
-
-/// Formats ms since the epoch as `"YYYY-MM-DDTHH:MM:SS.mmmZ"`.
-pub fn format_utc_ms(ms: i64) -> String {
-    let days = ms.div_euclid(86_400_000);
-    let rem = ms.rem_euclid(86_400_000);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3_600_000,
-        rem / 60_000 % 60,
-        rem / 1_000 % 60,
-        rem % 1_000
-    )
-}
-
-// Howard Hinnant's civil-calendar algorithms.
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (
-        if m <= 2 {
-            yoe + era * 400 + 1
-        } else {
-            yoe + era * 400
-        },
-        m,
-        d,
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,18 +150,5 @@ mod tests {
         }
         assert_eq!(Millis(90_000).to_string(), "90s");
         assert_eq!(Millis(60_000).to_string(), "1m");
-    }
-
-    #[test]
-    fn utc_times_round_trip() {
-        assert_eq!(parse_utc_ms("2026-01-01T10:00:44Z"), Ok(1_767_261_644_000));
-        assert_eq!(parse_utc_ms("1970-01-01T00:00:00.001Z"), Ok(1));
-        assert_eq!(format_utc_ms(1_767_261_644_000), "2026-01-01T10:00:44.000Z");
-        assert_eq!(parse_utc_ms("1767261644000"), Ok(1_767_261_644_000));
-        assert!(parse_utc_ms("2026-01-01T10:00:44+01:00").is_err());
-        assert!(parse_utc_ms("2026-13-01T10:00:44Z").is_err());
-        for ms in [0, 951_782_400_000, 4_102_444_799_999] {
-            assert_eq!(parse_utc_ms(&format_utc_ms(ms)), Ok(ms));
-        }
     }
 }

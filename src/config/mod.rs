@@ -394,7 +394,7 @@ impl UtcTime {
     pub fn to_ms(&self) -> Result<i64, String> {
         match self {
             UtcTime::Ms(ms) => Ok(*ms),
-            UtcTime::Text(s) => duration::parse_utc_ms(s),
+            UtcTime::Text(s) => crate::time::utc::parse_utc_ms(s),
         }
     }
 }
@@ -1039,10 +1039,38 @@ mod tests {
         )
         .unwrap();
         let t = c.price_table().unwrap();
-        let jan = duration::parse_utc_ms("2026-01-15T00:00:00Z").unwrap();
-        let feb = duration::parse_utc_ms("2026-02-15T00:00:00Z").unwrap();
+        let jan = crate::time::utc::parse_utc_ms("2026-01-15T00:00:00Z").unwrap();
+        let feb = crate::time::utc::parse_utc_ms("2026-02-15T00:00:00Z").unwrap();
         assert_eq!(t.cost("small", 1000, 0, jan).unwrap().0, 150_000_000);
         assert_eq!(t.cost("small", 1000, 0, feb).unwrap().0, 100_000_000);
         assert!(t.cost("small", 1000, 0, jan - 31 * 86_400_000).is_err());
+    }
+
+    /// Issue 16: impossible dates are errors naming the key (they used to roll
+    /// over into the next month); offsets are converted to UTC.
+    #[test]
+    fn effective_from_dates_are_checked_and_offsets_accepted() {
+        let sched = |from: &str| {
+            format!(
+                "{PRICES}[[prices.small.schedule]]\neffective_from = \"{from}\"\n\
+                 input_per_1k = \"0.1\"\noutput_per_1k = \"0.2\"\n"
+            )
+        };
+        for bad in [
+            "2026-02-30T00:00:00Z",
+            "2026-04-31T00:00:00Z",
+            "2026-02-29T00:00:00Z",
+        ] {
+            let e = load(&sched(bad), &[]).unwrap_err().to_string();
+            assert!(
+                e.contains("prices.small.schedule[0].effective_from") && e.contains(bad),
+                "{e}"
+            );
+        }
+        let leap = load(&sched("2028-02-29T01:00:00+01:00"), &[]).unwrap();
+        let t = leap.price_table().unwrap();
+        let at = crate::time::utc::parse_utc_ms("2028-02-29T00:00:00Z").unwrap();
+        assert_eq!(t.cost("small", 1000, 0, at - 1).unwrap().0, 150_000_000);
+        assert_eq!(t.cost("small", 1000, 0, at).unwrap().0, 100_000_000_000);
     }
 }

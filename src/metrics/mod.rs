@@ -159,7 +159,7 @@ impl WorkerReport {
         for p in &self.partitions {
             let wm = p
                 .watermark
-                .map_or("-".into(), |w| crate::config::duration::format_utc_ms(w.0));
+                .map_or("-".into(), |w| crate::time::utc::format_utc_ms(w.0));
             let lag = p
                 .watermark
                 .map_or("-".into(), |w| (self.at_ms - w.0).to_string());
@@ -184,7 +184,7 @@ impl WorkerReport {
             let _ = writeln!(
                 s,
                 "job watermark {} held by partition {p}",
-                crate::config::duration::format_utc_ms(w.0)
+                crate::time::utc::format_utc_ms(w.0)
             );
         }
         match self.recommended_bound_ms() {

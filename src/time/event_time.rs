@@ -10,7 +10,7 @@
 //!   postcard and report.json are unchanged — and orders and displays as that `i64`:
 //!   `Display` prints the integer milliseconds, as the Prometheus text, late-event
 //!   headers and log fields always have. The human form (`2026-01-01T10:00:00.000Z`,
-//!   in `tally delays` and the `time` log line) stays `config::duration::format_utc_ms`.
+//!   in `tally delays` and the `time` log line) is `time::utc::format_utc_ms`.
 //! - The engine's per-record path (validation, windows, `Watermark`, dedup, routes and
 //!   result records) keeps bare `i64`: wrapping happens where a value leaves the task
 //!   (`PartitionTask::{watermark, max_ts, next_deadline}`), not per record.

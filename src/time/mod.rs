@@ -1,7 +1,8 @@
-//! Event time: the `EventTime` instant, window assignment and watermarks. Pure; no
+//! Event time: the `EventTime` instant, UTC text, window assignment and watermarks. Pure; no
 //! I/O, no wall clock.
 
 pub mod event_time;
+pub mod utc;
 pub mod watermark;
 pub mod window;
 

@@ -40,7 +40,7 @@ impl Publisher {
         self.publish_quiet(report);
         if let Some((w, p)) = report.job_watermark() {
             info!(
-                job_watermark = %crate::config::duration::format_utc_ms(w.0),
+                job_watermark = %crate::time::utc::format_utc_ms(w.0),
                 held_by = p.0,
                 lag_ms = report.at_ms - w.0,
                 recommended_bound_ms = report.recommended_bound_ms().unwrap_or(0),
