@@ -379,6 +379,7 @@ mod tests {
             max_out_of_orderness_ms: 5_000,
             max_future_ms: None,
             time_source: TimeSource::CompletedTs,
+            max_lead_ms: None,
             dedup_extra_ms: 3_600_000,
             max_record_bytes: 1 << 20,
             generation: 1,

@@ -94,6 +94,7 @@ mod tests {
             max_out_of_orderness_ms: 5_000,
             max_future_ms: None,
             time_source: TimeSource::CompletedTs,
+            max_lead_ms: None,
             dedup_extra_ms: 0,
             max_record_bytes: 1 << 10,
             generation: 3,

@@ -79,10 +79,12 @@ fn manifest_body() -> Vec<u8> {
         group: "g".into(),
         topic: "requests".into(),
         fingerprint: "ab".repeat(32),
+        semantics: None,
         partitions: vec![PartitionEntry {
             partition: Partition(0),
             next_offset: NextOffset(10),
             watermark: Some(crate::time::EventTime(7)),
+            high_water: Some(7),
             counters: Counters {
                 consumed: 10,
                 folded: 10,

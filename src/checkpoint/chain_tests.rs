@@ -69,7 +69,11 @@ fn assert_restores(rig: &Rig, dir: &Dir, n: usize) {
         let r = rig
             .coord
             .checkpoints()
-            .restore_partition(t.partition(), "f", &scratch)
+            .restore_partition(
+                t.partition(),
+                &crate::checkpoint::evolution::Rules::opaque("f"),
+                &scratch,
+            )
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -162,7 +166,11 @@ fn a_damaged_delta_falls_back_to_the_checkpoint_before_it() {
     );
     let scratch = StateStore::open_fresh(&dir.0.join("scratch")).unwrap();
     let r = store
-        .restore_partition(Partition(0), "f", &scratch)
+        .restore_partition(
+            Partition(0),
+            &crate::checkpoint::evolution::Rules::opaque("f"),
+            &scratch,
+        )
         .unwrap()
         .unwrap();
     let before = &manifests[1];
@@ -202,7 +210,11 @@ fn a_restored_partition_starts_a_new_chain() {
     let r = b
         .coord
         .checkpoints()
-        .restore_partition(Partition(0), "f", &b.state)
+        .restore_partition(
+            Partition(0),
+            &crate::checkpoint::evolution::Rules::opaque("f"),
+            &b.state,
+        )
         .unwrap()
         .unwrap();
     b.tasks.push(crate::engine::PartitionTask::restore(

@@ -201,6 +201,7 @@ impl Coordinator {
                 partition: c.partition,
                 next_offset: c.next_offset,
                 watermark: c.watermark,
+                high_water: c.delta.high_water,
                 counters: c.counters,
                 offsets: c.offsets,
                 chain: self.chains.get(&c.partition).cloned(),

@@ -19,6 +19,7 @@ use std::time::Instant;
 use sha2::{Digest, Sha256};
 
 use super::coordinator::plan_segment;
+use super::evolution::Rules;
 use super::format::VERSION;
 use super::part::PartWriter;
 use super::store::{part_key, CheckpointStore};
@@ -36,6 +37,8 @@ pub struct ExportPartition {
     pub partition: Partition,
     pub next_offset: NextOffset,
     pub watermark: Option<EventTime>,
+    /// The greatest `completed_ts` priced (`evolution`).
+    pub high_water: Option<i64>,
     pub counters: Counters,
     pub offsets: OffsetLedger,
     /// Its chain in this worker's previous complete checkpoint, if any: the
@@ -63,8 +66,9 @@ pub struct JobIdentity {
     pub worker: String,
     pub group: String,
     pub topic: String,
-    /// `checkpoint::fingerprint` of the running configuration.
-    pub fingerprint: String,
+    /// The running configuration's rules (`evolution`): its fingerprint and
+    /// semantics go into every manifest.
+    pub rules: std::sync::Arc<Rules>,
 }
 
 /// What the barrier hands to the exporter.
@@ -193,6 +197,7 @@ fn run(mut job: ExportJob) -> Result<Manifest, CheckpointError> {
             partition: p,
             next_offset: cut.next_offset,
             watermark: cut.watermark,
+            high_water: cut.high_water,
             counters: cut.counters,
             offsets: cut.offsets,
             segments,
@@ -206,7 +211,8 @@ fn run(mut job: ExportJob) -> Result<Manifest, CheckpointError> {
         created_at_ms: job.created_at_ms,
         group: job.job.group,
         topic: job.job.topic,
-        fingerprint: job.job.fingerprint,
+        fingerprint: job.job.rules.fingerprint.clone(),
+        semantics: job.job.rules.semantics.clone(),
         partitions: entries,
     };
     job.checkpoints.write_manifest(&name, &manifest)?;

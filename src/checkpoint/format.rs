@@ -12,9 +12,10 @@
 //! version first, so an old or a future format is reported as such — with the
 //! version and the way out — never as "corrupt".
 //!
-//! ## Manifest body (format 4, postcard)
-//! `ManifestBody`: id, worker, created_at_ms, group, topic, fingerprint, then one
-//! `PartitionBody` per partition: partition, next_offset, watermark, the audit
+//! ## Manifest body (format 5, postcard)
+//! `ManifestBody`: id, worker, created_at_ms, group, topic, fingerprint, the
+//! semantic configuration (`evolution::Semantics`), then one `PartitionBody` per
+//! partition: partition, next_offset, watermark, high-water `completed_ts`, the audit
 //! counters (`state::stored::StoredCounters`), the offset ledger, and its chain of
 //! segments (`SegmentBody`: the checkpoint holding it, base or delta with its two
 //! range-delete bounds, its parts as (bytes, sha256) in key order). A part's key
@@ -23,6 +24,10 @@
 //! be a plain `chk-<id>-<worker>` name.
 //!
 //! ## Compatibility
+//! - Format 5 added the semantic configuration to the manifest, the high-water
+//!   time to each partition, and the key `T p` to parts (`state::stored::StoredTime`).
+//!   Format 4 is still read (`ManifestBodyV4`): no semantics, no high-water time;
+//!   its parts are format-5 parts without `T` keys.
 //! - Format 4 added the segment chain (incremental checkpoints). Format 3 (one
 //!   run of parts per partition) is still read, as a chain of one base in its own
 //!   checkpoint; its parts are format-4 parts with another version number.
@@ -42,6 +47,7 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::evolution::Semantics;
 use super::ledger::{Gap, OffsetLedger};
 use super::{CheckpointId, Manifest, PartRef, PartitionEntry, Segment, SegmentKind};
 use crate::model::Partition;
@@ -50,7 +56,7 @@ use crate::state::NextOffset;
 use crate::time::EventTime;
 
 /// The checkpoint format this tally writes.
-pub const VERSION: u16 = 4;
+pub const VERSION: u16 = 5;
 /// The oldest format it reads.
 pub const OLDEST_READ: u16 = 3;
 
@@ -65,7 +71,7 @@ pub const MAX_PART_BYTES: u64 = 256 << 20;
 
 /// What to do with a checkpoint of format 1 or 2.
 pub const LEGACY_WAY_OUT: &str =
-    "this tally reads formats 3 and 4 and does not convert older ones. Either \
+    "this tally reads formats 3 to 5 and does not convert older ones. Either \
      keep running the tally that wrote them until a re-bill, or start this one from the log with \
      `tally run --reset-state earliest` (the topic must still hold every record), or point \
      `checkpoint.dir` at an empty store with a new `kafka.group_id`";
@@ -156,6 +162,7 @@ struct ManifestBody {
     group: String,
     topic: String,
     fingerprint: String,
+    semantics: Option<Semantics>,
     partitions: Vec<PartitionBody>,
 }
 
@@ -164,9 +171,60 @@ struct PartitionBody {
     partition: i32,
     next_offset: i64,
     watermark: Option<i64>,
+    high_water: Option<i64>,
     counters: StoredCounters,
     ledger: LedgerBody,
     segments: Vec<SegmentBody>,
+}
+
+/// Format 4's manifest body: no semantics, no high-water times.
+#[derive(Debug, Serialize, Deserialize)]
+struct ManifestBodyV4 {
+    id: u64,
+    worker: String,
+    created_at_ms: i64,
+    group: String,
+    topic: String,
+    fingerprint: String,
+    partitions: Vec<PartitionBodyV4>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct PartitionBodyV4 {
+    partition: i32,
+    next_offset: i64,
+    watermark: Option<i64>,
+    counters: StoredCounters,
+    ledger: LedgerBody,
+    segments: Vec<SegmentBody>,
+}
+
+impl ManifestBodyV4 {
+    /// The same manifest in format 5, with nothing known of its semantics.
+    fn upgrade(self) -> ManifestBody {
+        ManifestBody {
+            id: self.id,
+            worker: self.worker,
+            created_at_ms: self.created_at_ms,
+            group: self.group,
+            topic: self.topic,
+            fingerprint: self.fingerprint,
+            semantics: None,
+            partitions: self
+                .partitions
+                .into_iter()
+                .map(|p| PartitionBody {
+                    partition: p.partition,
+                    next_offset: p.next_offset,
+                    watermark: p.watermark,
+                    high_water: None,
+                    counters: p.counters,
+                    ledger: p.ledger,
+                    segments: p.segments,
+                })
+                .collect(),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -210,9 +268,9 @@ struct PartitionBodyV3 {
 
 impl ManifestBodyV3 {
     /// The same manifest in format 4: each partition a chain of one base.
-    fn upgrade(self) -> ManifestBody {
+    fn upgrade(self) -> ManifestBodyV4 {
         let own = super::store::checkpoint_name(CheckpointId(self.id), &self.worker);
-        ManifestBody {
+        ManifestBodyV4 {
             id: self.id,
             worker: self.worker,
             created_at_ms: self.created_at_ms,
@@ -222,7 +280,7 @@ impl ManifestBodyV3 {
             partitions: self
                 .partitions
                 .into_iter()
-                .map(|p| PartitionBody {
+                .map(|p| PartitionBodyV4 {
                     partition: p.partition,
                     next_offset: p.next_offset,
                     watermark: p.watermark,
@@ -262,6 +320,7 @@ pub fn encode_manifest(m: &Manifest) -> Vec<u8> {
         group: m.group.clone(),
         topic: m.topic.clone(),
         fingerprint: m.fingerprint.clone(),
+        semantics: m.semantics.clone(),
         partitions: m
             .partitions
             .iter()
@@ -269,6 +328,7 @@ pub fn encode_manifest(m: &Manifest) -> Vec<u8> {
                 partition: e.partition.0,
                 next_offset: e.next_offset.0,
                 watermark: e.watermark.map(|w| w.0),
+                high_water: e.high_water,
                 counters: e.counters.into(),
                 ledger: LedgerBody {
                     empty_offsets: e.offsets.empty_offsets,
@@ -345,10 +405,11 @@ pub fn decode_manifest(buf: &[u8]) -> Result<Manifest, Unreadable> {
     if Sha256::digest(framed).as_slice() != sum {
         return Err(String::from("manifest checksum mismatch").into());
     }
-    let decoded = if version == 3 {
-        postcard::from_bytes::<ManifestBodyV3>(&framed[HEADER..]).map(ManifestBodyV3::upgrade)
-    } else {
-        postcard::from_bytes::<ManifestBody>(&framed[HEADER..])
+    let body = &framed[HEADER..];
+    let decoded = match version {
+        3 => postcard::from_bytes::<ManifestBodyV3>(body).map(|b| b.upgrade().upgrade()),
+        4 => postcard::from_bytes::<ManifestBodyV4>(body).map(ManifestBodyV4::upgrade),
+        _ => postcard::from_bytes::<ManifestBody>(body),
     };
     let b = decoded.map_err(|e| e.to_string())?;
     let m = Manifest {
@@ -359,6 +420,7 @@ pub fn decode_manifest(buf: &[u8]) -> Result<Manifest, Unreadable> {
         group: b.group,
         topic: b.topic,
         fingerprint: b.fingerprint,
+        semantics: b.semantics,
         partitions: b
             .partitions
             .into_iter()
@@ -366,6 +428,7 @@ pub fn decode_manifest(buf: &[u8]) -> Result<Manifest, Unreadable> {
                 partition: Partition(p.partition),
                 next_offset: NextOffset(p.next_offset),
                 watermark: p.watermark.map(EventTime),
+                high_water: p.high_water,
                 counters: p.counters.into(),
                 offsets: OffsetLedger {
                     empty_offsets: p.ledger.empty_offsets,
@@ -501,10 +564,31 @@ mod tests {
             group: "g".into(),
             topic: "t".into(),
             fingerprint: "f".into(),
+            semantics: Some(Semantics {
+                topic: "t".into(),
+                idle_timeout_ms: None,
+                window_size_ms: 60_000,
+                window_offset_ms: 0,
+                allowed_lateness_ms: 0,
+                max_out_of_orderness_ms: 5_000,
+                max_future_ms: Some(1),
+                time_source: "CompletedTs".into(),
+                dedup_extra_ms: 0,
+                max_record_bytes: 1,
+                generation: 1,
+                max_lead_ms: Some(300_000),
+                prices: vec![crate::checkpoint::evolution::StoredPrice {
+                    model: "m".into(),
+                    effective_from_ms: i64::MIN,
+                    input: 1,
+                    output: 2,
+                }],
+            }),
             partitions: vec![PartitionEntry {
                 partition: Partition(3),
                 next_offset: NextOffset(100),
                 watermark: Some(EventTime(-5)),
+                high_water: Some(-7),
                 counters: Counters {
                     consumed: 90,
                     folded: 90,
@@ -541,6 +625,38 @@ mod tests {
         let m = sample();
         let bytes = encode_manifest(&m);
         assert_eq!(decode_manifest(&bytes).unwrap(), m);
+        // Format 4: the same manifest without semantics and high-water times.
+        let v4 = postcard::to_allocvec(&ManifestBodyV4 {
+            id: m.id.0,
+            worker: m.worker.clone(),
+            created_at_ms: m.created_at_ms,
+            group: m.group.clone(),
+            topic: m.topic.clone(),
+            fingerprint: m.fingerprint.clone(),
+            partitions: postcard::from_bytes::<ManifestBody>(unseal(&bytes))
+                .unwrap()
+                .partitions
+                .into_iter()
+                .map(|p| PartitionBodyV4 {
+                    partition: p.partition,
+                    next_offset: p.next_offset,
+                    watermark: p.watermark,
+                    counters: p.counters,
+                    ledger: p.ledger,
+                    segments: p.segments,
+                })
+                .collect(),
+        })
+        .unwrap();
+        let mut framed = header(MANIFEST_MAGIC).to_vec();
+        framed[8..10].copy_from_slice(&4u16.to_be_bytes());
+        framed.extend_from_slice(&v4);
+        let sum = Sha256::digest(&framed);
+        framed.extend_from_slice(&sum);
+        let old = decode_manifest(&framed).unwrap();
+        assert_eq!((old.format, &old.semantics), (4, &None));
+        assert_eq!(old.partitions[0].high_water, None);
+        assert_eq!(old.partitions[0].segments, m.partitions[0].segments);
         // A flipped body byte: the checksum.
         let mut bad = bytes.clone();
         bad[HEADER + 2] ^= 1;
@@ -549,7 +665,7 @@ mod tests {
             .to_string()
             .contains("checksum"));
         // Another version, older and newer, read before the body.
-        for (v, says) in [(2u16, "older tally"), (5, "newer tally")] {
+        for (v, says) in [(2u16, "older tally"), (6, "newer tally")] {
             let mut other = bytes.clone();
             other[8..10].copy_from_slice(&v.to_be_bytes());
             let e = decode_manifest(&other).unwrap_err().to_string();

@@ -24,9 +24,11 @@
 //!   snapshot at offset `o` is a pure function of the records before `o`, any
 //!   worker's snapshot of `p` at `o` is *the* state of `p` at `o` — so selecting by
 //!   offset is safe across workers, and a zombie's older checkpoint never wins.
-//! - A checkpoint whose config fingerprint differs from the running config is never
-//!   restored silently: the worker refuses and says how to proceed. A checkpoint of
-//!   another format is refused by name (`format`).
+//! - A checkpoint whose config fingerprint differs from the running config is
+//!   restored only when the change is compatible (`evolution`: prices that take
+//!   effect after everything the partition priced), and then the changes are
+//!   logged; otherwise the worker refuses, naming the key and how to proceed. A
+//!   checkpoint of another format is refused by name (`format`).
 //! - Retention: a complete checkpoint is deleted — manifest first, so it stops
 //!   being complete before any part goes — only when every partition in it is held
 //!   by at least `retain` newer complete checkpoints. Objects of incomplete
@@ -55,6 +57,7 @@
 //!   chain fails that candidate, and the restore falls back to the next one.
 
 pub mod coordinator;
+pub mod evolution;
 pub mod export;
 pub mod format;
 pub mod ledger;
@@ -67,7 +70,6 @@ pub mod store;
 mod chain_tests;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::engine::{Counters, EngineConfig};
 use crate::model::Partition;
@@ -116,8 +118,10 @@ pub struct Manifest {
     pub created_at_ms: i64,
     pub group: String,
     pub topic: String,
-    /// sha256 (hex) of the semantic configuration.
+    /// sha256 (hex) of the semantic configuration (`evolution::Semantics`).
     pub fingerprint: String,
+    /// The semantic configuration itself (format 5 on; `None` for format 4).
+    pub semantics: Option<evolution::Semantics>,
     pub partitions: Vec<PartitionEntry>,
 }
 
@@ -126,6 +130,9 @@ pub struct PartitionEntry {
     pub partition: Partition,
     pub next_offset: NextOffset,
     pub watermark: Option<EventTime>,
+    /// The greatest `completed_ts` the partition had priced (format 5 on; `None`
+    /// before, or when it priced nothing): what a price change must come after.
+    pub high_water: Option<i64>,
     pub counters: Counters,
     /// Where the offsets before `next_offset` went (see `ledger`).
     pub offsets: OffsetLedger,
@@ -209,27 +216,9 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// sha256 of everything that decides what tally emits: a checkpoint written under
-/// another fingerprint holds state computed by other rules.
-pub fn fingerprint(topic: &str, e: &EngineConfig, idle_timeout_ms: Option<i64>) -> String {
-    let mut prices: Vec<String> = e
-        .prices
-        .entries()
-        .map(|(m, p)| format!("{m}@{}:{}/{}", p.effective_from_ms, p.input.0, p.output.0))
-        .collect();
-    prices.sort();
-    let text = format!(
-        "tally-fingerprint-v1|topic={topic}|idle={idle_timeout_ms:?}|size={}|offset={}|lateness={}|bound={}|future={:?}|time={:?}|dedup={}|max_bytes={}|generation={}|prices={}",
-        e.window.size_ms,
-        e.window.offset_ms,
-        e.allowed_lateness_ms,
-        e.max_out_of_orderness_ms,
-        e.max_future_ms,
-        e.time_source,
-        e.dedup_extra_ms,
-        e.max_record_bytes,
-        e.generation,
-        prices.join(",")
-    );
-    hex(&Sha256::digest(text.as_bytes()))
+/// The rules of a running configuration: everything that decides what tally
+/// emits (`evolution::Semantics`) and its fingerprint. A checkpoint written under
+/// other rules restores only when the change is compatible (`evolution::compare`).
+pub fn rules(topic: &str, e: &EngineConfig, idle_timeout_ms: Option<i64>) -> evolution::Rules {
+    evolution::Rules::of(evolution::Semantics::of(topic, e, idle_timeout_ms))
 }

@@ -14,6 +14,7 @@
 //! No I/O, no clock (the time of an accepted gap is passed in), no logging: the
 //! caller logs what the decision says. Tested table by table.
 
+use super::evolution::{self, Rules, Semantics};
 use super::format::Unreadable;
 use super::ledger::Gap;
 use super::{Manifest, OffsetLedger, PartitionEntry};
@@ -28,6 +29,8 @@ pub enum Try<'m> {
     Load {
         name: &'m str,
         entry: &'m PartitionEntry,
+        /// The compatible config changes it restores across (`evolution`), to log.
+        changes: Vec<String>,
     },
     /// Stop here with this refusal.
     Refuse(String),
@@ -42,12 +45,13 @@ pub struct Found<'m> {
 }
 
 /// Which checkpoints to try for `p`, best first (greatest next offset, then id),
-/// ending at the first written under another fingerprint (a refusal: restoring
-/// it would mix two sets of rules). Empty: no checkpoint holds `p`.
+/// ending at the first written under rules it may not restore under (a refusal:
+/// restoring it would mix two sets of rules; `evolution::compare`). Empty: no
+/// checkpoint holds `p`.
 pub fn plan<'m>(
     p: Partition,
     found: &Found<'m>,
-    fingerprint: &str,
+    rules: &Rules,
     policy: StartPolicy,
 ) -> Vec<Try<'m>> {
     if policy.reset_state_earliest {
@@ -69,21 +73,60 @@ pub fn plan<'m>(
     candidates.sort_by_key(|(_, m, e)| std::cmp::Reverse((e.next_offset, m.id)));
     let mut steps = Vec::with_capacity(candidates.len());
     for (name, m, entry) in candidates {
-        if m.fingerprint != fingerprint {
-            steps.push(Try::Refuse(format!(
-                "partition {p}: the newest usable checkpoint {name} was written under another configuration \
-                 (fingerprint {} ≠ {}): window, lateness, bound, time source, idle timeout, dedup horizon, prices or \
-                 generation changed. Restoring it would mix two sets of rules. Either run with the previous \
-                 configuration, or re-bill under a new `job.generation` with a new consumer group (state \
-                 rebuilt from the log start), or — knowingly — pass `--reset-state earliest`.",
-                short(&m.fingerprint),
-                short(fingerprint)
-            )));
-            return steps;
+        match compatible(m, entry, rules) {
+            Ok(changes) => steps.push(Try::Load {
+                name,
+                entry,
+                changes,
+            }),
+            Err(why) => {
+                steps.push(Try::Refuse(format!(
+                    "partition {p}: the newest usable checkpoint {name} was written under another configuration \
+                     (fingerprint {} ≠ {}): {why}. Either run with the previous configuration, or re-bill under a \
+                     new `job.generation` with a new consumer group (state rebuilt from the log start), or — \
+                     knowingly — pass `--reset-state earliest`.",
+                    short(&m.fingerprint),
+                    short(&rules.fingerprint)
+                )));
+                return steps;
+            }
         }
-        steps.push(Try::Load { name, entry });
     }
     steps
+}
+
+/// Whether `m`'s entry may restore under `rules`: the compatible changes, or why
+/// not.
+fn compatible(m: &Manifest, entry: &PartitionEntry, rules: &Rules) -> Result<Vec<String>, String> {
+    if m.fingerprint == rules.fingerprint {
+        return Ok(Vec::new());
+    }
+    const UNKNOWN: &str =
+        "window, lateness, bound, time source, idle timeout, dedup horizon, lead limit, \
+                           prices or generation changed";
+    let Some(now) = &rules.semantics else {
+        return Err(UNKNOWN.into());
+    };
+    match &m.semantics {
+        Some(was) => evolution::compare(was, now, entry.high_water),
+        None => {
+            // Format 4 had no lead limit: the same rules without one?
+            let without = Semantics {
+                max_lead_ms: None,
+                ..now.clone()
+            };
+            if now.max_lead_ms.is_some() && without.fingerprint() == m.fingerprint {
+                Err("`watermark.max_lead` is new (this checkpoint's format 4 had no lead limit); set \
+                     `watermark.max_lead = \"off\"` to go on under the rules it was written under"
+                    .into())
+            } else {
+                Err(format!(
+                    "{UNKNOWN} (a checkpoint of format {} records no configuration to compare)",
+                    m.format
+                ))
+            }
+        }
+    }
 }
 
 /// The refusal when every candidate of a plan was damaged.

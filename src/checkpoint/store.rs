@@ -8,6 +8,7 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 use tracing::{error, info, warn};
 
+use super::evolution::Rules;
 use super::format::{
     decode_manifest, encode_manifest, Unreadable, MAX_MANIFEST_BYTES, MAX_PART_BYTES,
 };
@@ -284,10 +285,10 @@ impl CheckpointStore {
     pub fn restore_partition(
         &self,
         p: Partition,
-        fingerprint: &str,
+        rules: &Rules,
         state: &StateStore,
     ) -> Result<Option<Restored>, CheckpointError> {
-        self.restore_with(p, fingerprint, StartPolicy::default(), state)
+        self.restore_with(p, rules, StartPolicy::default(), state)
     }
 
     /// `restore_partition` under `policy`: the plan is `restore::plan`'s; this
@@ -295,7 +296,7 @@ impl CheckpointStore {
     pub fn restore_with(
         &self,
         p: Partition,
-        fingerprint: &str,
+        rules: &Rules,
         policy: StartPolicy,
         state: &StateStore,
     ) -> Result<Option<Restored>, CheckpointError> {
@@ -303,7 +304,7 @@ impl CheckpointStore {
             return Ok(None);
         }
         let listed = self.list()?;
-        self.restore_listed(p, &listed, fingerprint, policy, state)
+        self.restore_listed(p, &listed, rules, policy, state)
     }
 
     /// `restore_with` over a listing already taken (one listing serves every
@@ -312,7 +313,7 @@ impl CheckpointStore {
         &self,
         p: Partition,
         listed: &[Listed],
-        fingerprint: &str,
+        rules: &Rules,
         policy: StartPolicy,
         state: &StateStore,
     ) -> Result<Option<Restored>, CheckpointError> {
@@ -327,14 +328,23 @@ impl CheckpointStore {
                 None => {}
             }
         }
-        let steps = plan(p, &found, fingerprint, policy);
+        let steps = plan(p, &found, rules, policy);
         if steps.is_empty() {
             return Ok(None);
         }
         let mut problems = Vec::new();
         for step in steps {
             let (name, entry) = match step {
-                Try::Load { name, entry } => (name, entry),
+                Try::Load {
+                    name,
+                    entry,
+                    changes,
+                } => {
+                    for change in &changes {
+                        warn!(partition = p.0, checkpoint = %name, change = %change, "restoring across a compatible config change");
+                    }
+                    (name, entry)
+                }
                 Try::Refuse(msg) => return Err(CheckpointError::Refused(msg)),
             };
             match self.load_snapshot(name, entry, state) {
@@ -367,7 +377,7 @@ impl CheckpointStore {
     pub fn restore_many(
         &self,
         partitions: &[Partition],
-        fingerprint: &str,
+        rules: &Rules,
         policy: StartPolicy,
         state: &StateStore,
     ) -> Result<Vec<Result<Option<Restored>, CheckpointError>>, CheckpointError> {
@@ -384,9 +394,7 @@ impl CheckpointStore {
         Ok(std::thread::scope(|scope| {
             let handles: Vec<_> = partitions
                 .iter()
-                .map(|p| {
-                    scope.spawn(move || self.restore_listed(*p, listed, fingerprint, policy, state))
-                })
+                .map(|p| scope.spawn(move || self.restore_listed(*p, listed, rules, policy, state)))
                 .collect();
             handles
                 .into_iter()

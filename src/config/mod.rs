@@ -228,6 +228,9 @@ pub struct WatermarkConfig {
     pub max_future: OptMillis,
     /// completed_ts (default) | started_ts | kafka_timestamp | processing_time.
     pub time_source: TimeSource,
+    /// Event times further ahead of the partition than this move its watermark only
+    /// once most of its recent records share the lead ("off": every record does).
+    pub max_lead: OptMillis,
 }
 
 impl Default for WatermarkConfig {
@@ -237,6 +240,7 @@ impl Default for WatermarkConfig {
             idle_timeout: OptMillis(None),
             max_future: OptMillis(Some(Millis(3_600_000))),
             time_source: TimeSource::CompletedTs,
+            max_lead: OptMillis(Some(Millis(300_000))),
         }
     }
 }
@@ -677,6 +681,7 @@ impl Config {
             max_out_of_orderness_ms: self.watermark.max_out_of_orderness.0,
             max_future_ms: self.watermark.max_future.0.map(|m| m.0),
             time_source: self.watermark.time_source,
+            max_lead_ms: self.watermark.max_lead.0.map(|m| m.0),
             dedup_extra_ms: self.dedup.extra_horizon.0,
             max_record_bytes: usize::try_from(self.limits.max_record_bytes).unwrap_or(usize::MAX),
             generation: self.job.generation,

@@ -172,7 +172,11 @@ fn measure(a: &BenchArgs, n: usize, s3: Option<&str>) -> anyhow::Result<Row> {
     let one = StateStore::open_fresh(&a.dir.join("restore-one"))?;
     let started = Instant::now();
     checkpoints
-        .restore_partition(Partition(0), "f", &one)?
+        .restore_partition(
+            Partition(0),
+            &crate::checkpoint::evolution::Rules::opaque("f"),
+            &one,
+        )?
         .ok_or_else(|| anyhow::anyhow!("partition 0 missing after restore"))?;
     let restore_one_ms = started.elapsed().as_secs_f64() * 1e3;
     drop(one);
@@ -180,11 +184,12 @@ fn measure(a: &BenchArgs, n: usize, s3: Option<&str>) -> anyhow::Result<Row> {
     let started = Instant::now();
     let parts: Vec<Partition> = (0..a.partitions).map(Partition).collect();
     let mut restored = 0;
-    for (p, r) in
-        parts
-            .iter()
-            .zip(checkpoints.restore_many(&parts, "f", Default::default(), &fresh)?)
-    {
+    for (p, r) in parts.iter().zip(checkpoints.restore_many(
+        &parts,
+        &crate::checkpoint::evolution::Rules::opaque("f"),
+        Default::default(),
+        &fresh,
+    )?) {
         let r = r?.ok_or_else(|| anyhow::anyhow!("partition {p} missing after restore"))?;
         restored += PartitionTask::restore(*p, engine(), r.snapshot).open_windows();
     }

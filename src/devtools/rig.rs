@@ -53,7 +53,7 @@ impl Rig {
             worker: worker.into(),
             group: "g".into(),
             topic: "requests".into(),
-            fingerprint: "f".into(),
+            rules: std::sync::Arc::new(crate::checkpoint::evolution::Rules::opaque("f")),
         };
         Ok(Self {
             coord: Coordinator::new(state.clone(), checkpoints, job)?,

@@ -302,8 +302,9 @@ pub fn write_checkpoint(
                 changed: (0..windows).map(window).collect(),
                 purged_through: None,
                 dedup: Default::default(),
-                watermark: crate::time::Watermark::new(0),
+                watermark: crate::time::Watermark::new(0, None),
                 counters: Counters::default(),
+                high_water: None,
             },
         })
         .collect();
@@ -313,12 +314,13 @@ pub fn write_checkpoint(
             worker: "w".into(),
             group: "g".into(),
             topic: "t".into(),
-            fingerprint: "f".into(),
+            rules: std::sync::Arc::new(crate::checkpoint::evolution::Rules::opaque("f")),
         },
         created_at_ms: 0,
         partitions: partitions
             .iter()
             .map(|&p| ExportPartition {
+                high_water: None,
                 partition: Partition(p),
                 next_offset: NextOffset(next),
                 watermark: None,
@@ -354,6 +356,7 @@ pub fn one_price_engine(allowed_lateness_ms: i64) -> std::sync::Arc<crate::engin
         max_out_of_orderness_ms: 5_000,
         max_future_ms: None,
         time_source: crate::engine::TimeSource::CompletedTs,
+        max_lead_ms: None,
         dedup_extra_ms: 3_600_000,
         max_record_bytes: 1 << 20,
         generation: 1,

@@ -51,6 +51,8 @@ pub struct EngineConfig {
     /// Events more than this far ahead of the wall clock are dead letters.
     pub max_future_ms: Option<i64>,
     pub time_source: TimeSource,
+    /// The watermark's lead limit (`time::watermark`); `None` = off.
+    pub max_lead_ms: Option<i64>,
     /// How long after a window's purge its request ids are still remembered.
     pub dedup_extra_ms: i64,
     pub max_record_bytes: usize,

@@ -45,6 +45,7 @@ fn cfg(lateness: i64) -> Arc<EngineConfig> {
         max_out_of_orderness_ms: BOUND,
         max_future_ms: None,
         time_source: TimeSource::CompletedTs,
+        max_lead_ms: None,
         dedup_extra_ms: 3_600_000,
         max_record_bytes: 1 << 16,
         generation: 1,

@@ -88,8 +88,12 @@ pub struct Valid<'a> {
 /// A restorable image of a task.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TaskSnapshot {
+    /// With its lead state; the lead limit is the config's.
     pub watermark: Option<Watermark>,
     pub counters: Counters,
+    /// The greatest `completed_ts` priced; the outer `None`: not known (restored
+    /// from checkpoint format 4, see `restore`).
+    pub high_water: Option<Option<i64>>,
     /// Open (not yet fired) windows.
     pub open: Vec<(WindowKey, WindowAcc)>,
     /// Fired windows retained for allowed lateness.
@@ -110,6 +114,8 @@ pub struct PartitionTask {
     partition: Partition,
     cfg: Arc<EngineConfig>,
     watermark: Watermark,
+    /// The greatest `completed_ts` of a record priced (folded, too late, duplicate).
+    high_water: Option<i64>,
     open: Windows,
     fired: Windows,
     dedup: Dedup,
@@ -150,15 +156,29 @@ impl PartitionTask {
             .flat_map(|t| t.keys())
             .map(|k| window_bytes(k))
             .sum();
+        let watermark = snap
+            .watermark
+            .unwrap_or(Watermark::new(cfg.max_out_of_orderness_ms, None))
+            .with_max_lead(cfg.max_lead_ms);
+        // Format 4 stored no high-water time: its watermark followed every folded
+        // record, and no too-late or duplicate record is ahead of that, so with
+        // `completed_ts` as the time source it is the confirmed max; otherwise it is
+        // unknown, and taken as "everything" (no price change comes after it).
+        let high_water =
+            snap.high_water
+                .unwrap_or_else(|| match (snap.counters.consumed, cfg.time_source) {
+                    (0, _) => None,
+                    (_, TimeSource::CompletedTs) => watermark.max_ts(),
+                    _ => Some(i64::MAX),
+                });
         Self {
             partition,
             held_bytes,
-            watermark: snap
-                .watermark
-                .unwrap_or(Watermark::new(cfg.max_out_of_orderness_ms)),
+            high_water,
             open,
             fired,
-            dedup: Dedup::restore(snap.dedup, snap.watermark.map_or(i64::MIN, |w| w.current())),
+            dedup: Dedup::restore(snap.dedup, watermark.current()),
+            watermark,
             counters: snap.counters,
             purged_through: None,
             dirty: Vec::new(),
@@ -177,8 +197,19 @@ impl PartitionTask {
         EventTime(self.watermark.current())
     }
 
-    pub fn watermark_state(&self) -> Watermark {
-        self.watermark
+    pub fn watermark_state(&self) -> &Watermark {
+        &self.watermark
+    }
+
+    /// The greatest `completed_ts` this partition has priced (a price change
+    /// effective later cannot change anything it produced).
+    pub fn high_water(&self) -> Option<EventTime> {
+        self.high_water.map(EventTime)
+    }
+
+    /// Records held by the watermark's lead limit (`time::watermark`).
+    pub fn held(&self) -> u64 {
+        self.watermark.held()
     }
 
     pub fn counters(&self) -> Counters {
@@ -394,7 +425,11 @@ impl PartitionTask {
     ) -> Route {
         self.counters.consumed += 1;
         let route = match checked {
-            Ok(c) => self.route(rec, c, out),
+            Ok(c) => {
+                let t = c.valid.ev.completed_ts;
+                self.high_water = Some(self.high_water.map_or(t, |h| h.max(t)));
+                self.route(rec, c, out)
+            }
             Err(reason) => Route::DeadLetter(reason.clone()),
         };
         match route {
@@ -662,8 +697,9 @@ impl PartitionTask {
             changed,
             purged_through: self.purged_through.take(),
             dedup: self.dedup.drain_changes(),
-            watermark: self.watermark,
+            watermark: self.watermark.clone(),
             counters: self.counters,
+            high_water: self.high_water,
         }
     }
 
@@ -683,8 +719,9 @@ impl PartitionTask {
         let mut dedup: Vec<(Fingerprint, i64)> = self.dedup.entries().collect();
         dedup.sort();
         TaskSnapshot {
-            watermark: Some(self.watermark),
+            watermark: Some(self.watermark.clone().with_max_lead(None)),
             counters: self.counters,
+            high_water: Some(self.high_water),
             open: list(&self.open),
             fired: list(&self.fired),
             dedup,
@@ -701,6 +738,7 @@ pub struct StateDelta {
     pub dedup: DedupDelta,
     pub watermark: Watermark,
     pub counters: Counters,
+    pub high_water: Option<i64>,
 }
 
 /// Step 1 of the rules: everything that makes a record a dead letter. Returns the

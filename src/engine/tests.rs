@@ -25,6 +25,7 @@ fn cfg(lateness: i64) -> Arc<EngineConfig> {
         max_out_of_orderness_ms: 5 * S,
         max_future_ms: Some(3_600_000),
         time_source: TimeSource::CompletedTs,
+        max_lead_ms: None,
         dedup_extra_ms: 3_600_000,
         max_record_bytes: 4096,
         generation: 1,

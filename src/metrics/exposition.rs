@@ -36,6 +36,7 @@ pub const EXPORTED: &[&str] = &[
     "tally_dedup_cold_ids_total",
     "tally_dedup_cold_reads_total",
     "tally_idle_advances_total",
+    "tally_watermark_held_total",
     "tally_offsets_gap_total",
     "tally_offsets_empty_total",
     "tally_event_delay_seconds",
@@ -290,6 +291,12 @@ impl Collector for Worker {
         )?;
         counters(
             &mut e,
+            "tally_watermark_held",
+            "Records further ahead of their partition than watermark.max_lead: billed, but they did not move the watermark.",
+            per(|p| p.held),
+        )?;
+        counters(
+            &mut e,
             "tally_dedup_cold_ids",
             "Dedup ids moved out of memory to the state store under state.memory_budget.",
             per(|p| p.dedup_cold_ids),
@@ -497,6 +504,7 @@ mod tests {
                 next_offset: NextOffset(90),
                 idle_ms: 0,
                 idle_advances: 0,
+                held: 0,
                 counters: Counters {
                     consumed: 5,
                     folded: 5,

@@ -29,6 +29,10 @@ pub struct PartitionReport {
     /// Wall-clock ms since this partition's last record.
     pub idle_ms: u64,
     pub idle_advances: u64,
+    /// Records held by the watermark's lead limit (`time::watermark`): billed,
+    /// but too far ahead of the partition to move its watermark.
+    #[serde(default)]
+    pub held: u64,
     pub counters: Counters,
     /// Where the offsets before `next_offset` went (`checkpoint::ledger`).
     #[serde(default)]
@@ -148,11 +152,12 @@ impl WorkerReport {
         );
         let _ = writeln!(
             s,
-            "{:>4} {:>24} {:>12} {:>9}  {:<28} {:<28}",
+            "{:>4} {:>24} {:>12} {:>9} {:>7}  {:<28} {:<28}",
             "part",
             "watermark",
             "lag ms",
             "records",
+            "ahead",
             "delay p50/p95/p99/p99.9 ms",
             "disorder p50/p95/p99/p99.9 ms"
         );
@@ -165,11 +170,12 @@ impl WorkerReport {
                 .map_or("-".into(), |w| (self.at_ms - w.0).to_string());
             let _ = writeln!(
                 s,
-                "{:>4} {:>24} {:>12} {:>9}  {:<28} {:<28}",
+                "{:>4} {:>24} {:>12} {:>9} {:>7}  {:<28} {:<28}",
                 p.partition,
                 wm,
                 lag,
                 p.counters.consumed,
+                p.held,
                 fmt_q(&p.delay),
                 fmt_q(&p.disorder)
             );
@@ -180,6 +186,14 @@ impl WorkerReport {
             fmt_q(&self.merged(|p| &p.delay)),
             fmt_q(&self.merged(|p| &p.disorder))
         );
+        let ahead: u64 = self.partitions.iter().map(|p| p.held).sum();
+        if ahead > 0 {
+            let _ = writeln!(
+                s,
+                "ahead: {ahead} records led their partition by more than watermark.max_lead; \
+                 billed, but they did not move the watermark (a producer's clock runs ahead?)"
+            );
+        }
         if let Some((w, p)) = self.job_watermark() {
             let _ = writeln!(
                 s,
@@ -215,6 +229,7 @@ mod tests {
             next_offset: NextOffset(3),
             idle_ms,
             idle_advances: 0,
+            held: 0,
             counters: Counters {
                 consumed: 3,
                 folded: 3,

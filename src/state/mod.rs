@@ -7,6 +7,7 @@
 //! | key                              | value (postcard; the structs of `stored`) |
 //! |----------------------------------|------------------------------------------|
 //! | `M` `p`                          | `StoredMeta` (next offset, watermark, audit counters) |
+//! | `T` `p`                          | `StoredTime` (high-water `completed_ts`, the watermark's lead state); format 5 |
 //! | `W` `p` `end` `tenant_id bytes`  | `StoredWindow` (accumulator, whether the on-time pane fired) |
 //! | `D` `p` `expiry` `seq`            | the ids expiring then, packed (`dedup::pack`) |
 //! | `F` `p` `fp.a` `fp.b`             | a cold dedup id's expiry (`i64` BE); working copy only |
@@ -73,7 +74,7 @@ use crate::model::Partition;
 use changes::Tracker;
 pub use changes::{Changes, KnownChanges};
 pub use stored::PartitionMeta;
-use stored::{encode, StoredMeta, StoredWindow};
+use stored::{encode, StoredMeta, StoredTime, StoredWindow};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -166,6 +167,7 @@ pub fn describe_key(k: &[u8]) -> String {
     let t = k.get(5..13).map(end_from);
     match (k.first(), p, t) {
         (Some(b'M'), Some(p), _) => format!("partition meta of partition {p}"),
+        (Some(b'T'), Some(p), _) => format!("event-time facts of partition {p}"),
         (Some(b'W'), Some(p), Some(end)) => format!(
             "window of partition {p} ending at {end}, tenant {:?}",
             String::from_utf8_lossy(&k[13..])
@@ -378,10 +380,15 @@ impl StateStore {
                 next_offset,
                 watermark: delta.watermark,
                 counters: delta.counters,
+                high_water: Some(delta.high_water),
             };
+            let (stored, time) = meta.stored();
             let k = key(b'M', p, &[]);
             tracker.put(p, &k);
-            batch.put(k, encode(&StoredMeta::from(&meta)));
+            batch.put(k, encode(&stored));
+            let k = key(b'T', p, &[]);
+            tracker.put(p, &k);
+            batch.put(k, encode(&time));
         }
         drop(tracker);
         // Not synced, no WAL: durability comes from the checkpoint files (docs/DESIGN.md §7).
@@ -409,7 +416,7 @@ impl StateStore {
         mut visit: impl FnMut(&[u8], &[u8]) -> std::io::Result<()>,
     ) -> Result<u64, StateError> {
         let mut n = 0;
-        for kind in [b'D', b'M', b'W'] {
+        for kind in [b'D', b'M', b'T', b'W'] {
             let prefix = key(kind, p, &[]);
             for item in self
                 .db
@@ -525,7 +532,7 @@ impl StateStore {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&p);
         let mut batch = WriteBatch::default();
-        for kind in [b'D', b'F', b'M', b'W'] {
+        for kind in [b'D', b'F', b'M', b'T', b'W'] {
             let (from, to) = (key(kind, p, &[]), key(kind, p.wrapping_add(1), &[]));
             if p == i32::MAX {
                 batch.delete_range(from, vec![kind + 1]);
@@ -538,16 +545,22 @@ impl StateStore {
 
     pub fn meta(&self, Partition(p): Partition) -> Result<Option<PartitionMeta>, StateError> {
         let k = key(b'M', p, &[]);
-        match self.db.get_pinned(&k).map_err(StateError::Read)? {
-            Some(v) => decode::<StoredMeta>(&k, &v).map(|m| Some(m.into())),
-            None => Ok(None),
-        }
+        let Some(v) = self.db.get_pinned(&k).map_err(StateError::Read)? else {
+            return Ok(None);
+        };
+        let m = decode::<StoredMeta>(&k, &v)?;
+        let t = key(b'T', p, &[]);
+        let time = match self.db.get_pinned(&t).map_err(StateError::Read)? {
+            Some(v) => Some(decode::<StoredTime>(&t, &v)?),
+            None => None,
+        };
+        Ok(Some(PartitionMeta::from_stored(m, time)))
     }
 
     /// Loads partition `p`: its snapshot and next offset, or `None` if it has no state.
     pub fn load(&self, p: Partition) -> Result<Option<(TaskSnapshot, NextOffset)>, StateError> {
         let mut entries: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        for kind in [b'D', b'M', b'W'] {
+        for kind in [b'D', b'M', b'T', b'W'] {
             self.scan(kind, p.0, |_, v, k| {
                 entries.push((k.to_vec(), v.to_vec()));
                 Ok(())
@@ -587,7 +600,8 @@ pub fn decode_partition<'a>(
         key: describe_key(k),
         msg,
     };
-    let mut meta: Option<PartitionMeta> = None;
+    let mut meta: Option<StoredMeta> = None;
+    let mut time: Option<StoredTime> = None;
     let mut snap = TaskSnapshot::default();
     for (k, v) in entries {
         if k.len() < 5 || k[1..5] != p_bytes(p) {
@@ -595,7 +609,8 @@ pub fn decode_partition<'a>(
         }
         let rest = &k[5..];
         match k[0] {
-            b'M' => meta = Some(decode::<StoredMeta>(k, v)?.into()),
+            b'M' => meta = Some(decode::<StoredMeta>(k, v)?),
+            b'T' => time = Some(decode::<StoredTime>(k, v)?),
             b'W' if rest.len() >= 8 => {
                 let tenant =
                     std::str::from_utf8(&rest[8..]).map_err(|e| corrupt(k, e.to_string()))?;
@@ -616,6 +631,7 @@ pub fn decode_partition<'a>(
         }
     }
     Ok(meta.map(|m| {
+        let m = PartitionMeta::from_stored(m, time);
         // Chunks may repeat an id (re-inserted after expiring): the largest expiry
         // wins; entries dead at the watermark are dropped. Sorted, like a snapshot.
         let w = m.watermark.current();
@@ -625,6 +641,7 @@ pub fn decode_partition<'a>(
         snap.dedup.retain(|(_, exp)| *exp > w);
         snap.watermark = Some(m.watermark);
         snap.counters = m.counters;
+        snap.high_water = m.high_water;
         (snap, m.next_offset)
     }))
 }

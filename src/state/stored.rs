@@ -74,6 +74,18 @@ pub struct StoredMeta {
     pub counters: StoredCounters,
 }
 
+/// Key `T p` (format 5): the partition's event-time facts beyond the watermark —
+/// the greatest `completed_ts` it has priced (what a price change must come after,
+/// `checkpoint::evolution`) and the lead limit's state (`time::watermark`). A part
+/// of format 4 has none: see `PartitionMeta::from_stored`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredTime {
+    pub high_water: Option<i64>,
+    /// The last observed event times, oldest first (empty without a lead limit).
+    pub recent: Vec<i64>,
+    pub held: u64,
+}
+
 /// Key `W p end tenant`: one window's accumulator and whether its on-time pane fired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredWindow {
@@ -117,33 +129,50 @@ impl StoredWindow {
     }
 }
 
-/// The partition meta, as the engine uses it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The partition meta, as the engine uses it: keys `M p` and `T p`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionMeta {
     pub next_offset: NextOffset,
+    /// With its lead state (`Watermark::lead_parts`); the limit itself is config.
     pub watermark: Watermark,
     pub counters: Counters,
+    /// The greatest `completed_ts` priced; the outer `None`: not stored (format 4).
+    pub high_water: Option<Option<i64>>,
 }
 
-impl From<&PartitionMeta> for StoredMeta {
-    fn from(m: &PartitionMeta) -> Self {
-        let (bound_ms, max_ts, forced) = m.watermark.parts();
-        Self {
-            next_offset: m.next_offset.0,
+impl PartitionMeta {
+    /// The values of keys `M p` and `T p`.
+    pub fn stored(&self) -> (StoredMeta, StoredTime) {
+        let (bound_ms, max_ts, forced) = self.watermark.parts();
+        let (recent, held) = self.watermark.lead_parts();
+        let meta = StoredMeta {
+            next_offset: self.next_offset.0,
             bound_ms,
             max_ts,
             forced,
-            counters: m.counters.into(),
-        }
+            counters: self.counters.into(),
+        };
+        let time = StoredTime {
+            high_water: self.high_water.flatten(),
+            recent,
+            held,
+        };
+        (meta, time)
     }
-}
 
-impl From<StoredMeta> for PartitionMeta {
-    fn from(m: StoredMeta) -> Self {
+    /// The meta from its stored values; `t` is `None` for a part of format 4
+    /// (`high_water` then `None`: not stored, see `PartitionTask::restore`).
+    pub fn from_stored(m: StoredMeta, t: Option<StoredTime>) -> Self {
+        let wm = Watermark::from_parts(m.bound_ms, m.max_ts, m.forced);
+        let (watermark, high_water) = match t {
+            Some(t) => (wm.with_lead_state(t.recent, t.held), Some(t.high_water)),
+            None => (wm, None),
+        };
         Self {
             next_offset: NextOffset(m.next_offset),
-            watermark: Watermark::from_parts(m.bound_ms, m.max_ts, m.forced),
+            watermark,
             counters: m.counters.into(),
+            high_water,
         }
     }
 }
@@ -188,20 +217,29 @@ mod tests {
         assert_eq!(back.acc().cost, acc.cost);
         assert!(!back.acc().dirty);
         assert_eq!(back.phase(), WindowPhase::Open);
-        let mut wm = Watermark::new(5_000);
+        let mut wm = Watermark::new(5_000, Some(60_000));
         wm.observe(10_000);
         wm.force(7_000);
+        wm.observe(11_000);
+        wm.observe(12_000);
+        wm.observe(10_000_000);
+        assert_eq!(wm.held(), 1);
         let meta = PartitionMeta {
             next_offset: NextOffset(42),
-            watermark: wm,
+            watermark: wm.with_max_lead(None),
             counters: Counters {
                 consumed: 3,
                 ..Counters::default()
             },
+            high_water: Some(Some(12_000)),
         };
-        let stored = StoredMeta::from(&meta);
+        let (stored, time) = meta.stored();
         let back: StoredMeta = decode(&encode(&stored)).unwrap();
-        assert_eq!(PartitionMeta::from(back), meta);
+        let back_time: StoredTime = decode(&encode(&time)).unwrap();
+        assert_eq!(PartitionMeta::from_stored(back, Some(back_time)), meta);
+        // Format 4 had no `T` key: no lead state, the high water not stored.
+        let old = PartitionMeta::from_stored(back, None);
+        assert_eq!((old.high_water, old.watermark.held()), (None, 0));
         // Truncated, trailing bytes, a crafted huge value.
         let bytes = encode(&stored);
         assert!(decode::<StoredMeta>(&bytes[..bytes.len() - 1]).is_err());

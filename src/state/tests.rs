@@ -21,6 +21,7 @@ fn cfg() -> Arc<EngineConfig> {
         max_out_of_orderness_ms: 5_000,
         max_future_ms: None,
         time_source: TimeSource::CompletedTs,
+        max_lead_ms: None,
         dedup_extra_ms: 3_600_000,
         max_record_bytes: 1 << 20,
         generation: 1,
@@ -145,7 +146,8 @@ fn cold_ids_are_ingested_replaced_dropped_and_compacted_away_when_dead() {
                 chunks: vec![],
                 dead_through,
             },
-            watermark: crate::time::Watermark::new(0),
+            watermark: crate::time::Watermark::new(0, None),
+            high_water: None,
             counters: Default::default(),
         },
     };

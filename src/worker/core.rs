@@ -393,7 +393,7 @@ impl Core {
         let partitions: Vec<Partition> = facts.iter().map(|f| f.partition).collect();
         let restored = self.coord.checkpoints().restore_many(
             &partitions,
-            &self.job.fingerprint,
+            &self.job.rules,
             self.policy,
             &self.store,
         )?;
@@ -637,6 +637,7 @@ impl Core {
                     offsets: s.offsets.clone(),
                     idle_ms: (clock::mono_ms() - s.last_record).max(0) as u64,
                     idle_advances: s.task.counters().idle_advances,
+                    held: s.task.held(),
                     counters: s.task.counters(),
                     open_windows: s.task.open_windows(),
                     spilled_windows: s.task.open_windows() - s.task.windows_in_memory(),

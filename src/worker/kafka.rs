@@ -62,11 +62,11 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
     )?);
     let checkpoints_at = checkpoints.location();
     let job = JobIdentity {
-        fingerprint: crate::checkpoint::fingerprint(
+        rules: Arc::new(crate::checkpoint::rules(
             &cfg.topics.input,
             &engine,
             cfg.watermark.idle_timeout.0.map(|m| m.0),
-        ),
+        )),
         topic: cfg.topics.input.clone(),
         group: cfg.kafka.group_id.clone(),
         worker,

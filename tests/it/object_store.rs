@@ -93,7 +93,11 @@ fn s3_retention_leaves_no_unreferenced_object_after_100_checkpoints() {
     let fresh = StateStore::open_fresh(&dir.path().join("fresh")).unwrap();
     for (p, next) in [(0, 100), (1, 99), (2, 100)] {
         let r = store
-            .restore_partition(Partition(p), "f", &fresh)
+            .restore_partition(
+                Partition(p),
+                &tally::checkpoint::evolution::Rules::opaque("f"),
+                &fresh,
+            )
             .unwrap()
             .unwrap();
         assert_eq!(r.next_offset, NextOffset(next), "partition {p}");
@@ -158,7 +162,11 @@ fn s3_chains_of_deltas_stay_bounded_and_restore_exactly_over_100_checkpoints() {
     let fresh = StateStore::open_fresh(&dir.path().join("fresh")).unwrap();
     for t in &rig.tasks {
         let r = store
-            .restore_partition(t.partition(), "f", &fresh)
+            .restore_partition(
+                t.partition(),
+                &tally::checkpoint::evolution::Rules::opaque("f"),
+                &fresh,
+            )
             .unwrap()
             .unwrap();
         assert_eq!(r.snapshot, t.snapshot(), "{}", t.partition());

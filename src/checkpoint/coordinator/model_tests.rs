@@ -228,7 +228,7 @@ impl Model {
             worker: format!("w{n}"),
             group: "g".into(),
             topic: "t".into(),
-            fingerprint: "f".into(),
+            rules: std::sync::Arc::new(crate::checkpoint::evolution::Rules::opaque("f")),
         };
         Worker {
             coord: Coordinator::new(state.clone(), Arc::new(store), job).unwrap(),
@@ -246,10 +246,11 @@ impl Model {
             crash_at: None,
         };
         w.coord.finish(&mut ports, true)?;
-        let restored = w
-            .coord
-            .checkpoints()
-            .restore_partition(Partition(p), "f", &w.state)?;
+        let restored = w.coord.checkpoints().restore_partition(
+            Partition(p),
+            &crate::checkpoint::evolution::Rules::opaque("f"),
+            &w.state,
+        )?;
         if let Some(r) = &restored {
             self.delta_restores += usize::from(chain_len(&w.coord, &r.checkpoint, p) > 1);
         }
@@ -314,7 +315,11 @@ impl Model {
             let r = w
                 .coord
                 .checkpoints()
-                .restore_partition(Partition(*p), "f", &scratch)
+                .restore_partition(
+                    Partition(*p),
+                    &crate::checkpoint::evolution::Rules::opaque("f"),
+                    &scratch,
+                )
                 .unwrap()
                 .expect("a checkpointed partition");
             assert_eq!(r.next_offset, NextOffset(*next as i64), "partition {p}");

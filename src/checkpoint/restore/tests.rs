@@ -13,12 +13,14 @@ fn manifest(id: u64, fingerprint: &str, entries: &[(i32, i64)]) -> Manifest {
         group: "g".into(),
         topic: "t".into(),
         fingerprint: fingerprint.into(),
+        semantics: None,
         partitions: entries
             .iter()
             .map(|&(p, next)| PartitionEntry {
                 partition: Partition(p),
                 next_offset: NextOffset(next),
                 watermark: None,
+                high_water: None,
                 counters: Counters::default(),
                 offsets: OffsetLedger::without_gaps(0, NextOffset(next)),
                 segments: vec![Segment {
@@ -131,10 +133,15 @@ fn the_plan_orders_by_offset_then_id_and_stops_at_another_fingerprint() {
         ),
     ];
     for (i, (p, found, fingerprint, policy, want)) in rows.into_iter().enumerate() {
-        let steps = plan(p, &found, fingerprint, policy);
+        let steps = plan(p, &found, &Rules::opaque(fingerprint), policy);
         assert_eq!(shape(&steps), want, "row {i}");
     }
-    let steps = plan(Partition(0), &found(vec![("d", d)], &[]), "f", policy);
+    let steps = plan(
+        Partition(0),
+        &found(vec![("d", d)], &[]),
+        &Rules::opaque("f"),
+        policy,
+    );
     let Try::Refuse(msg) = &steps[0] else {
         panic!("{steps:?}")
     };

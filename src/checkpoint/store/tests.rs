@@ -94,19 +94,31 @@ fn a_checkpoint_restores_what_was_written_across_parts() {
     let fresh = StateStore::open_fresh(&f.dir.join("fresh")).unwrap();
     let r = f
         .store
-        .restore_partition(Partition(1), "f", &fresh)
+        .restore_partition(
+            Partition(1),
+            &crate::checkpoint::evolution::Rules::opaque("f"),
+            &fresh,
+        )
         .unwrap()
         .unwrap();
     assert_eq!((r.next_offset, r.skipped), (NextOffset(50), 0));
     assert_eq!(r.snapshot.open.len(), 300_000);
     assert!(f
         .store
-        .restore_partition(Partition(2), "f", &fresh)
+        .restore_partition(
+            Partition(2),
+            &crate::checkpoint::evolution::Rules::opaque("f"),
+            &fresh
+        )
         .unwrap()
         .is_none());
     let e = f
         .store
-        .restore_partition(Partition(0), "other", &fresh)
+        .restore_partition(
+            Partition(0),
+            &crate::checkpoint::evolution::Rules::opaque("other"),
+            &fresh,
+        )
         .unwrap_err();
     assert!(e.to_string().contains("another configuration"), "{e}");
 }
@@ -159,7 +171,11 @@ fn damaged_parts_are_reported_and_fallen_back_from() {
         let fresh = StateStore::open_fresh(&f.dir.join(format!("fresh{i}"))).unwrap();
         let r = f
             .store
-            .restore_partition(Partition(0), "f", &fresh)
+            .restore_partition(
+                Partition(0),
+                &crate::checkpoint::evolution::Rules::opaque("f"),
+                &fresh,
+            )
             .unwrap()
             .unwrap();
         assert_eq!((r.next_offset, r.skipped), (NextOffset(10), i + 1));
@@ -302,11 +318,19 @@ fn every_field_at_its_extremes_is_read_or_damage() {
     assert!(!f.store.verify().unwrap().is_empty());
     let _ = f.store.list().unwrap();
     let fresh = StateStore::open_fresh(&f.dir.join("fresh")).unwrap();
-    match f.store.restore_partition(Partition(0), "f", &fresh) {
+    match f.store.restore_partition(
+        Partition(0),
+        &crate::checkpoint::evolution::Rules::opaque("f"),
+        &fresh,
+    ) {
         Ok(_) => {}
         Err(e) => assert!(e.to_string().contains("partition 0"), "{e}"),
     }
-    let _ = f.store.restore_partition(Partition(i32::MAX), "f", &fresh);
+    let _ = f.store.restore_partition(
+        Partition(i32::MAX),
+        &crate::checkpoint::evolution::Rules::opaque("f"),
+        &fresh,
+    );
 }
 
 /// A store written by an older tally (format 2: bincode manifest, `TALLYPS2`
@@ -328,7 +352,11 @@ fn a_format_2_store_is_refused_by_name() {
     let fresh = StateStore::open_fresh(&f.dir.join("fresh")).unwrap();
     let e = f
         .store
-        .restore_partition(Partition(0), "f", &fresh)
+        .restore_partition(
+            Partition(0),
+            &crate::checkpoint::evolution::Rules::opaque("f"),
+            &fresh,
+        )
         .unwrap_err()
         .to_string();
     assert!(

@@ -79,12 +79,12 @@ impl Checkpointer {
         let checkpoints = Arc::new(CheckpointStore::open(&cfg.checkpoint, &group, &worker)?);
         let engine = cfg.engine()?;
         let topic = format!("file:{}", input.display());
-        let fingerprint = crate::checkpoint::fingerprint(&topic, &engine, None);
+        let rules = Arc::new(crate::checkpoint::rules(&topic, &engine, None));
         let job = JobIdentity {
             worker,
             group,
             topic,
-            fingerprint,
+            rules,
         };
         Ok(Self {
             coord: Coordinator::new(store.clone(), checkpoints, job)?,
