@@ -6,6 +6,7 @@ mod alerts;
 mod common;
 mod crafted;
 mod endpoints;
+mod evolution;
 mod file_mode;
 mod late;
 mod object_store;

@@ -1,0 +1,275 @@
+//! A live pipeline changed without a rebuild (issue 16): compatible price changes
+//! at a restart, and a watermark one producer's bad clock cannot hijack — end to
+//! end on the dev broker.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::common::*;
+use tally::kafka::read::read_topic;
+
+const T0: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+const MIN: i64 = 60_000;
+
+fn topics(extra: &[&'static str]) -> Vec<(&'static str, i32)> {
+    let mut t = vec![
+        ("requests", 2),
+        ("tenant-cost", 2),
+        ("requests.late", 1),
+        ("requests.dlq", 1),
+    ];
+    t.extend(extra.iter().map(|n| (*n, 2)));
+    t
+}
+
+/// `write_config`, with `prices` appended after the suite's price table.
+fn config_with(dir: &Path, broker: &DevBroker, group: &str, name: &str, prices: &str) -> String {
+    let base = write_config(dir, broker, group, "");
+    let path = dir.join(format!("{name}.toml"));
+    let text = std::fs::read_to_string(base).unwrap() + prices;
+    std::fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+/// The final payload of every window result on `topic` (its highest version), by
+/// key and source partition: the invoice as a deduplicating sink keeps it.
+fn final_payloads(broker: &DevBroker, topic: &str) -> BTreeMap<(String, i32), (u64, Vec<u8>)> {
+    let mut out: BTreeMap<(String, i32), (u64, Vec<u8>)> = BTreeMap::new();
+    for r in read_topic(&broker.kafka(), topic).unwrap() {
+        let rec: tally::engine::ResultRecord = serde_json::from_slice(&r.payload).unwrap();
+        let k = (rec.key(), rec.source_partition);
+        if out.get(&k).is_none_or(|(v, _)| rec.version > *v) {
+            out.insert(k, (rec.version, r.payload.clone()));
+        }
+    }
+    out
+}
+
+fn event_at(i: usize, model: &str, ts: i64) -> (i32, String) {
+    let tenant = format!("t{}", i % 10);
+    ((i % 2) as i32, event(&format!("r-{i}"), &tenant, model, ts))
+}
+
+fn produce_all(broker: &DevBroker, records: &[(i32, String)]) {
+    for p in 0..2 {
+        let part: Vec<String> = records
+            .iter()
+            .filter(|(q, _)| *q == p)
+            .map(|(_, r)| r.clone())
+            .collect();
+        produce(broker, "requests", p, "k", &part);
+    }
+}
+
+/// Adding a model and a schedule entry effective after everything already billed
+/// restores without a refusal, and the results equal, byte for byte, a replay from
+/// the log start under the new table; an entry before that is refused by name.
+#[test]
+fn a_future_price_change_restores_and_equals_a_replay_under_the_new_table() {
+    let dir = TempDir::new("evolve");
+    let broker = DevBroker::start(&topics(&["replay-cost", "replay-late", "replay-dlq"]));
+    let old = config_with(dir.path(), &broker, "evolve", "old", "");
+    let future = format!(
+        "[[prices.small.schedule]]\neffective_from = \"2026-01-01T00:15:00Z\"\n\
+         input_per_1k = \"0.0003\"\noutput_per_1k = \"0.0012\"\n\
+         [prices.newmodel]\neffective_from = \"2026-01-01T01:12:00+01:00\"\n\
+         input_per_1k = \"0.001\"\noutput_per_1k = \"0.002\"\n"
+    );
+    let new = config_with(dir.path(), &broker, "evolve", "new", &future);
+    let retro = config_with(
+        dir.path(),
+        &broker,
+        "evolve",
+        "retro",
+        "[[prices.small.schedule]]\neffective_from = \"2026-01-01T00:05:00Z\"\n\
+         input_per_1k = \"0.0003\"\noutput_per_1k = \"0.0012\"\n",
+    );
+    // The oracle: the new table, by completed_ts (1000 prompt, 500 completion tokens).
+    let cost = |model: &str, ts: i64| -> u128 {
+        match model {
+            "small" if ts >= T0 + 15 * MIN => 1000 * 300_000 + 500 * 1_200_000,
+            "small" => 1000 * 150_000 + 500 * 600_000,
+            "medium" => 1000 * 3_000_000 + 500 * 15_000_000,
+            "newmodel" => 1000 * 1_000_000 + 500 * 2_000_000,
+            m => panic!("{m}"),
+        }
+    };
+    let mut all: Vec<(String, i64)> = Vec::new();
+    let mut first = Vec::new();
+    for i in 0..4_000 {
+        let ts = T0 + i as i64 * 150; // the first ten minutes
+        let model = if i % 3 == 0 { "medium" } else { "small" };
+        first.push(event_at(i, model, ts));
+        all.push((model.into(), ts));
+    }
+    produce_all(&broker, &first);
+    tally_ok(
+        &["run", "--config", &old, "--until-end"],
+        &[],
+        Duration::from_secs(300),
+    );
+
+    // A price from 00:05 would re-price records already billed: refused, by key.
+    let refused = tally(
+        &["run", "--config", &retro, "--until-end"],
+        &[],
+        Duration::from_secs(120),
+    );
+    let log = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        refused.status.code() == Some(3)
+            && log.contains("`prices.small` effective_from 2026-01-01T00:05:00.000Z was added")
+            && log.contains("already priced records up to 2026-01-01T00:09:59"),
+        "{log}"
+    );
+
+    let mut second = Vec::new();
+    for i in 4_000..8_000 {
+        let ts = T0 + i as i64 * 150; // 00:10 to 00:20
+        let model = match i % 3 {
+            0 if ts >= T0 + 12 * MIN => "newmodel",
+            0 => "medium",
+            _ => "small",
+        };
+        second.push(event_at(i, model, ts));
+        all.push((model.into(), ts));
+    }
+    produce_all(&broker, &second);
+    let out = tally_ok(
+        &["run", "--config", &new, "--until-end"],
+        &[],
+        Duration::from_secs(300),
+    );
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        log.contains("restoring across a compatible config change")
+            && log.contains("`prices.newmodel` effective_from 2026-01-01T00:12:00.000Z added"),
+        "{log}"
+    );
+
+    // The same records, replayed from the log start under the new table alone.
+    let state = dir.path().join("state-replay");
+    let checkpoints = dir.path().join("checkpoints-replay");
+    tally_ok(
+        &["run", "--config", &new, "--until-end"],
+        &[
+            ("TALLY_KAFKA__GROUP_ID", "replay"),
+            ("TALLY_TOPICS__RESULTS", "replay-cost"),
+            ("TALLY_TOPICS__LATE", "replay-late"),
+            ("TALLY_TOPICS__DEAD_LETTER", "replay-dlq"),
+            ("TALLY_STATE__DIR", state.to_str().unwrap()),
+            ("TALLY_CHECKPOINT__DIR", checkpoints.to_str().unwrap()),
+        ],
+        Duration::from_secs(300),
+    );
+    let live = final_payloads(&broker, "tenant-cost");
+    let replay = final_payloads(&broker, "replay-cost");
+    assert!(live.len() >= 20 * 10, "{} windows", live.len());
+    assert!(live == replay, "the live results differ from the replay");
+    let billed: u128 = live
+        .values()
+        .map(|(_, p)| {
+            let r: tally::engine::ResultRecord = serde_json::from_slice(p).unwrap();
+            r.cost_pico.0
+        })
+        .sum();
+    let oracle: u128 = all.iter().map(|(m, ts)| cost(m, *ts)).sum();
+    assert_eq!(billed, oracle, "totals exact against the new schedule");
+    assert!(read_topic(&broker.kafka(), "requests.dlq")
+        .unwrap()
+        .is_empty());
+}
+
+/// One partition: 95 % of the records from producers whose clocks agree within
+/// the bound, 5 % from one whose clock leads by `lead`.
+fn skewed(lead: i64, micros_at: Option<usize>) -> (Vec<String>, u128) {
+    let mut records = Vec::new();
+    let mut total = 0u128;
+    let mut jitter = tally::gen::Rng::new(7);
+    for i in 0..20_000usize {
+        let mut ts = T0 + i as i64 * 100 + (jitter.below(4_000) as i64 - 2_000);
+        if i % 20 == 7 {
+            ts += lead;
+        }
+        if Some(i) == micros_at {
+            ts *= 1_000;
+        }
+        let model = if i % 2 == 0 { "small" } else { "medium" };
+        total += if i % 2 == 0 {
+            450_000_000
+        } else {
+            10_500_000_000
+        };
+        records.push(event(&format!("r-{i}"), &format!("t{}", i % 7), model, ts));
+    }
+    (records, total)
+}
+
+fn held(dir: &Path, group: &str) -> u64 {
+    let text = std::fs::read_to_string(dir.join(format!("state-{group}/report.json"))).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["held"].as_u64().unwrap())
+        .sum()
+}
+
+/// The skewed-clock partition: with the default lead limit no record of the
+/// agreeing producers is late, every window bills exactly and each leading record
+/// is billed once (and counted as held); without the limit the same input makes
+/// the agreeing producers late. A record in microseconds with `max_future = "off"`
+/// does not make the partition late either.
+#[test]
+fn one_producer_with_a_fast_clock_cannot_make_the_others_late() {
+    for (lead, limit, micros) in [
+        (10 * MIN, true, None),
+        (45 * MIN, true, None),
+        (10 * MIN, false, None),
+        (0, true, Some(9_001)),
+    ] {
+        let dir = TempDir::new("skew");
+        let broker = DevBroker::start(&[
+            ("requests", 1),
+            ("tenant-cost", 1),
+            ("requests.late", 1),
+            ("requests.dlq", 1),
+        ]);
+        let lead_key = if limit { "" } else { "max_lead = \"off\"\n" };
+        let cfg = write_config(
+            dir.path(),
+            &broker,
+            "skew",
+            &format!(
+                "[window]\nallowed_lateness = \"30s\"\n[watermark]\nmax_future = \"off\"\n{lead_key}"
+            ),
+        );
+        let (records, total) = skewed(lead, micros);
+        produce(&broker, "requests", 0, "k", &records);
+        tally_ok(
+            &["run", "--config", cfg.to_str().unwrap(), "--until-end"],
+            &[],
+            Duration::from_secs(300),
+        );
+        let late = read_topic(&broker.kafka(), "requests.late").unwrap().len();
+        let what = format!("lead {lead} ms, limit {limit}, micros {micros:?}");
+        if !limit {
+            assert!(late > 1_000, "{what}: the control is hijacked: {late} late");
+            continue;
+        }
+        assert_eq!(late, 0, "{what}");
+        assert!(read_topic(&broker.kafka(), "requests.dlq")
+            .unwrap()
+            .is_empty());
+        let finals = final_payloads(&broker, "tenant-cost");
+        let (requests, billed) = finals.values().fold((0u64, 0u128), |(n, c), (_, p)| {
+            let r: tally::engine::ResultRecord = serde_json::from_slice(p).unwrap();
+            (n + r.requests, c + r.cost_pico.0)
+        });
+        assert_eq!((requests, billed), (20_000, total), "{what}");
+        let want = if micros.is_some() { 1 } else { 1_000 };
+        assert_eq!(held(dir.path(), "skew"), want, "{what}");
+    }
+}
