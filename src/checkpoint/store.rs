@@ -68,6 +68,22 @@ type PartRead = Result<Vec<u8>, CheckpointError>;
 const READ_THREADS: usize = 8;
 
 /// One checkpoint as found in the store.
+/// What a listing holds for the restore decision (`restore::plan`).
+pub fn found(listed: &[Listed]) -> Found<'_> {
+    let mut found = Found {
+        checkpoints: Vec::new(),
+        unreadable: Vec::new(),
+    };
+    for l in listed {
+        match &l.manifest {
+            Some(Ok(m)) => found.checkpoints.push((l.name.as_str(), m)),
+            Some(Err(e)) => found.unreadable.push(e.clone()),
+            None => {}
+        }
+    }
+    found
+}
+
 #[derive(Debug)]
 pub struct Listed {
     /// `chk-<id>-<worker>`.
@@ -317,18 +333,7 @@ impl CheckpointStore {
         policy: StartPolicy,
         state: &StateStore,
     ) -> Result<Option<Restored>, CheckpointError> {
-        let mut found = Found {
-            checkpoints: Vec::new(),
-            unreadable: Vec::new(),
-        };
-        for l in listed {
-            match &l.manifest {
-                Some(Ok(m)) => found.checkpoints.push((l.name.as_str(), m)),
-                Some(Err(e)) => found.unreadable.push(e.clone()),
-                None => {}
-            }
-        }
-        let steps = plan(p, &found, rules, policy);
+        let steps = plan(p, &found(listed), rules, policy);
         if steps.is_empty() {
             return Ok(None);
         }

@@ -3,6 +3,7 @@
 
 mod broker;
 mod checkpoints;
+mod config_check;
 pub mod demo;
 pub mod exit;
 mod gen;
@@ -67,8 +68,9 @@ pub enum Command {
     /// with a recommended watermark.max_out_of_orderness.
     Delays(ConfigArg),
     /// Print the effective configuration (file, TALLY_* variables and defaults)
-    /// as TOML, secrets shown as ***.
-    Config(ConfigArg),
+    /// as TOML, secrets shown as ***; `config check` also says whether a restart
+    /// would restore from the checkpoint store or be refused.
+    Config(config_check::ConfigCmd),
 }
 
 #[derive(Args, Debug)]
@@ -195,11 +197,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Demo(a) => demo::run(a),
         Command::Checkpoints(a) => checkpoints::run(a),
         Command::ReprocessLate(a) => reprocess::run(a),
-        Command::Config(c) => {
-            let cfg = c.load()?;
-            print!("{}", cfg.effective_toml()?);
-            Ok(())
-        }
+        Command::Config(c) => config_check::run(c),
         Command::Delays(c) => {
             let cfg = c.load()?;
             let report = crate::worker::report::read(&cfg.state.dir).map_err(anyhow::Error::msg)?;

@@ -70,13 +70,11 @@ fn a_future_price_change_restores_and_equals_a_replay_under_the_new_table() {
     let dir = TempDir::new("evolve");
     let broker = DevBroker::start(&topics(&["replay-cost", "replay-late", "replay-dlq"]));
     let old = config_with(dir.path(), &broker, "evolve", "old", "");
-    let future = format!(
-        "[[prices.small.schedule]]\neffective_from = \"2026-01-01T00:15:00Z\"\n\
-         input_per_1k = \"0.0003\"\noutput_per_1k = \"0.0012\"\n\
+    let future = "[[prices.small.schedule]]\neffective_from = \"2026-01-01T00:15:00Z\"\n\
+                  input_per_1k = \"0.0003\"\noutput_per_1k = \"0.0012\"\n\
          [prices.newmodel]\neffective_from = \"2026-01-01T01:12:00+01:00\"\n\
-         input_per_1k = \"0.001\"\noutput_per_1k = \"0.002\"\n"
-    );
-    let new = config_with(dir.path(), &broker, "evolve", "new", &future);
+         input_per_1k = \"0.001\"\noutput_per_1k = \"0.002\"\n";
+    let new = config_with(dir.path(), &broker, "evolve", "new", future);
     let retro = config_with(
         dir.path(),
         &broker,
@@ -124,6 +122,33 @@ fn a_future_price_change_restores_and_equals_a_replay_under_the_new_table() {
         "{log}"
     );
 
+    // `config check` says so before a restart, the same way.
+    let check = tally(
+        &["config", "check", "--config", &new],
+        &[],
+        Duration::from_secs(60),
+    );
+    let text = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        check.status.success()
+            && text.contains("partition 0: restores from chk-")
+            && text.contains("compatible change: `prices.newmodel` effective_from 2026-01-01T00:12:00.000Z added"),
+        "{text}{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let check = tally(
+        &["config", "check", "--config", &retro],
+        &[],
+        Duration::from_secs(60),
+    );
+    let text = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        check.status.code() == Some(3)
+            && text.contains("REFUSED")
+            && text.contains("`prices.small`"),
+        "{text}"
+    );
+
     let mut second = Vec::new();
     for i in 4_000..8_000 {
         let ts = T0 + i as i64 * 150; // 00:10 to 00:20
@@ -163,6 +188,20 @@ fn a_future_price_change_restores_and_equals_a_replay_under_the_new_table() {
         ],
         Duration::from_secs(300),
     );
+    // Going back to the old table now would un-price billed newmodel records.
+    let check = tally(
+        &["config", "check", "--config", &old],
+        &[],
+        Duration::from_secs(60),
+    );
+    let text = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        check.status.code() == Some(3)
+            && text
+                .contains("`prices.newmodel` effective_from 2026-01-01T00:12:00.000Z was removed"),
+        "{text}"
+    );
+
     let live = final_payloads(&broker, "tenant-cost");
     let replay = final_payloads(&broker, "replay-cost");
     assert!(live.len() >= 20 * 10, "{} windows", live.len());
