@@ -6,7 +6,8 @@
 //!   (same validation, time source and effective-dated prices), so running the
 //!   reprocessing any number of times yields byte-identical adjustments.
 //! - Within one run, a `request_id` is adjusted once (`Seen`); across runs, the
-//!   sink inserts adjustments by `request_id` and ignores every later copy.
+//!   sink keeps one adjustment per `request_id`: a copy of a greater `generation`
+//!   (a re-bill) replaces it, an equal or lower one is ignored.
 //! - A request billed on the main path is not billed again: its copies within the
 //!   dedup horizon are duplicates on the main path and never reach the late topic
 //!   (the ids of too-late events enter the dedup set too). Copies arriving after

@@ -223,9 +223,18 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
                 || late_coords.clone(),
                 |v| String::from_utf8_lossy(v).into_owned(),
             );
+        // The original record's timestamp, not the time tally routed it here.
+        let original_ts = m
+            .headers()
+            .and_then(|h| {
+                h.iter()
+                    .find(|x| x.key == headers::KAFKA_TIMESTAMP)
+                    .and_then(|x| x.value)
+            })
+            .and_then(|v| std::str::from_utf8(v).ok()?.parse::<i64>().ok());
         let rec = RecordIn {
             payload,
-            kafka_ts: m.timestamp().to_millis(),
+            kafka_ts: original_ts.or(m.timestamp().to_millis()),
             now_ms: now_ms(),
         };
         match reprocessor.process(&engine, rec, &source) {

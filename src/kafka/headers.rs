@@ -9,6 +9,9 @@ pub const WINDOW_END: &str = "tally.window_end";
 pub const WATERMARK: &str = "tally.watermark";
 /// `topic/partition/offset` of the original record.
 pub const SOURCE: &str = "tally.source";
+/// The original record's Kafka timestamp (ms), when it had one: reprocessing
+/// under `time_source = "kafka_timestamp"` uses it, not the late record's own.
+pub const KAFKA_TIMESTAMP: &str = "tally.kafka_timestamp";
 /// Dead-letter error code (`malformed_json`, `unknown_model`, …).
 pub const ERROR: &str = "tally.error";
 /// Human-readable dead-letter detail.

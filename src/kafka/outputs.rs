@@ -200,9 +200,11 @@ impl Outputs {
         window_end: i64,
         watermark: i64,
         source: &str,
+        kafka_ts: Option<i64>,
     ) -> Result<(), KafkaIoError> {
         let (we, wm) = (window_end.to_string(), watermark.to_string());
-        let h = OwnedHeaders::new()
+        let ts = kafka_ts.map(|t| t.to_string());
+        let mut h = OwnedHeaders::new()
             .insert(Header {
                 key: headers::REASON,
                 value: Some("too_late"),
@@ -219,6 +221,12 @@ impl Outputs {
                 key: headers::SOURCE,
                 value: Some(source),
             });
+        if let Some(ts) = &ts {
+            h = h.insert(Header {
+                key: headers::KAFKA_TIMESTAMP,
+                value: Some(ts),
+            });
+        }
         self.send(with_key(
             BaseRecord::with_opaque_to(&self.late, UNTIMED)
                 .payload(payload)

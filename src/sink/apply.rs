@@ -33,7 +33,12 @@ const INSERT_ADJUSTMENT: &str = "
 INSERT INTO tenant_cost_adjustment
     (request_id, tenant_id, window_start, window_end, cost_pico, prompt_tokens, completion_tokens, generation, source)
 VALUES ($1, $2, $3, $4, $5::TEXT::NUMERIC, $6::TEXT::NUMERIC, $7::TEXT::NUMERIC, $8, $9)
-ON CONFLICT (request_id) DO NOTHING";
+ON CONFLICT (request_id) DO UPDATE SET
+    tenant_id = EXCLUDED.tenant_id, window_start = EXCLUDED.window_start,
+    window_end = EXCLUDED.window_end, cost_pico = EXCLUDED.cost_pico,
+    prompt_tokens = EXCLUDED.prompt_tokens, completion_tokens = EXCLUDED.completion_tokens,
+    generation = EXCLUDED.generation, source = EXCLUDED.source, applied_at = now()
+WHERE tenant_cost_adjustment.generation < EXCLUDED.generation";
 
 const UPSERT_OFFSET: &str = "
 INSERT INTO sink_offsets (topic, partition, next_offset) VALUES ($1, $2, $3)

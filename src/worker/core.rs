@@ -224,8 +224,14 @@ impl Core {
                     watermark,
                 } => {
                     let src = source_coords(&self.job.topic, p, m.offset());
-                    self.outputs
-                        .late(m.key(), payload, window_end, watermark, &src)?;
+                    self.outputs.late(
+                        m.key(),
+                        payload,
+                        window_end,
+                        watermark,
+                        &src,
+                        m.timestamp().to_millis(),
+                    )?;
                 }
                 Route::DeadLetter(reason) => {
                     let src = source_coords(&self.job.topic, p, m.offset());

@@ -159,3 +159,113 @@ fn reprocessed_late_events_complete_the_invoice_exactly_once_however_often_it_ru
     assert!(String::from_utf8_lossy(&again.stderr).contains("rows_changed: 0"));
     assert_eq!(query(&db, snapshot), before);
 }
+
+/// Every valid event's cost by (tenant, window end): on time, late within
+/// lateness, and too late (billed by reprocessing).
+fn oracle(e: &tally::gen::Expected) -> BTreeMap<(String, i64), u128> {
+    let mut want: BTreeMap<(String, i64), u128> = BTreeMap::new();
+    for w in &e.windows {
+        *want.entry((w.tenant_id.clone(), w.window_end)).or_default() +=
+            w.cost_pico.parse::<u128>().unwrap();
+    }
+    for l in &e.too_late {
+        *want.entry((l.tenant_id.clone(), l.window_end)).or_default() +=
+            l.cost_pico.parse::<u128>().unwrap();
+    }
+    want
+}
+
+/// The invoice view by (tenant, window end).
+fn invoice(db: &str) -> BTreeMap<(String, i64), u128> {
+    query(
+        db,
+        "SELECT tenant_id, window_end::TEXT, cost_pico::TEXT FROM tenant_cost_minute",
+    )
+    .into_iter()
+    .map(|r| {
+        (
+            (
+                r[0].clone().unwrap(),
+                r[1].clone().unwrap().parse().unwrap(),
+            ),
+            r[2].clone().unwrap().parse().unwrap(),
+        )
+    })
+    .collect()
+}
+
+/// A re-bill under generation 2 with a corrected price (a new group: the workers
+/// and the reprocessing rebuild from the log start) re-prices the adjustments as
+/// well as the partials: the invoice equals the oracle under the new table.
+#[test]
+fn a_rebill_under_a_new_generation_reprices_the_adjustments_too() {
+    let dir = TempDir::new("rebill");
+    let broker = DevBroker::start(&[
+        ("requests", 2),
+        ("tenant-cost", 2),
+        ("requests.late", 2),
+        ("requests.dlq", 2),
+    ]);
+    let args = [
+        "--count",
+        "6000",
+        "--tenants",
+        "10",
+        "--seed",
+        "5",
+        "--late-fraction",
+        "0.05",
+        "--partitions",
+        "2",
+    ];
+    let cfg = write_config(dir.path(), &broker, "rebill", "");
+    let old = generate(&cfg, dir.path(), "old", &args);
+    let cfg = cfg.to_str().unwrap();
+    let db = fresh_database("rebill");
+    let env = [("TALLY_SINK__DATABASE_URL", db.as_str())];
+    let long = Duration::from_secs(300);
+    tally_ok(&["run", "--config", cfg, "--until-end"], &[], long);
+    tally_ok(&["reprocess-late", "--config", cfg], &[], long);
+    tally_ok(&["sink", "--config", cfg, "--until-end"], &env, long);
+    assert_eq!(invoice(&db), oracle(&old));
+
+    // Generation 2, small's input price corrected, a new group.
+    let fixed = write_config(dir.path(), &broker, "rebill2", "[job]\ngeneration = 2\n");
+    let text = std::fs::read_to_string(&fixed).unwrap();
+    let corrected = text.replacen("input_per_1k = \"0.00015\"", "input_per_1k = \"0.0002\"", 1);
+    assert_ne!(text, corrected);
+    std::fs::write(&fixed, corrected).unwrap();
+    // The oracle under the new table: the same records, written to a file.
+    let mut file_args = args.to_vec();
+    let scratch = dir.path().join("same-records.jsonl");
+    file_args.extend(["--output-file", scratch.to_str().unwrap()]);
+    let new = generate(&fixed, dir.path(), "new", &file_args);
+    assert_eq!(new.too_late.len(), old.too_late.len());
+    assert_ne!(
+        expected_rows(&new),
+        expected_rows(&old),
+        "the correction changes the bill"
+    );
+    let fixed = fixed.to_str().unwrap();
+    tally_ok(&["run", "--config", fixed, "--until-end"], &[], long);
+    tally_ok(&["reprocess-late", "--config", fixed], &[], long);
+    tally_ok(&["sink", "--config", fixed, "--until-end"], &env, long);
+    assert_eq!(invoice(&db), oracle(&new));
+    let by_generation = query(
+        &db,
+        "SELECT generation::TEXT, count(*)::TEXT FROM tenant_cost_adjustment GROUP BY 1",
+    );
+    assert_eq!(
+        by_generation,
+        vec![vec![Some("2".into()), Some(old.too_late.len().to_string())]]
+    );
+    // Reprocessing generation 1 again now changes nothing: a lower generation.
+    tally_ok(
+        &["reprocess-late", "--config", cfg],
+        &[("TALLY_KAFKA__GROUP_ID", "rebill-again")],
+        long,
+    );
+    let again = tally_ok(&["sink", "--config", fixed, "--until-end"], &env, long);
+    assert!(String::from_utf8_lossy(&again.stderr).contains("rows_changed: 0"));
+    assert_eq!(invoice(&db), oracle(&new));
+}
