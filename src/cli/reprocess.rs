@@ -156,11 +156,18 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
     tracing::info!(topic, from = %a.from, records = total, "reprocessing late events");
     let retry_for = Duration::from_millis(cfg.kafka.connect_timeout.0.max(0) as u64);
     let mut failing_since: Option<Instant> = None;
+    // --follow: the backlog metric, and the position committed as it goes (what a
+    // restart with `--from group` resumes from), every FOLLOW_EVERY.
+    let mut last_follow: Option<Instant> = None;
     while a.follow || !done.values().all(|d| *d) {
         if shutdown::requested() {
             break;
         }
         progress.show(&summary, false);
+        if a.follow && last_follow.is_none_or(|t| t.elapsed() >= FOLLOW_EVERY) {
+            last_follow = Some(Instant::now());
+            follow_round(&consumer, &outputs, &topic, &next, &summary, &service)?;
+        }
         service.beat(crate::kafka::now_ms());
         let Some(msg) = consumer.poll(Duration::from_millis(200)) else {
             continue;
@@ -269,6 +276,45 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
         "reprocess-late: read {} | adjustments {} | duplicates skipped {} | dead letters {}",
         summary.read, summary.adjusted, summary.duplicates, summary.dead_letters
     );
+    Ok(())
+}
+
+/// How often `--follow` publishes its backlog and commits its position.
+const FOLLOW_EVERY: Duration = Duration::from_secs(5);
+
+/// One `--follow` round: every adjustment so far acknowledged, the position
+/// committed, and the backlog (late-topic end − position) published.
+fn follow_round(
+    consumer: &BaseConsumer<Logged>,
+    outputs: &Outputs,
+    topic: &str,
+    next: &BTreeMap<i32, i64>,
+    summary: &Summary,
+    service: &crate::service::State,
+) -> anyhow::Result<()> {
+    outputs
+        .flush(Duration::from_secs(60))
+        .context("flushing adjustments")?;
+    let mut pos = TopicPartitionList::new();
+    let mut backlog = Vec::with_capacity(next.len());
+    for (p, n) in next {
+        pos.add_partition_offset(topic, *p, Offset::Offset(*n))?;
+        match consumer.fetch_watermarks(topic, *p, Duration::from_secs(10)) {
+            Ok((_, high)) => backlog.push((*p, (high - n).max(0))),
+            Err(e) => tracing::warn!(error = %e, partition = p, "cannot read the late topic's end"),
+        }
+    }
+    if let Err(e) = consumer.commit(&pos, CommitMode::Sync) {
+        tracing::warn!(error = %e, "could not record the reprocess position");
+    }
+    service.set_metrics(crate::metrics::exposition::reprocess(
+        &crate::metrics::exposition::ReprocessFigures {
+            backlog,
+            adjusted: summary.adjusted,
+            duplicates: summary.duplicates,
+            dead_letters: summary.dead_letters,
+        },
+    ));
     Ok(())
 }
 

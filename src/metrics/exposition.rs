@@ -55,6 +55,9 @@ pub const EXPORTED: &[&str] = &[
     "tally_sink_rows_changed_total",
     "tally_sink_lag_records",
     "tally_sink_last_apply_timestamp_seconds",
+    // reprocess-late --follow
+    "tally_reprocess_backlog_records",
+    "tally_reprocess_records_total",
 ];
 
 /// Upper bounds of the delay, disorder and latency histograms, ms.
@@ -81,6 +84,22 @@ pub struct SinkFigures {
 /// The Prometheus text of the sink's figures.
 pub fn sink(figures: &SinkFigures) -> String {
     render(Box::new(Sink(figures.clone())))
+}
+
+/// What `reprocess-late --follow` reports.
+#[derive(Debug, Clone, Default)]
+pub struct ReprocessFigures {
+    /// (partition, late-topic log end minus the next offset to reprocess): late
+    /// records not billed yet.
+    pub backlog: Vec<(i32, i64)>,
+    pub adjusted: u64,
+    pub duplicates: u64,
+    pub dead_letters: u64,
+}
+
+/// The Prometheus text of the reprocessing's figures.
+pub fn reprocess(figures: &ReprocessFigures) -> String {
+    render(Box::new(Reprocess(figures.clone())))
 }
 
 /// Only `tally_build_info` (processes with nothing else to report yet).
@@ -428,6 +447,35 @@ impl Collector for Worker {
 }
 
 #[derive(Debug)]
+struct Reprocess(ReprocessFigures);
+
+impl Collector for Reprocess {
+    fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
+        let r = &self.0;
+        gauges(
+            &mut e,
+            "tally_reprocess_backlog",
+            "Late records not reprocessed yet: late-topic log end minus reprocess-late's position.",
+            Some(&Unit::Other("records".into())),
+            r.backlog
+                .iter()
+                .map(|(p, n)| (vec![("partition", p.to_string())], *n as f64)),
+        )?;
+        counters(
+            &mut e,
+            "tally_reprocess_records",
+            "Late records reprocessed, by outcome.",
+            [
+                ("adjusted", r.adjusted),
+                ("duplicate", r.duplicates),
+                ("dead_letter", r.dead_letters),
+            ]
+            .map(|(o, n)| (vec![("outcome", o.to_string())], n)),
+        )
+    }
+}
+
+#[derive(Debug)]
 struct Sink(SinkFigures);
 
 impl Collector for Sink {
@@ -541,8 +589,16 @@ mod tests {
             lag: vec![(0, 4)],
             last_apply_ms: Some(1_767_261_690_000),
         });
+        let reprocess = super::reprocess(&ReprocessFigures {
+            backlog: vec![(0, 7)],
+            adjusted: 3,
+            ..Default::default()
+        });
+        assert!(reprocess.contains("tally_reprocess_backlog_records{partition=\"0\"} 7.0"));
+        assert!(reprocess.contains("tally_reprocess_records_total{outcome=\"adjusted\"} 3"));
         let mut seen = families(&worker(&report()));
         seen.extend(families(&sink));
+        seen.extend(families(&reprocess));
         seen.sort();
         seen.dedup();
         let mut want: Vec<String> = EXPORTED.iter().map(|s| s.to_string()).collect();

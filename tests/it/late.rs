@@ -269,3 +269,123 @@ fn a_rebill_under_a_new_generation_reprices_the_adjustments_too() {
     assert!(String::from_utf8_lossy(&again.stderr).contains("rows_changed: 0"));
     assert_eq!(invoice(&db), oracle(&new));
 }
+
+/// The sum of `tally_reprocess_backlog_records` at `addr`, once it is published.
+fn backlog(addr: &str) -> Option<u64> {
+    let (status, body) = http_get(addr, "/metrics")?;
+    let samples: Vec<f64> = body
+        .lines()
+        .filter(|l| l.starts_with("tally_reprocess_backlog_records{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    (status == 200 && !samples.is_empty()).then(|| samples.iter().sum::<f64>() as u64)
+}
+
+/// `tally_reprocess_records_total{outcome="adjusted"}` at `addr`.
+fn adjusted(addr: &str) -> Option<u64> {
+    let (_, body) = http_get(addr, "/metrics")?;
+    body.lines()
+        .find(|l| l.starts_with("tally_reprocess_records_total{outcome=\"adjusted\"}"))?
+        .rsplit(' ')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// `reprocess-late --follow` as a service: its backlog metric counts the late
+/// records it has not billed and falls to 0 as it catches up, also after new late
+/// records; SIGTERM stops it with its position committed.
+#[test]
+fn the_late_backlog_metric_drains_to_zero_as_the_service_catches_up() {
+    let dir = TempDir::new("backlog");
+    let broker = DevBroker::start(&[
+        ("requests", 1),
+        ("tenant-cost", 1),
+        ("requests.late", 2),
+        ("requests.dlq", 1),
+    ]);
+    let cfg = write_config(dir.path(), &broker, "backlog", "");
+    let late = |from: usize, n: usize| -> Vec<String> {
+        (from..from + n)
+            .map(|i| {
+                event(
+                    &format!("late-{i}"),
+                    "acme",
+                    "small",
+                    1_767_261_600_000 + i as i64,
+                )
+            })
+            .collect()
+    };
+    produce(&broker, "requests.late", 0, "acme", &late(0, 3_000));
+    produce(&broker, "requests.late", 1, "acme", &late(3_000, 2_000));
+    let addr = format!("127.0.0.1:{}", free_port());
+    let child = std::process::Command::new(tally_bin())
+        .args([
+            "reprocess-late",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--follow",
+            "--from",
+            "group",
+        ])
+        .env("TALLY_METRICS__LISTEN", &addr)
+        .env("TALLY_LOG", "warn")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let wait_for = |what: &str, ok: &dyn Fn(u64) -> bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(b) = backlog(&addr) {
+                if ok(b) {
+                    return b;
+                }
+            }
+            assert!(std::time::Instant::now() < deadline, "backlog never {what}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    // The first figures are published before anything is read: all 5000.
+    assert_eq!(wait_for("published", &|_| true), 5_000);
+    wait_for("drained", &|b| b == 0);
+    // More late records: billed as they come (within a round or two), so the
+    // backlog is 0 again once the adjustments count them.
+    produce(&broker, "requests.late", 1, "acme", &late(5_000, 700));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while adjusted(&addr) != Some(5_700) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?} adjusted",
+            adjusted(&addr)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(backlog(&addr), Some(0));
+    signal(child.id(), libc::SIGTERM);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("adjustments 5700"), "{text}");
+    // Its position is committed: a second run from the group has nothing to do.
+    let again = tally_ok(
+        &[
+            "reprocess-late",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--from",
+            "group",
+        ],
+        &[],
+        Duration::from_secs(120),
+    );
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("read 0 |"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+}
