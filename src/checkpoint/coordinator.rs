@@ -170,6 +170,11 @@ impl Coordinator {
         &self.job
     }
 
+    /// The rules the next checkpoints are written under (a price reload).
+    pub fn set_rules(&mut self, rules: std::sync::Arc<super::evolution::Rules>) {
+        self.job.rules = rules;
+    }
+
     pub fn checkpoints(&self) -> &Arc<CheckpointStore> {
         &self.checkpoints
     }

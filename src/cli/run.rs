@@ -70,6 +70,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     }
     let opts = kafka::RunOptions {
         until_end: a.until_end,
+        config_path: a.config.config.clone(),
         policy: StartPolicy {
             reset_state_earliest: matches!(a.reset_state, Some(ResetState::Earliest)),
             allow_truncated_log: a.allow_truncated_log,

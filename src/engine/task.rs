@@ -193,6 +193,12 @@ impl PartitionTask {
         self.partition
     }
 
+    /// Runs on `cfg` from the next record on (a price reload: the caller checked
+    /// that only prices effective after `high_water` differ).
+    pub fn set_config(&mut self, cfg: Arc<EngineConfig>) {
+        self.cfg = cfg;
+    }
+
     pub fn watermark(&self) -> EventTime {
         EventTime(self.watermark.current())
     }

@@ -23,11 +23,13 @@ use crate::kafka::source::{Source, SourceContext, StartPolicy};
 use crate::kafka::{consumer_config, now_ms, KafkaIoError};
 use crate::state::StateStore;
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct RunOptions {
     /// Stop at the log ends seen at assignment; flush all open windows as end of input.
     pub until_end: bool,
     pub policy: StartPolicy,
+    /// The config file SIGHUP reloads the price table from (`Core::reload_prices`).
+    pub config_path: Option<std::path::PathBuf>,
 }
 
 /// How often the report (report.json, /metrics) is refreshed between checkpoints.
@@ -47,6 +49,7 @@ fn lock(core: &Mutex<Core>) -> Result<MutexGuard<'_, Core>, WorkerError> {
 
 /// Runs one worker until shutdown (or, with `until_end`, until its partitions are drained).
 pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
+    crate::worker::shutdown::install_reload();
     let engine = cfg.engine()?;
     let io = |path: &std::path::Path| {
         let path = path.display().to_string();
@@ -170,6 +173,9 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         }
         since_housekeeping = 0;
         c.publisher.service().beat(crate::kafka::now_ms());
+        if crate::worker::shutdown::take_reload() {
+            c.reload_prices(opts.config_path.as_deref());
+        }
         if !opts.until_end {
             c.advance_idle()?;
         }

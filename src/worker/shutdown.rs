@@ -1,4 +1,6 @@
-//! SIGTERM/SIGINT → a flag the worker loops check between records.
+//! SIGTERM/SIGINT → a flag the worker loops check between records; SIGHUP (only
+//! where `install_reload` ran: the Kafka worker) → a flag asking it to reload its
+//! price table.
 //!
 //! Invariant: the handler only stores to atomics (async-signal-safe): first the
 //! signal's number, then the flag. The Kafka worker and the sink finish the record
@@ -10,6 +12,25 @@
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 static REQUESTED: AtomicBool = AtomicBool::new(false);
+static RELOAD: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_hangup(_: libc::c_int) {
+    RELOAD.store(true, Ordering::SeqCst);
+}
+
+/// SIGHUP asks for a reload (`take_reload`) instead of ending the process.
+pub fn install_reload() {
+    let handler = on_hangup as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    // SAFETY: `on_hangup` only performs an atomic store, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGHUP, handler);
+    }
+}
+
+/// Whether a reload was asked for since the last call.
+pub fn take_reload() -> bool {
+    RELOAD.swap(false, Ordering::SeqCst)
+}
 /// The number of the last signal received; 0 for none.
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
 

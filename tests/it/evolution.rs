@@ -312,3 +312,121 @@ fn one_producer_with_a_fast_clock_cannot_make_the_others_late() {
         assert_eq!(held(dir.path(), "skew"), want, "{what}");
     }
 }
+
+/// The next offset `report.json` of the worker in `state` shows for partition 0.
+fn next_offset(state: &Path) -> i64 {
+    std::fs::read_to_string(state.join("report.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v["partitions"][0]["next_offset"].as_i64())
+        .unwrap_or(-1)
+}
+
+fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !ok() {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// SIGHUP reloads the price table of a running worker while records flow: a
+/// schedule entry effective after what it has priced applies from its time on,
+/// and the bill is exact against the schedule; an entry in the past is refused
+/// and changes nothing.
+#[test]
+fn sighup_reloads_the_price_table_under_load() {
+    let dir = TempDir::new("hup");
+    let broker = DevBroker::start(&[
+        ("requests", 1),
+        ("tenant-cost", 1),
+        ("requests.late", 1),
+        ("requests.dlq", 1),
+    ]);
+    let cfg = write_config(dir.path(), &broker, "hup", "");
+    let state = dir.path().join("state-hup");
+    let records = |from: usize, n: usize| -> Vec<String> {
+        (from..from + n)
+            .map(|i| {
+                event(
+                    &format!("r-{i}"),
+                    &format!("t{}", i % 5),
+                    "small",
+                    T0 + i as i64 * 10,
+                )
+            })
+            .collect()
+    };
+    produce(&broker, "requests", 0, "k", &records(0, 3_000));
+    let mut worker =
+        tally::devtools::support::spawn_worker(Path::new(tally_bin()), &cfg, &state, &[]).unwrap();
+    wait_until("the first records", || next_offset(&state) == 3_000);
+    let log = || std::fs::read_to_string(state.with_extension("log")).unwrap_or_default();
+    let base = std::fs::read_to_string(&cfg).unwrap();
+    let entry = |from: &str| {
+        format!(
+            "{base}[[prices.small.schedule]]\neffective_from = \"{from}\"\n\
+             input_per_1k = \"0.0003\"\noutput_per_1k = \"0.0012\"\n"
+        )
+    };
+    // In the past (00:00:10, the worker priced up to 00:00:29.99): refused.
+    std::fs::write(&cfg, entry("2026-01-01T00:00:10Z")).unwrap();
+    signal(worker.id(), libc::SIGHUP);
+    wait_until("the refusal", || log().contains("PRICE RELOAD REFUSED"));
+    // Under load: records flow (00:00:30 on, 100 per 100 ms) while the worker
+    // reloads an entry effective at 00:01:15.
+    let producer = {
+        let bootstrap = broker.kafka();
+        let batch2 = records(3_000, 9_000);
+        std::thread::spawn(move || {
+            use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+            let p: BaseProducer =
+                tally::kafka::client_config(&bootstrap, tally::kafka::PRODUCER_DEFAULTS)
+                    .create()
+                    .unwrap();
+            for chunk in batch2.chunks(100) {
+                for r in chunk {
+                    p.send(BaseRecord::to("requests").partition(0).key("k").payload(r))
+                        .unwrap();
+                }
+                p.flush(Duration::from_secs(30)).unwrap();
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    wait_until("records flowing", || next_offset(&state) >= 4_000);
+    std::fs::write(&cfg, entry("2026-01-01T00:01:15Z")).unwrap();
+    signal(worker.id(), libc::SIGHUP);
+    wait_until("the reload", || {
+        log().contains("price table reloaded (SIGHUP)")
+    });
+    assert!(
+        next_offset(&state) < 3_000 + 4_500,
+        "the reload came after 00:01:15 was reached; the test cannot tell anything"
+    );
+    producer.join().unwrap();
+    wait_until("every record", || next_offset(&state) == 12_000);
+    signal(worker.id(), libc::SIGTERM);
+    assert!(worker.wait().unwrap().success(), "{}", log());
+    // The windows still open: the same worker state, to the end of input.
+    tally_ok(
+        &["run", "--config", cfg.to_str().unwrap(), "--until-end"],
+        &[("TALLY_STATE__DIR", state.to_str().unwrap())],
+        Duration::from_secs(300),
+    );
+    let billed: u128 = final_payloads(&broker, "tenant-cost")
+        .values()
+        .map(|(_, p)| {
+            let r: tally::engine::ResultRecord = serde_json::from_slice(p).unwrap();
+            r.cost_pico.0
+        })
+        .sum();
+    let at = T0 + 75_000;
+    let oracle: u128 = (0..12_000i64)
+        .map(|i| match T0 + i * 10 >= at {
+            true => 1000 * 300_000 + 500 * 1_200_000,
+            false => 1000 * 150_000 + 500 * 600_000,
+        })
+        .sum();
+    assert_eq!(billed, oracle, "exact against the schedule");
+}
