@@ -389,3 +389,78 @@ fn the_late_backlog_metric_drains_to_zero_as_the_service_catches_up() {
         String::from_utf8_lossy(&again.stderr)
     );
 }
+
+/// Under `time_source = "kafka_timestamp"` a late record carries its original
+/// Kafka timestamp (`tally.kafka_timestamp`), and reprocessing windows it by that
+/// time, not by the late record's own timestamp (when tally routed it).
+#[test]
+fn reprocessing_uses_the_original_kafka_timestamp() {
+    let dir = TempDir::new("kafka-ts");
+    let broker = DevBroker::start(&[
+        ("requests", 1),
+        ("tenant-cost", 1),
+        ("requests.late", 1),
+        ("requests.dlq", 1),
+    ]);
+    let cfg = write_config(
+        dir.path(),
+        &broker,
+        "kts",
+        "[window]\nallowed_lateness = \"0\"\n[watermark]\ntime_source = \"kafka_timestamp\"\n",
+    );
+    let t10: i64 = 1_767_261_600_000;
+    let p: BaseProducer =
+        tally::kafka::client_config(&broker.kafka(), tally::kafka::PRODUCER_DEFAULTS)
+            .create()
+            .unwrap();
+    // The payloads' completed_ts (where prices are looked up) is 10:00:01 for all.
+    for (id, at) in [
+        ("r-1", 5_000),
+        ("r-2", 20_000),
+        ("r-3", 70_000),
+        ("r-late", 10_000),
+    ] {
+        let payload = event(id, "acme", "small", t10 + 1_000);
+        p.send(
+            BaseRecord::to("requests")
+                .partition(0)
+                .key("acme")
+                .payload(&payload)
+                .timestamp(t10 + at),
+        )
+        .unwrap();
+    }
+    p.flush(Duration::from_secs(30)).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    tally_ok(
+        &["run", "--config", cfg, "--until-end"],
+        &[],
+        Duration::from_secs(120),
+    );
+    let late = read_topic(&broker.kafka(), "requests.late").unwrap();
+    assert_eq!(late.len(), 1);
+    let original = (t10 + 10_000).to_string();
+    assert_eq!(
+        late[0].header(tally::kafka::headers::KAFKA_TIMESTAMP),
+        Some(original.as_str())
+    );
+    tally_ok(
+        &["reprocess-late", "--config", cfg],
+        &[],
+        Duration::from_secs(120),
+    );
+    let adjustments: Vec<serde_json::Value> = read_topic(&broker.kafka(), "tenant-cost")
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::from_slice(&r.payload).unwrap())
+        .filter(|v: &serde_json::Value| v["kind"] == "adjustment")
+        .collect();
+    assert_eq!(adjustments.len(), 1);
+    assert_eq!(adjustments[0]["request_id"], "r-late");
+    assert_eq!(
+        adjustments[0]["window_end"],
+        t10 + 60_000,
+        "{:?}",
+        adjustments[0]
+    );
+}
