@@ -112,31 +112,7 @@ fn reprocessed_late_events_complete_the_invoice_exactly_once_however_often_it_ru
     );
 
     // The view now bills every valid event: on time, late within lateness, too late.
-    let mut want: BTreeMap<(String, i64), u128> = BTreeMap::new();
-    for w in &expected.windows {
-        *want.entry((w.tenant_id.clone(), w.window_end)).or_default() +=
-            w.cost_pico.parse::<u128>().unwrap();
-    }
-    for l in &expected.too_late {
-        *want.entry((l.tenant_id.clone(), l.window_end)).or_default() +=
-            l.cost_pico.parse::<u128>().unwrap();
-    }
-    let view: BTreeMap<(String, i64), u128> = query(
-        &db,
-        "SELECT tenant_id, window_end::TEXT, cost_pico::TEXT FROM tenant_cost_minute",
-    )
-    .into_iter()
-    .map(|r| {
-        (
-            (
-                r[0].clone().unwrap(),
-                r[1].clone().unwrap().parse().unwrap(),
-            ),
-            r[2].clone().unwrap().parse().unwrap(),
-        )
-    })
-    .collect();
-    assert_eq!(view, want);
+    assert_eq!(invoice(&db), oracle(&expected));
     let count = query(&db, "SELECT count(*)::TEXT FROM tenant_cost_adjustment");
     assert_eq!(
         count[0][0].as_deref(),
