@@ -52,6 +52,7 @@ impl Reprocessor {
             kind: ResultKind::Adjustment,
             request_id: ev.request_id.into_owned(),
             tenant_id: ev.tenant_id.into_owned(),
+            model: ev.model.into_owned(),
             window_start: w.start,
             window_end: w.end,
             cost_pico: cost,

@@ -129,6 +129,7 @@ fn snapshot_bytes() -> Vec<u8> {
         version: 4,
         panes: 5,
         open: true,
+        lines: vec![],
     };
     w.entry(&win, &encode(&stored));
     w.finish()

@@ -24,6 +24,9 @@
 //! be a plain `chk-<id>-<worker>` name.
 //!
 //! ## Compatibility
+//! - Format 6 appended line items per model to the window values
+//!   (`state::stored::StoredWindow`); its manifest is format 5's. Format 5 is still
+//!   read: its parts are format-6 parts with window values of `StoredWindowV5`.
 //! - Format 5 added the semantic configuration to the manifest, the high-water
 //!   time to each partition, and the key `T p` to parts (`state::stored::StoredTime`).
 //!   Format 4 is still read (`ManifestBodyV4`): no semantics, no high-water time;
@@ -56,7 +59,7 @@ use crate::state::NextOffset;
 use crate::time::EventTime;
 
 /// The checkpoint format this tally writes.
-pub const VERSION: u16 = 5;
+pub const VERSION: u16 = 6;
 /// The oldest format it reads.
 pub const OLDEST_READ: u16 = 3;
 
@@ -665,7 +668,7 @@ mod tests {
             .to_string()
             .contains("checksum"));
         // Another version, older and newer, read before the body.
-        for (v, says) in [(2u16, "older tally"), (6, "newer tally")] {
+        for (v, says) in [(2u16, "older tally"), (VERSION + 1, "newer tally")] {
             let mut other = bytes.clone();
             other[8..10].copy_from_slice(&v.to_be_bytes());
             let e = decode_manifest(&other).unwrap_err().to_string();

@@ -12,7 +12,7 @@ use clap::Args;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 
 use crate::config::{Config, Millis, PriceConfig};
-use crate::engine::{PaneKind, ResultRecord};
+use crate::engine::{PaneKind, ResultRecord, SinkRecord};
 use crate::gen::{GenOptions, Generator};
 use crate::kafka::outputs::{send, DeliveryTracker, UNTIMED};
 use crate::kafka::read::read_topic;
@@ -297,10 +297,13 @@ fn sink_and_show(cfg: &Config, url: &str) -> anyhow::Result<()> {
 fn parse_results(
     records: &[crate::kafka::read::StoredRecord],
 ) -> anyhow::Result<Vec<ResultRecord>> {
-    let mut out: Vec<ResultRecord> = records
-        .iter()
-        .map(|r| serde_json::from_slice(&r.payload).context("parsing a result"))
-        .collect::<anyhow::Result<_>>()?;
+    let mut out = Vec::new();
+    for r in records {
+        // Progress records (finality) are for the sink.
+        if let SinkRecord::Window(w) = SinkRecord::parse(&r.payload).context("parsing a result")? {
+            out.push(w);
+        }
+    }
     out.sort_by(|a, b| {
         (a.window_end, &a.tenant_id, a.version).cmp(&(b.window_end, &b.tenant_id, b.version))
     });

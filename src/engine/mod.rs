@@ -16,10 +16,12 @@ pub mod spill;
 mod task;
 
 pub use dedup::{Dedup, DedupDelta};
-pub use result::{AdjustmentRecord, PaneKind, ResultKind, ResultRecord, SinkRecord};
+pub use result::{
+    AdjustmentRecord, LineItem, PaneKind, ProgressRecord, ResultKind, ResultRecord, SinkRecord,
+};
 pub use task::{
-    validate, window_bytes, PartitionTask, StateDelta, TaskSnapshot, Valid, WindowAcc, WindowKey,
-    WindowPhase,
+    validate, window_bytes, Line, PartitionTask, StateDelta, TaskSnapshot, Valid, WindowAcc,
+    WindowKey, WindowPhase, LINE_BYTES,
 };
 
 use serde::{Deserialize, Serialize};

@@ -178,13 +178,13 @@ impl crate::engine::cold::DedupStore for MirrorStore {
 
 impl spill::SpillStore for MirrorStore {
     fn window(&self, _: Partition, end: i64, tenant: &str) -> Result<Option<WindowAcc>, String> {
-        Ok(self.0.lock().unwrap().get(&(end, tenant.into())).copied())
+        Ok(self.0.lock().unwrap().get(&(end, tenant.into())).cloned())
     }
     fn windows_ending(&self, _: Partition, end: i64) -> Result<Vec<(Box<str>, WindowAcc)>, String> {
         let m = self.0.lock().unwrap();
         Ok(m.iter()
             .filter(|((e, _), _)| *e == end)
-            .map(|((_, t), a)| (t.clone(), *a))
+            .map(|((_, t), a)| (t.clone(), a.clone()))
             .collect())
     }
 }

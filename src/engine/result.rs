@@ -23,6 +23,34 @@ pub enum ResultKind {
     Window,
     /// A reprocessed too-late event from `tally reprocess-late`.
     Adjustment,
+    /// A source partition's progress: its windows up to an end are final.
+    Progress,
+}
+
+/// One model's share of a pane: the invoice line (docs/DESIGN.md §3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LineItem {
+    pub model: String,
+    pub requests: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    #[serde(
+        serialize_with = "pico_as_string",
+        deserialize_with = "pico_from_string"
+    )]
+    pub cost_pico: Pico,
+}
+
+impl LineItem {
+    pub fn of(l: &super::Line) -> Self {
+        Self {
+            model: l.model.to_string(),
+            requests: l.requests,
+            prompt_tokens: l.prompt_tokens,
+            completion_tokens: l.completion_tokens,
+            cost_pico: l.cost,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,6 +73,10 @@ pub struct ResultRecord {
     pub pane: PaneKind,
     pub pane_index: u32,
     pub generation: u64,
+    /// Per model, sorted by model name; the totals above are their sums. Absent
+    /// in the payloads of a tally before line items (read as none).
+    #[serde(default)]
+    pub lines: Vec<LineItem>,
 }
 
 impl ResultRecord {
@@ -83,6 +115,9 @@ pub struct AdjustmentRecord {
     pub kind: ResultKind,
     pub request_id: String,
     pub tenant_id: String,
+    /// The model of the request (empty in adjustments of a tally before line items).
+    #[serde(default)]
+    pub model: String,
     pub window_start: i64,
     pub window_end: i64,
     #[serde(
@@ -104,11 +139,39 @@ impl AdjustmentRecord {
     }
 }
 
+/// A source partition's progress (docs/DESIGN.md §6.3, finality): every window
+/// ending at or before `final_through` is purged in that partition, so only an
+/// adjustment can change it. Sent to every partition of the results topic, after
+/// the panes it covers; keyed `"_progress/{source_partition}"`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProgressRecord {
+    pub kind: ResultKind,
+    pub source_partition: i32,
+    /// Partitions of the input topic (the sink waits for all of them).
+    pub source_partitions: i32,
+    /// Partitions of the results topic (each gets a copy).
+    pub results_partitions: i32,
+    pub final_through: i64,
+    pub watermark: i64,
+    pub generation: u64,
+}
+
+impl ProgressRecord {
+    pub fn key(&self) -> String {
+        format!("_progress/{}", self.source_partition)
+    }
+
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
 /// What the sink reads from the results topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SinkRecord {
     Window(ResultRecord),
     Adjustment(AdjustmentRecord),
+    Progress(ProgressRecord),
 }
 
 impl SinkRecord {
@@ -120,6 +183,7 @@ impl SinkRecord {
         match serde_json::from_slice::<Kind>(bytes)?.kind {
             ResultKind::Window => serde_json::from_slice(bytes).map(SinkRecord::Window),
             ResultKind::Adjustment => serde_json::from_slice(bytes).map(SinkRecord::Adjustment),
+            ResultKind::Progress => serde_json::from_slice(bytes).map(SinkRecord::Progress),
         }
     }
 }
@@ -162,6 +226,13 @@ mod tests {
             pane: PaneKind::OnTime,
             pane_index: 0,
             generation: 1,
+            lines: vec![LineItem {
+                model: "small".into(),
+                requests: 2,
+                prompt_tokens: 3,
+                completion_tokens: 4,
+                cost_pico: Pico(u128::from(u64::MAX) * 7),
+            }],
         };
         let json = String::from_utf8(r.to_json()).unwrap();
         assert!(
@@ -169,7 +240,15 @@ mod tests {
             "{json}"
         );
         assert!(json.contains("\"pane\":\"on_time\""));
+        assert!(
+            json.ends_with(r#""lines":[{"model":"small","requests":2,"prompt_tokens":3,"completion_tokens":4,"cost_pico":"129127208515966861305"}]}"#),
+            "{json}"
+        );
         assert_eq!(serde_json::from_str::<ResultRecord>(&json).unwrap(), r);
         assert_eq!(r.key(), "acme/60000");
+        // A payload of a tally before line items still reads.
+        let old = json.split(r#","lines""#).next().unwrap().to_string() + "}";
+        let back: ResultRecord = serde_json::from_str(&old).unwrap();
+        assert!(back.lines.is_empty());
     }
 }

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::dedup::{Dedup, DedupDelta, Fingerprint};
-use super::result::{PaneKind, ResultKind, ResultRecord};
+use super::result::{LineItem, PaneKind, ResultKind, ResultRecord};
 use super::spill::{SpillStore, Spilled, WINDOW_BYTES};
 use super::{Counters, EngineConfig, RecordIn, Route, TimeSource};
 use crate::metrics::Histogram;
@@ -32,8 +32,9 @@ use crate::model::{event, DeadLetterReason, Event, Partition, Pico, PriceError};
 use crate::time::Watermark;
 use crate::time::{EventTime, Window};
 
-/// The accumulator of one `(tenant, window)`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// The accumulator of one `(tenant, window)`: its totals and, per model, its
+/// line items (each total is the sum of its lines).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WindowAcc {
     pub cost: Pico,
     pub prompt_tokens: u64,
@@ -43,8 +44,67 @@ pub struct WindowAcc {
     /// Panes emitted so far.
     pub panes: u32,
     /// Changed since the state store last saw it.
-    #[serde(skip)]
     pub dirty: bool,
+    /// One per model folded in, sorted by model name.
+    pub lines: Vec<Line>,
+}
+
+/// One model's share of a window: the invoice line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line {
+    /// Shared with the price table (`PriceTable::model`).
+    pub model: Arc<str>,
+    pub requests: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cost: Pico,
+}
+
+/// What a line item adds to a window in memory (for `state.memory_budget`).
+pub const LINE_BYTES: usize = std::mem::size_of::<Line>();
+
+impl WindowAcc {
+    /// Folds one priced request of `model` in; `None` on overflow (then nothing
+    /// changed). Returns whether a new line was added.
+    fn fold(
+        &mut self,
+        model: &str,
+        shared: impl FnOnce() -> Arc<str>,
+        ev: &Event<'_>,
+        cost: Pico,
+    ) -> Option<bool> {
+        let total_cost = self.cost.checked_add(cost).ok()?;
+        let prompt = self.prompt_tokens.checked_add(ev.prompt_tokens)?;
+        let completion = self.completion_tokens.checked_add(ev.completion_tokens)?;
+        // Each line is at most its total, so no line can overflow.
+        let added = match self.lines.binary_search_by(|l| (*l.model).cmp(model)) {
+            Ok(i) => {
+                let l = &mut self.lines[i];
+                l.requests += 1;
+                l.prompt_tokens += ev.prompt_tokens;
+                l.completion_tokens += ev.completion_tokens;
+                l.cost = Pico(l.cost.0 + cost.0);
+                false
+            }
+            Err(i) => {
+                let line = Line {
+                    model: shared(),
+                    requests: 1,
+                    prompt_tokens: ev.prompt_tokens,
+                    completion_tokens: ev.completion_tokens,
+                    cost,
+                };
+                self.lines.insert(i, line);
+                true
+            }
+        };
+        self.cost = total_cost;
+        self.prompt_tokens = prompt;
+        self.completion_tokens = completion;
+        self.version += 1;
+        self.dirty = true;
+        Some(added)
+    }
 }
 
 /// `(window_end, tenant_id)`: the identity of a window within a partition.
@@ -55,6 +115,11 @@ pub type WindowKey = (i64, Box<str>);
 /// bytes of a longer tenant id — so the budget holds whatever the ids' length.
 pub fn window_bytes(tenant: &str) -> usize {
     WINDOW_BYTES + tenant.len().saturating_sub(16)
+}
+
+/// `window_bytes` plus the window's line items.
+fn acc_bytes(tenant: &str, acc: &WindowAcc) -> usize {
+    window_bytes(tenant) + acc.lines.len() * LINE_BYTES
 }
 
 /// Whether a window's on-time pane has fired (stored as `open: bool`, `state::stored`).
@@ -133,6 +198,22 @@ pub struct PartitionTask {
     delay: Histogram,
     /// Partition max event time minus event time, before the event (not state).
     disorder: Histogram,
+    /// The greatest window end at or below which every window is purged, by the
+    /// watermark (`final_through`); derived from the watermark, not state.
+    final_through: Option<i64>,
+    /// Where `final_through` moved, as (index into the panes of the caller's
+    /// `out`, new value), since `take_progress`; `None`: not tracked.
+    progress: Option<Vec<(usize, i64)>>,
+}
+
+/// The greatest window end `E` the watermark `w` has purged: `E - 1 + lateness <=
+/// w`, on the window grid (`None` before any event time).
+pub fn final_through(cfg: &EngineConfig, w: i64) -> Option<i64> {
+    if w == i64::MIN {
+        return None;
+    }
+    let x = w.saturating_add(1).saturating_sub(cfg.allowed_lateness_ms);
+    cfg.window.assign(x).map(|win| win.start)
 }
 
 impl PartitionTask {
@@ -153,8 +234,8 @@ impl PartitionTask {
         let held_bytes = [&open, &fired]
             .iter()
             .flat_map(|m| m.values())
-            .flat_map(|t| t.keys())
-            .map(|k| window_bytes(k))
+            .flat_map(|t| t.iter())
+            .map(|(k, a)| acc_bytes(k, a))
             .sum();
         let watermark = snap
             .watermark
@@ -171,6 +252,7 @@ impl PartitionTask {
                     (_, TimeSource::CompletedTs) => watermark.max_ts(),
                     _ => Some(i64::MAX),
                 });
+        let watermark_now = watermark.current();
         Self {
             partition,
             held_bytes,
@@ -185,6 +267,8 @@ impl PartitionTask {
             spilled: Spilled::default(),
             delay: Histogram::default(),
             disorder: Histogram::default(),
+            final_through: final_through(&cfg, watermark_now),
+            progress: None,
             cfg,
         }
     }
@@ -282,8 +366,8 @@ impl PartitionTask {
         [&self.open, &self.fired]
             .iter()
             .flat_map(|m| m.values())
-            .flat_map(|t| t.keys())
-            .map(|k| window_bytes(k))
+            .flat_map(|t| t.iter())
+            .map(|(k, a)| acc_bytes(k, a))
             .sum()
     }
 
@@ -367,7 +451,7 @@ impl PartitionTask {
             tenants.retain(|tenant, acc| {
                 let go = freed < excess && !acc.dirty;
                 if go {
-                    freed += window_bytes(tenant);
+                    freed += acc_bytes(tenant, acc);
                 }
                 !go
             });
@@ -497,33 +581,33 @@ impl PartitionTask {
         let acc = match tenants.get_mut(ev.tenant_id.as_ref()) {
             Some(acc) => acc,
             None => {
-                let stored =
-                    self.spilled
-                        .take_one(self.partition, phase, window.end, &ev.tenant_id);
-                self.held_bytes += window_bytes(&ev.tenant_id);
+                let stored = self
+                    .spilled
+                    .take_one(self.partition, phase, window.end, &ev.tenant_id)
+                    .unwrap_or_default();
+                self.held_bytes += acc_bytes(&ev.tenant_id, &stored);
                 tenants
                     .entry(ev.tenant_id.as_ref().into())
-                    .or_insert(stored.unwrap_or_default())
+                    .or_insert(stored)
             }
         };
-        let folded = (|| {
-            Some(WindowAcc {
-                cost: acc.cost.checked_add(cost).ok()?,
-                prompt_tokens: acc.prompt_tokens.checked_add(ev.prompt_tokens)?,
-                completion_tokens: acc.completion_tokens.checked_add(ev.completion_tokens)?,
-                version: acc.version + 1,
-                panes: acc.panes,
-                dirty: true,
-            })
-        })();
-        let Some(new_acc) = folded else {
-            return Route::DeadLetter(DeadLetterReason::Overflow);
+        let was_dirty = acc.dirty;
+        let prices = &cfg.prices;
+        let shared = || {
+            prices
+                .model(&ev.model)
+                .cloned()
+                .unwrap_or_else(|| Arc::from(ev.model.as_ref()))
         };
+        match acc.fold(&ev.model, shared, ev, cost) {
+            None => return Route::DeadLetter(DeadLetterReason::Overflow),
+            Some(true) => self.held_bytes += LINE_BYTES,
+            Some(false) => {}
+        }
         self.dedup.check_and_insert(fp, &ev.request_id, expiry, w);
-        if !acc.dirty {
+        if !was_dirty {
             self.dirty.push((window.end, ev.tenant_id.as_ref().into()));
         }
-        *acc = new_acc;
         if phase == WindowPhase::Fired {
             let pane = Self::pane(
                 self.partition,
@@ -553,7 +637,7 @@ impl PartitionTask {
             let tenants = self.open.entry(end).or_default();
             for (tenant, acc) in stored {
                 if let std::collections::hash_map::Entry::Vacant(v) = tenants.entry(tenant) {
-                    self.held_bytes += window_bytes(v.key());
+                    self.held_bytes += acc_bytes(v.key(), &acc);
                     v.insert(acc);
                 }
             }
@@ -590,7 +674,7 @@ impl PartitionTask {
                     }
                     self.fired.entry(end).or_default().insert(tenant, acc);
                 } else {
-                    self.held_bytes -= window_bytes(&tenant);
+                    self.held_bytes -= acc_bytes(&tenant, &acc);
                     self.purge_through(end);
                 }
             }
@@ -600,7 +684,7 @@ impl PartitionTask {
             if (end - 1).saturating_add(lateness) > w {
                 break;
             }
-            let freed: usize = entry.remove().keys().map(|k| window_bytes(k)).sum();
+            let freed: usize = entry.remove().iter().map(|(k, a)| acc_bytes(k, a)).sum();
             self.held_bytes -= freed;
             self.purge_through(end);
         }
@@ -614,6 +698,36 @@ impl PartitionTask {
             }
         }
         self.dedup.expire(w);
+        let f = final_through(&self.cfg, w);
+        if f > self.final_through {
+            self.final_through = f;
+            if let (Some(marks), Some(f)) = (&mut self.progress, f) {
+                marks.push((out.len(), f));
+            }
+        }
+    }
+
+    /// Records the partition's progress from now on (`take_progress`).
+    pub fn track_progress(&mut self) {
+        self.progress.get_or_insert_with(Vec::new);
+    }
+
+    /// Where the partition's progress moved since the last call: `(i, f)` means
+    /// that before the `i`-th pane appended to `out` since then (or after the
+    /// last, if there are `i`), every window ending at or before `f` became final
+    /// here. A pure function of the records, like the panes: a replay makes the
+    /// same progress at the same places.
+    pub fn take_progress(&mut self) -> Vec<(usize, i64)> {
+        self.progress
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// The progress the watermark `to` would make (idleness forces it for this
+    /// alone: a silent partition must not hold back finality).
+    pub fn progress_at(&self, to: EventTime) -> bool {
+        final_through(&self.cfg, to.0) > self.final_through
     }
 
     fn purge_through(&mut self, end: i64) {
@@ -646,6 +760,7 @@ impl PartitionTask {
             pane: kind,
             pane_index,
             generation: cfg.generation,
+            lines: acc.lines.iter().map(LineItem::of).collect(),
         }
     }
 
@@ -659,7 +774,7 @@ impl PartitionTask {
             let mut tenants: Vec<_> = tenants.into_iter().collect();
             tenants.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             for (tenant, mut acc) in tenants {
-                self.held_bytes -= window_bytes(&tenant);
+                self.held_bytes -= acc_bytes(&tenant, &acc);
                 out.push(Self::pane(
                     self.partition,
                     &self.cfg,
@@ -689,7 +804,7 @@ impl PartitionTask {
             if let Some((phase, acc)) = found {
                 if acc.dirty {
                     acc.dirty = false;
-                    changed.push(((end, tenant), *acc, phase));
+                    changed.push(((end, tenant), acc.clone(), phase));
                 }
             }
         }
@@ -715,8 +830,13 @@ impl PartitionTask {
             let mut v: Vec<(WindowKey, WindowAcc)> = m
                 .iter()
                 .flat_map(|(e, ts)| {
-                    ts.iter()
-                        .map(move |(t, a)| ((*e, t.clone()), WindowAcc { dirty: false, ..*a }))
+                    ts.iter().map(move |(t, a)| {
+                        let acc = WindowAcc {
+                            dirty: false,
+                            ..a.clone()
+                        };
+                        ((*e, t.clone()), acc)
+                    })
                 })
                 .collect();
             v.sort_by(|a, b| a.0.cmp(&b.0));

@@ -270,3 +270,92 @@ fn an_unrepresentable_window_is_a_dead_letter() {
         "window_out_of_range"
     );
 }
+
+fn ev_model(id: &str, model: &str, prompt: u64, ts: i64) -> String {
+    format!(
+        r#"{{"request_id":"{id}","tenant_id":"acme","model":"{model}","prompt_tokens":{prompt},"completion_tokens":7,"completed_ts":{ts}}}"#
+    )
+}
+
+/// Two models priced differently: lines per model, sorted, summing to the totals.
+#[test]
+fn a_pane_itemises_its_models_and_the_lines_sum_to_the_totals() {
+    let mut c = (*cfg(0)).clone();
+    let small = PriceEntry {
+        effective_from_ms: i64::MIN,
+        input: NanoPer1k(1_000),
+        output: NanoPer1k(3_000),
+    };
+    c.prices.insert("small", small);
+    let c = Arc::new(c);
+    let mut task = PartitionTask::new(Partition(0), c.clone());
+    let records = [
+        ev_model("a", "small", 100, T10 + S),
+        ev_model("b", "large", 1000, T10 + 2 * S),
+        ev_model("c", "small", 300, T10 + 3 * S),
+        ev_model("d", "small", 1, T10 + 2 * MIN),
+    ];
+    let before = task.memory_bytes();
+    let (_, panes) = run(&mut task, &records);
+    assert_eq!(task.memory_bytes(), task.recount_bytes());
+    assert!(task.memory_bytes() > before);
+    let p = &panes[0];
+    let models: Vec<&str> = p.lines.iter().map(|l| l.model.as_str()).collect();
+    assert_eq!(models, ["large", "small"]);
+    let small_line = &p.lines[1];
+    assert_eq!((small_line.requests, small_line.prompt_tokens), (2, 400));
+    // 400 * 1_000 + 14 * 3_000 nano per 1k tokens = 442_000 pico.
+    assert_eq!(small_line.cost_pico, crate::model::Pico(442_000));
+    assert_eq!(p.lines.iter().map(|l| l.requests).sum::<u64>(), p.requests);
+    assert_eq!(
+        p.lines.iter().map(|l| l.cost_pico.0).sum::<u128>(),
+        p.cost_pico.0
+    );
+    assert_eq!(
+        p.lines.iter().map(|l| l.prompt_tokens).sum::<u64>(),
+        p.prompt_tokens
+    );
+    // The lines survive a snapshot and a restore, and keep folding.
+    let snap = task.snapshot();
+    let mut back = PartitionTask::restore(Partition(0), c, snap);
+    assert_eq!(back.snapshot(), task.snapshot());
+    let (_, more) = run(&mut back, &[ev_model("e", "large", 1, T10 + 5 * MIN)]);
+    assert_eq!(more[0].lines.len(), 1, "{:?}", more[0].lines);
+    assert_eq!(more[0].lines[0].model, "small");
+}
+
+/// Progress marks: where the watermark purges a new window end, in pane order.
+#[test]
+fn progress_is_marked_where_the_watermark_purges_a_window_end() {
+    let mut task = PartitionTask::new(Partition(0), cfg(30 * S));
+    task.track_progress();
+    // W = ts - 5 s. Window 10:00 purges at W >= 10:00:59.999 + 30 s.
+    let (_, panes) = run(
+        &mut task,
+        &[
+            ev("a", "acme", T10 + S),
+            ev("b", "acme", T10 + 66 * S), // W 10:01:01: fires 10:00, not final yet
+            ev("c", "acme", T10 + 96 * S), // W 10:01:31: 10:00 final
+            ev("d", "acme", T10 + 97 * S), // nothing new
+            ev("e", "acme", T10 + 190 * S), // W 10:03:05: fires 10:01, 10:01 + 10:02 final
+        ],
+    );
+    let marks = task.take_progress();
+    // Before the first record's window: the watermark's first value already purges
+    // everything before 09:59:26 (the window grid below it).
+    assert_eq!(marks.first(), Some(&(0, T10 - MIN)));
+    assert!(marks.contains(&(1, T10 + MIN)), "{marks:?}");
+    let last = marks.last().unwrap();
+    assert_eq!(last.1, T10 + 2 * MIN);
+    assert_eq!(last.0, panes.len(), "after the last pane: {marks:?}");
+    assert!(task.take_progress().is_empty());
+    // A restored task starts from its watermark's progress: no repeat.
+    let mut back = PartitionTask::restore(Partition(0), cfg(30 * S), task.snapshot());
+    back.track_progress();
+    run(&mut back, &[ev("f", "acme", T10 + 191 * S)]);
+    assert!(back.take_progress().is_empty());
+    // Untracked (file mode): nothing accumulates.
+    let mut plain = PartitionTask::new(Partition(0), cfg(0));
+    run(&mut plain, &burst());
+    assert!(plain.take_progress().is_empty());
+}

@@ -183,6 +183,39 @@ impl Outputs {
         self.producer.context().ack_latency_us()
     }
 
+    /// The partitions of the results topic, from the broker's metadata (0 if it
+    /// does not exist).
+    pub fn results_partitions(&self) -> Result<i32, KafkaIoError> {
+        let md = self
+            .producer
+            .client()
+            .fetch_metadata(Some(&self.results), Duration::from_secs(10))
+            .map_err(KafkaIoError::client(format!(
+                "metadata of {}",
+                self.results
+            )))?;
+        Ok(md
+            .topics()
+            .iter()
+            .find(|t| t.name() == self.results)
+            .map_or(0, |t| t.partitions().len() as i32))
+    }
+
+    /// A progress record, to every partition of the results topic (after the
+    /// panes it covers, which this producer sent before: order holds per partition).
+    pub fn progress(&self, r: &crate::engine::ProgressRecord) -> Result<(), KafkaIoError> {
+        let (key, payload) = (r.key(), r.to_json());
+        for partition in 0..r.results_partitions {
+            self.send(
+                BaseRecord::with_opaque_to(&self.results, UNTIMED)
+                    .partition(partition)
+                    .key(key.as_bytes())
+                    .payload(&payload),
+            )?;
+        }
+        Ok(())
+    }
+
     /// An adjustment from `reprocess-late`, keyed by its request id.
     pub fn adjustment(&self, a: &crate::engine::AdjustmentRecord) -> Result<(), KafkaIoError> {
         let payload = a.to_json();

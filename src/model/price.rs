@@ -5,6 +5,10 @@
 //! are sorted by `effective_from` and unique; models are sorted by name and unique.
 //! A price table holds a handful of models, so a lookup is a scan (string
 //! equality compares lengths first; cheaper per event than a tree or a hash).
+//! Model names are shared (`Arc<str>`): a window's line items point at them
+//! instead of copying the name per window.
+
+use std::sync::Arc;
 
 use super::money::{NanoPer1k, Overflow, Pico};
 
@@ -18,7 +22,7 @@ pub struct PriceEntry {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PriceTable {
-    models: Vec<(Box<str>, Vec<PriceEntry>)>,
+    models: Vec<(Arc<str>, Vec<PriceEntry>)>,
 }
 
 /// Why an event could not be priced.
@@ -50,6 +54,11 @@ impl PriceTable {
         entries.retain(|e| e.effective_from_ms != entry.effective_from_ms);
         entries.push(entry);
         entries.sort_by_key(|e| e.effective_from_ms);
+    }
+
+    /// The shared name of `model`, if the table prices it.
+    pub fn model(&self, model: &str) -> Option<&Arc<str>> {
+        self.models.iter().map(|(m, _)| m).find(|m| ***m == *model)
     }
 
     pub fn models(&self) -> impl Iterator<Item = &str> {

@@ -4,6 +4,12 @@
 //! - Partials are keyed `(tenant_id, window_end, source_partition)` and replaced only
 //!   when `(generation, version)` is greater than the stored one — redelivery is a
 //!   no-op and a stale or zombie write never overwrites newer data.
+//! - A partial's line items (`tenant_cost_line_partial`) are written exactly when
+//!   the partial is, with its `(generation, version)`; the line view reads only the
+//!   lines of the partial's current version, so a line a newer version lacks drops
+//!   out. A pane without lines (a tally before line items) gets one line of model `''`.
+//! - Progress records raise `tally_progress` (`GREATEST`): redelivery and replays
+//!   never move finality back.
 //! - The rows and the `sink_offsets` they came from commit in one transaction, so
 //!   the database is exactly-once even without the version rule.
 
@@ -12,7 +18,7 @@ use std::collections::BTreeMap;
 use tokio_postgres::Client;
 
 use super::SinkError;
-use crate::engine::SinkRecord;
+use crate::engine::{LineItem, SinkRecord};
 use crate::model::Partition;
 use crate::state::NextOffset;
 
@@ -29,12 +35,39 @@ ON CONFLICT (tenant_id, window_end, source_partition) DO UPDATE SET
     updated_at = now()
 WHERE (t.generation, t.version) < (EXCLUDED.generation, EXCLUDED.version)";
 
+const UPSERT_LINES: &str = "
+INSERT INTO tenant_cost_line_partial AS t
+    (tenant_id, window_end, source_partition, model, window_start, cost_pico, requests,
+     prompt_tokens, completion_tokens, version, generation)
+SELECT $1, $2, $3, l.model, $4, l.cost::NUMERIC, l.requests, l.prompt::NUMERIC, l.completion::NUMERIC, $5, $6
+FROM unnest($7::TEXT[], $8::TEXT[], $9::INT8[], $10::TEXT[], $11::TEXT[])
+     AS l(model, cost, requests, prompt, completion)
+ON CONFLICT (tenant_id, window_end, source_partition, model) DO UPDATE SET
+    window_start = EXCLUDED.window_start, cost_pico = EXCLUDED.cost_pico,
+    requests = EXCLUDED.requests, prompt_tokens = EXCLUDED.prompt_tokens,
+    completion_tokens = EXCLUDED.completion_tokens, version = EXCLUDED.version,
+    generation = EXCLUDED.generation
+WHERE (t.generation, t.version) < (EXCLUDED.generation, EXCLUDED.version)";
+
+const UPSERT_PROGRESS: &str = "
+INSERT INTO tally_progress AS t
+    (source_partition, results_partition, final_through, watermark, source_partitions,
+     results_partitions, generation)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (source_partition, results_partition) DO UPDATE SET
+    final_through = GREATEST(t.final_through, EXCLUDED.final_through),
+    watermark = GREATEST(t.watermark, EXCLUDED.watermark),
+    source_partitions = EXCLUDED.source_partitions,
+    results_partitions = EXCLUDED.results_partitions,
+    generation = GREATEST(t.generation, EXCLUDED.generation),
+    updated_at = now()";
+
 const INSERT_ADJUSTMENT: &str = "
 INSERT INTO tenant_cost_adjustment
-    (request_id, tenant_id, window_start, window_end, cost_pico, prompt_tokens, completion_tokens, generation, source)
-VALUES ($1, $2, $3, $4, $5::TEXT::NUMERIC, $6::TEXT::NUMERIC, $7::TEXT::NUMERIC, $8, $9)
+    (request_id, tenant_id, window_start, window_end, cost_pico, prompt_tokens, completion_tokens, generation, source, model)
+VALUES ($1, $2, $3, $4, $5::TEXT::NUMERIC, $6::TEXT::NUMERIC, $7::TEXT::NUMERIC, $8, $9, $10)
 ON CONFLICT (request_id) DO UPDATE SET
-    tenant_id = EXCLUDED.tenant_id, window_start = EXCLUDED.window_start,
+    tenant_id = EXCLUDED.tenant_id, model = EXCLUDED.model, window_start = EXCLUDED.window_start,
     window_end = EXCLUDED.window_end, cost_pico = EXCLUDED.cost_pico,
     prompt_tokens = EXCLUDED.prompt_tokens, completion_tokens = EXCLUDED.completion_tokens,
     generation = EXCLUDED.generation, source = EXCLUDED.source, applied_at = now()
@@ -55,24 +88,31 @@ pub struct Applied {
     pub stale_ignored: u64,
 }
 
+/// A record read from the results topic, with the partition it came from.
+pub struct Delivered {
+    pub record: SinkRecord,
+    pub results_partition: i32,
+}
+
 /// Applies `records` and records `offsets` (topic and partition → the next offset to
 /// read there) atomically.
 pub async fn apply_batch(
     client: &mut Client,
-    records: &[SinkRecord],
+    records: &[Delivered],
     offsets: &BTreeMap<(String, Partition), NextOffset>,
 ) -> Result<Applied, SinkError> {
     let tx = client.transaction().await?;
     let upsert = tx.prepare(UPSERT_PARTIAL).await?;
+    let upsert_lines = tx.prepare(UPSERT_LINES).await?;
     let insert_adj = tx.prepare(INSERT_ADJUSTMENT).await?;
     let mut applied = Applied::default();
-    let windows = records.iter().filter_map(|r| match r {
+    let windows = records.iter().filter_map(|r| match &r.record {
         SinkRecord::Window(w) => Some(w),
-        SinkRecord::Adjustment(_) => None,
+        _ => None,
     });
-    for a in records.iter().filter_map(|r| match r {
+    for a in records.iter().filter_map(|r| match &r.record {
         SinkRecord::Adjustment(a) => Some(a),
-        SinkRecord::Window(_) => None,
+        _ => None,
     }) {
         let n = tx
             .execute(
@@ -87,6 +127,7 @@ pub async fn apply_batch(
                     &a.completion_tokens.to_string(),
                     &to_i64(a.generation, "generation")?,
                     &a.source,
+                    &a.model,
                 ],
             )
             .await?;
@@ -122,9 +163,68 @@ pub async fn apply_batch(
             .await?;
         if n == 0 {
             applied.stale_ignored += 1;
-        } else {
-            applied.rows_changed += n;
+            continue;
         }
+        applied.rows_changed += n;
+        let fallback;
+        let lines = if r.lines.is_empty() {
+            fallback = [LineItem {
+                model: String::new(),
+                requests: r.requests,
+                prompt_tokens: r.prompt_tokens,
+                completion_tokens: r.completion_tokens,
+                cost_pico: r.cost_pico,
+            }];
+            &fallback[..]
+        } else {
+            &r.lines[..]
+        };
+        let models: Vec<&str> = lines.iter().map(|l| l.model.as_str()).collect();
+        let costs: Vec<String> = lines.iter().map(|l| l.cost_pico.to_string()).collect();
+        let requests = lines
+            .iter()
+            .map(|l| to_i64(l.requests, "requests"))
+            .collect::<Result<Vec<i64>, _>>()?;
+        let prompt: Vec<String> = lines.iter().map(|l| l.prompt_tokens.to_string()).collect();
+        let completion: Vec<String> = lines
+            .iter()
+            .map(|l| l.completion_tokens.to_string())
+            .collect();
+        tx.execute(
+            &upsert_lines,
+            &[
+                &r.tenant_id,
+                &r.window_end,
+                &r.source_partition,
+                &r.window_start,
+                &to_i64(r.version, "version")?,
+                &to_i64(r.generation, "generation")?,
+                &models,
+                &costs,
+                &requests,
+                &prompt,
+                &completion,
+            ],
+        )
+        .await?;
+    }
+    for (p, results_partition) in records.iter().filter_map(|r| match &r.record {
+        SinkRecord::Progress(p) => Some((p, r.results_partition)),
+        _ => None,
+    }) {
+        tx.execute(
+            UPSERT_PROGRESS,
+            &[
+                &p.source_partition,
+                &results_partition,
+                &p.final_through,
+                &p.watermark,
+                &p.source_partitions,
+                &p.results_partitions,
+                &to_i64(p.generation, "generation")?,
+            ],
+        )
+        .await?;
     }
     for ((topic, p), next) in offsets {
         tx.execute(UPSERT_OFFSET, &[topic, &p.0, &next.0]).await?;

@@ -11,11 +11,18 @@ use tokio_postgres::Client;
 use super::SinkError;
 
 /// `(version, name, sql)` — append only; never edit a released migration.
-pub const MIGRATIONS: &[(i32, &str, &str)] = &[(
-    1,
-    "partials_and_view",
-    include_str!("../../migrations/0001_partials_and_view.sql"),
-)];
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "partials_and_view",
+        include_str!("../../migrations/0001_partials_and_view.sql"),
+    ),
+    (
+        2,
+        "lines_finality_rollups",
+        include_str!("../../migrations/0002_lines_finality_rollups.sql"),
+    ),
+];
 
 const LOCK_ID: i64 = 0x7461_6c6c_7921; // "tally!"
 

@@ -18,7 +18,7 @@ use rdkafka::message::Message;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use tracing::{error, info, warn};
 
-use super::apply::{applied_offsets, apply_batch};
+use super::apply::{applied_offsets, apply_batch, Delivered};
 use super::{connect, migrate, SinkError};
 use crate::config::Config;
 use crate::engine::SinkRecord;
@@ -176,7 +176,10 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
             summary.records += 1;
             let (p, o) = (m.partition(), m.offset());
             match SinkRecord::parse(m.payload().unwrap_or_default()) {
-                Ok(r) => records.push(r),
+                Ok(record) => records.push(Delivered {
+                    record,
+                    results_partition: p,
+                }),
                 Err(e) => {
                     summary.rejected += 1;
                     error!(source = %format!("{topic}/{p}/{o}"), error = %e, "not a result record; skipped");

@@ -8,7 +8,7 @@
 //! |----------------------------------|------------------------------------------|
 //! | `M` `p`                          | `StoredMeta` (next offset, watermark, audit counters) |
 //! | `T` `p`                          | `StoredTime` (high-water `completed_ts`, the watermark's lead state); format 5 |
-//! | `W` `p` `end` `tenant_id bytes`  | `StoredWindow` (accumulator, whether the on-time pane fired) |
+//! | `W` `p` `end` `tenant_id bytes`  | `StoredWindow` (accumulator, whether the on-time pane fired, line items per model since format 6) |
 //! | `D` `p` `expiry` `seq`            | the ids expiring then, packed (`dedup::pack`) |
 //! | `F` `p` `fp.a` `fp.b`             | a cold dedup id's expiry (`i64` BE); working copy only |
 //!
@@ -74,7 +74,7 @@ use crate::model::Partition;
 use changes::Tracker;
 pub use changes::{Changes, KnownChanges};
 pub use stored::PartitionMeta;
-use stored::{encode, StoredMeta, StoredTime, StoredWindow};
+use stored::{encode, Models, StoredMeta, StoredTime, StoredWindow};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -157,6 +157,14 @@ fn decode<T: for<'de> Deserialize<'de>>(k: &[u8], v: &[u8]) -> Result<T, StateEr
     })
 }
 
+/// A `W` value, of format 6 or 5 (`StoredWindow::decode`).
+fn decode_window(k: &[u8], v: &[u8]) -> Result<StoredWindow, StateError> {
+    StoredWindow::decode(v).map_err(|msg| StateError::Corrupt {
+        key: describe_key(k),
+        msg,
+    })
+}
+
 /// A key as a person reads it: its kind, partition and window end or expiry
 /// (see the layout in the module header), not raw bytes.
 pub fn describe_key(k: &[u8]) -> String {
@@ -209,8 +217,8 @@ impl SpillStore for StateStore {
     fn window(&self, p: Partition, end: i64, tenant: &str) -> Result<Option<WindowAcc>, String> {
         let k = key(b'W', p.0, &[&end_bytes(end), tenant.as_bytes()]);
         match self.db.get_pinned(&k).map_err(|e| e.to_string())? {
-            Some(v) => decode::<StoredWindow>(&k, &v)
-                .map(|w| Some(w.acc()))
+            Some(v) => decode_window(&k, &v)
+                .map(|w| Some(w.acc(&mut Models::default())))
                 .map_err(|e| e.to_string()),
             None => Ok(None),
         }
@@ -219,6 +227,7 @@ impl SpillStore for StateStore {
     fn windows_ending(&self, p: Partition, end: i64) -> Result<Vec<(Box<str>, WindowAcc)>, String> {
         let prefix = key(b'W', p.0, &[&end_bytes(end)]);
         let mut out = Vec::new();
+        let mut models = Models::default();
         for item in self
             .db
             .iterator(IteratorMode::From(&prefix, Direction::Forward))
@@ -228,8 +237,8 @@ impl SpillStore for StateStore {
                 break;
             }
             let tenant = std::str::from_utf8(&k[prefix.len()..]).map_err(|e| e.to_string())?;
-            let w: StoredWindow = decode(&k, &v).map_err(|e| e.to_string())?;
-            out.push((tenant.into(), w.acc()));
+            let w = decode_window(&k, &v).map_err(|e| e.to_string())?;
+            out.push((tenant.into(), w.acc(&mut models)));
         }
         Ok(out)
     }
@@ -603,6 +612,7 @@ pub fn decode_partition<'a>(
     let mut meta: Option<StoredMeta> = None;
     let mut time: Option<StoredTime> = None;
     let mut snap = TaskSnapshot::default();
+    let mut models = Models::default();
     for (k, v) in entries {
         if k.len() < 5 || k[1..5] != p_bytes(p) {
             return Err(corrupt(k, format!("not a key of partition {p}")));
@@ -614,8 +624,8 @@ pub fn decode_partition<'a>(
             b'W' if rest.len() >= 8 => {
                 let tenant =
                     std::str::from_utf8(&rest[8..]).map_err(|e| corrupt(k, e.to_string()))?;
-                let w: StoredWindow = decode(k, v)?;
-                let entry = ((end_from(rest), tenant.into()), w.acc());
+                let w = decode_window(k, v)?;
+                let entry = ((end_from(rest), tenant.into()), w.acc(&mut models));
                 match w.phase() {
                     WindowPhase::Open => snap.open.push(entry),
                     WindowPhase::Fired => snap.fired.push(entry),

@@ -8,14 +8,21 @@
 //! larger than `MAX_VALUE_BYTES` are refused before decoding.
 //!
 //! ## Compatibility
-//! These structs are part of checkpoint formats 3 and 4 (`checkpoint::format`). Changing a
+//! These structs are part of the checkpoint formats (`checkpoint::format`). Format 6
+//! appended `lines` to `StoredWindow`; a value that is exactly a format-5
+//! `StoredWindowV5` (no lines) is read as one, unambiguously: a format-6 value is
+//! longer by at least the lines' length byte, and a format-5 one ends before it.
+//! Its window gets one line of model `""` holding its totals (folded before line
+//! items), so totals stay the sums of their lines. Changing a
 //! field's type, order or meaning, or adding one, is a new checkpoint format: bump
 //! `checkpoint::format::VERSION`, keep a reader for the old structs (or refuse them
 //! by version, naming the way out), and say so in docs/DESIGN.md §7.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{Counters, WindowAcc, WindowPhase};
+use crate::engine::{Counters, Line, WindowAcc, WindowPhase};
 use crate::model::money::Pico;
 use crate::time::Watermark;
 
@@ -86,8 +93,9 @@ pub struct StoredTime {
     pub held: u64,
 }
 
-/// Key `W p end tenant`: one window's accumulator and whether its on-time pane fired.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Key `W p end tenant`: one window's accumulator, whether its on-time pane
+/// fired, and its line items (format 6).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredWindow {
     pub cost_pico: u128,
     pub prompt_tokens: u64,
@@ -95,6 +103,45 @@ pub struct StoredWindow {
     pub version: u64,
     pub panes: u32,
     pub open: bool,
+    /// Sorted by model.
+    pub lines: Vec<StoredLine>,
+}
+
+/// One model's line of a window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredLine {
+    pub model: String,
+    pub requests: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cost_pico: u128,
+}
+
+/// `StoredWindow` of formats 3 to 5: no line items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredWindowV5 {
+    pub cost_pico: u128,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub version: u64,
+    pub panes: u32,
+    pub open: bool,
+}
+
+/// Model names shared among the windows decoded together (a handful of models
+/// across many windows).
+#[derive(Default)]
+pub struct Models(Vec<Arc<str>>);
+
+impl Models {
+    pub fn get(&mut self, name: &str) -> Arc<str> {
+        if let Some(m) = self.0.iter().find(|m| ***m == *name) {
+            return m.clone();
+        }
+        let m: Arc<str> = Arc::from(name);
+        self.0.push(m.clone());
+        m
+    }
 }
 
 impl StoredWindow {
@@ -106,10 +153,43 @@ impl StoredWindow {
             version: acc.version,
             panes: acc.panes,
             open: phase == WindowPhase::Open,
+            lines: acc
+                .lines
+                .iter()
+                .map(|l| StoredLine {
+                    model: l.model.to_string(),
+                    requests: l.requests,
+                    prompt_tokens: l.prompt_tokens,
+                    completion_tokens: l.completion_tokens,
+                    cost_pico: l.cost.0,
+                })
+                .collect(),
         }
     }
 
-    pub fn acc(&self) -> WindowAcc {
+    /// A stored window of format 6, or exactly one of format 5 (see the header).
+    pub fn decode(v: &[u8]) -> Result<Self, String> {
+        decode::<StoredWindow>(v).or_else(|e| match decode::<StoredWindowV5>(v) {
+            Ok(old) => Ok(Self {
+                cost_pico: old.cost_pico,
+                prompt_tokens: old.prompt_tokens,
+                completion_tokens: old.completion_tokens,
+                version: old.version,
+                panes: old.panes,
+                open: old.open,
+                lines: vec![StoredLine {
+                    model: String::new(),
+                    requests: old.version,
+                    prompt_tokens: old.prompt_tokens,
+                    completion_tokens: old.completion_tokens,
+                    cost_pico: old.cost_pico,
+                }],
+            }),
+            Err(_) => Err(e),
+        })
+    }
+
+    pub fn acc(&self, models: &mut Models) -> WindowAcc {
         WindowAcc {
             cost: Pico(self.cost_pico),
             prompt_tokens: self.prompt_tokens,
@@ -117,6 +197,17 @@ impl StoredWindow {
             version: self.version,
             panes: self.panes,
             dirty: false,
+            lines: self
+                .lines
+                .iter()
+                .map(|l| Line {
+                    model: models.get(&l.model),
+                    requests: l.requests,
+                    prompt_tokens: l.prompt_tokens,
+                    completion_tokens: l.completion_tokens,
+                    cost: Pico(l.cost_pico),
+                })
+                .collect(),
         }
     }
 
@@ -210,13 +301,53 @@ mod tests {
             version: 7,
             panes: 2,
             dirty: true,
+            lines: vec![Line {
+                model: Arc::from("small"),
+                requests: 7,
+                prompt_tokens: 1,
+                completion_tokens: u64::MAX,
+                cost: Pico(u128::MAX),
+            }],
         };
         let w = StoredWindow::of(&acc, WindowPhase::Open);
-        let back: StoredWindow = decode(&encode(&w)).unwrap();
+        let back = StoredWindow::decode(&encode(&w)).unwrap();
         assert_eq!(back, w);
-        assert_eq!(back.acc().cost, acc.cost);
-        assert!(!back.acc().dirty);
+        let mut models = Models::default();
+        let restored = back.acc(&mut models);
+        assert_eq!((restored.cost, &restored.lines), (acc.cost, &acc.lines));
+        assert!(!restored.dirty);
         assert_eq!(back.phase(), WindowPhase::Open);
+        // Two windows decoded together share their model names.
+        let again = back.acc(&mut models);
+        assert!(Arc::ptr_eq(&restored.lines[0].model, &again.lines[0].model));
+        // A format-5 window reads with one line of model "" holding its totals.
+        let v5 = StoredWindowV5 {
+            cost_pico: 9,
+            prompt_tokens: 2,
+            completion_tokens: 3,
+            version: 4,
+            panes: 1,
+            open: false,
+        };
+        let old = StoredWindow::decode(&encode(&v5)).unwrap();
+        assert_eq!(old.phase(), WindowPhase::Fired);
+        let line = &old.acc(&mut models).lines[0];
+        assert_eq!(
+            (
+                &*line.model,
+                line.requests,
+                line.cost,
+                line.completion_tokens
+            ),
+            ("", 4, Pico(9), 3)
+        );
+        // A format-6 value with no lines is not mistaken for a format-5 one.
+        let none = StoredWindow {
+            lines: vec![],
+            ..w.clone()
+        };
+        assert_eq!(StoredWindow::decode(&encode(&none)).unwrap(), none);
+        assert!(StoredWindow::decode(&encode(&none)[..10]).is_err());
         let mut wm = Watermark::new(5_000, Some(60_000));
         wm.observe(10_000);
         wm.force(7_000);

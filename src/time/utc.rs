@@ -46,6 +46,16 @@ pub fn format_utc_ms(ms: i64) -> String {
     }
 }
 
+/// Formats milliseconds since the epoch as RFC 3339 in UTC, with a fraction only
+/// when there is one (`"2026-01-01T00:00:00Z"`, `"2026-01-01T00:00:00.250Z"`):
+/// the usage API's times.
+pub fn format_rfc3339_ms(ms: i64) -> String {
+    match DateTime::<Utc>::from_timestamp_millis(ms) {
+        Some(t) => t.to_rfc3339_opts(SecondsFormat::AutoSi, true),
+        None => ms.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

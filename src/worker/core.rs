@@ -33,7 +33,8 @@ use crate::checkpoint::restore::{self, LogFacts, Names};
 use crate::checkpoint::OffsetLedger;
 use crate::checkpoint::{CheckpointError, CheckpointId};
 use crate::engine::{
-    Counters, EngineConfig, PartitionTask, RecordIn, ResultRecord, Route, TaskSnapshot,
+    Counters, EngineConfig, PartitionTask, ProgressRecord, RecordIn, ResultKind, ResultRecord,
+    Route, TaskSnapshot,
 };
 use crate::failpoint;
 use crate::kafka::outputs::{source_coords, Outputs};
@@ -122,6 +123,51 @@ pub struct Core {
     pub checkpoint_interval_ms: i64,
     /// This process's checkpoints (reported).
     pub checkpoint_stats: CheckpointStats,
+    /// Partitions of the input and of the results topic, for progress records
+    /// (finality); `None`: not known, no progress records.
+    pub progress_to: Option<(i32, i32)>,
+}
+
+/// Sends the panes `slot`'s task appended to `panes`, with its progress records
+/// where its watermark purged a new window end (`PartitionTask::take_progress`).
+fn send_panes(
+    outputs: &Outputs,
+    slot: &mut Slot,
+    panes: &mut Vec<ResultRecord>,
+    to: Option<(i32, i32)>,
+    generation: u64,
+) -> Result<(), WorkerError> {
+    let marks = slot.task.take_progress();
+    let mut marks = marks.iter().peekable();
+    let progress = |final_through: i64| -> Result<(), WorkerError> {
+        let Some((source_partitions, results_partitions)) = to else {
+            return Ok(());
+        };
+        outputs.progress(&ProgressRecord {
+            kind: ResultKind::Progress,
+            source_partition: slot.task.partition().0,
+            source_partitions,
+            results_partitions,
+            final_through,
+            watermark: slot.task.watermark().0,
+            generation,
+        })?;
+        Ok(())
+    };
+    let burst = panes.len() > 1;
+    for (i, pane) in panes.drain(..).enumerate() {
+        while let Some((_, f)) = marks.next_if(|(at, _)| *at <= i) {
+            progress(*f)?;
+        }
+        if burst && i == 1 {
+            failpoint::hit("mid_pane_burst");
+        }
+        outputs.result(&pane)?;
+    }
+    for (_, f) in marks {
+        progress(*f)?;
+    }
+    Ok(())
 }
 
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
@@ -206,13 +252,13 @@ impl Core {
         }
         slot.next = NextOffset(last.offset() + 1);
         slot.last_record = clock::mono_ms();
-        let burst = self.panes.len() > 1;
-        for (i, pane) in self.panes.drain(..).enumerate() {
-            if burst && i == 1 {
-                failpoint::hit("mid_pane_burst");
-            }
-            self.outputs.result(&pane)?;
-        }
+        send_panes(
+            &self.outputs,
+            slot,
+            &mut self.panes,
+            self.progress_to,
+            self.engine.generation,
+        )?;
         self.since_memory_check += msgs.len() as u32 - 1;
         self.check_memory();
         for (m, route) in msgs.iter().zip(routes) {
@@ -258,28 +304,47 @@ impl Core {
             return Ok(());
         };
         let now = clock::mono_ms();
+        // A partition that never had data starts from the others' event time.
+        let anchor = self.slots.values().filter_map(|s| s.task.max_ts()).max();
         for slot in self.slots.values_mut() {
             let silence = now - slot.last_record;
-            let (Some(max_ts), Some(deadline)) = (slot.task.max_ts(), slot.task.next_deadline())
-            else {
+            let Some(max_ts) = slot.task.max_ts().or(anchor) else {
                 continue;
             };
             let forced = EventTime(max_ts.0 - self.engine.max_out_of_orderness_ms + silence);
-            if silence >= idle && forced >= deadline {
-                slot.task.force_watermark(forced, &mut self.panes);
-                if let Some(e) = slot.task.take_spill_error() {
-                    return Err(WorkerError::Refused(e));
-                }
+            let fires = slot.task.next_deadline().is_some_and(|d| forced >= d);
+            // Finality: a silent partition's progress follows the clock too.
+            let progresses = self.progress_to.is_some() && slot.task.progress_at(forced);
+            if silence < idle || !(fires || progresses) {
+                continue;
+            }
+            slot.task.force_watermark(forced, &mut self.panes);
+            if let Some(e) = slot.task.take_spill_error() {
+                return Err(WorkerError::Refused(e));
+            }
+            send_panes(
+                &self.outputs,
+                slot,
+                &mut self.panes,
+                self.progress_to,
+                self.engine.generation,
+            )?;
+            let partition = slot.task.partition().0;
+            if fires {
                 info!(
-                    partition = slot.task.partition().0,
+                    partition,
                     silence_ms = silence,
                     watermark = forced.0,
                     "idle partition: watermark advanced by wall clock"
                 );
+            } else {
+                debug!(
+                    partition,
+                    silence_ms = silence,
+                    watermark = forced.0,
+                    "idle partition: watermark advanced by wall clock (finality)"
+                );
             }
-        }
-        for pane in self.panes.drain(..) {
-            self.outputs.result(&pane)?;
         }
         Ok(())
     }
@@ -436,6 +501,7 @@ impl Core {
                 log_accepted_gap(p, gap, how);
             }
             let mut task = PartitionTask::restore(p, self.engine.clone(), snapshot);
+            task.track_progress();
             // The store holds exactly this state now (imported or empty).
             task.attach_spill(self.store.clone());
             self.slots.insert(

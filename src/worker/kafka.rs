@@ -95,6 +95,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         spill_due: false,
         checkpoint_interval_ms: cfg.checkpoint.interval.0,
         checkpoint_stats: Default::default(),
+        progress_to: None,
     }));
     let consumer: Source = consumer_config(&cfg.kafka)
         .create_with_context(SourceContext::new(core.clone()))
@@ -116,6 +117,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
     } else {
         0
     };
+    progress_targets(&consumer, &core, &cfg.topics)?;
     let mut last_waiting_log = Instant::now();
     let interval = Duration::from_millis(cfg.checkpoint.interval.0 as u64);
     let mut last_checkpoint = Instant::now();
@@ -305,6 +307,23 @@ fn leave_assignment(consumer: &Source) {
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The number of partitions of `topic`; a missing topic is refused.
+/// Where progress records go (finality, docs/DESIGN.md §6): the partition counts of
+/// the input and results topics, read once at start.
+fn progress_targets(
+    consumer: &Source,
+    core: &Mutex<Core>,
+    topics: &crate::config::TopicsConfig,
+) -> Result<(), WorkerError> {
+    let source = crate::kafka::partition_count(consumer, &topics.input)? as i32;
+    let results = lock(core)?.outputs.results_partitions()?;
+    if source == 0 || results == 0 {
+        warn!(input = %topics.input, results = %topics.results, "an input or results topic has no partitions yet: no progress records, so the sink marks nothing final until a restart");
+        return Ok(());
+    }
+    lock(core)?.progress_to = Some((source, results));
+    Ok(())
+}
+
 fn input_partitions(consumer: &Source, topic: &str) -> Result<usize, WorkerError> {
     let n = crate::kafka::partition_count(consumer, topic)?;
     if n == 0 {

@@ -181,13 +181,28 @@ pub fn produce(broker: &DevBroker, topic: &str, partition: i32, key: &str, paylo
     p.flush(Duration::from_secs(30)).unwrap();
 }
 
-/// Every window result on `topic`, in partition then offset order.
+/// Every window result on `topic`, in partition then offset order (progress
+/// records left out).
 pub fn results(broker: &DevBroker, topic: &str) -> Vec<tally::engine::ResultRecord> {
+    window_payloads(broker, topic)
+        .iter()
+        .map(|p| serde_json::from_slice(p).unwrap())
+        .collect()
+}
+
+/// The payloads of the window results on `topic`, in partition then offset order.
+pub fn window_payloads(broker: &DevBroker, topic: &str) -> Vec<Vec<u8>> {
     tally::kafka::read::read_topic(&broker.kafka(), topic)
         .unwrap()
-        .iter()
-        .map(|r| serde_json::from_slice(&r.payload).unwrap())
+        .into_iter()
+        .filter(|r| !is_progress(&r.payload))
+        .map(|r| r.payload)
         .collect()
+}
+
+/// Whether a results-topic payload is a progress record (finality).
+pub fn is_progress(payload: &[u8]) -> bool {
+    payload.starts_with(br#"{"kind":"progress""#)
 }
 
 /// The generator's expected invoice lines, in the view's order.

@@ -36,11 +36,11 @@ fn config_with(dir: &Path, broker: &DevBroker, group: &str, name: &str, prices: 
 /// key and source partition: the invoice as a deduplicating sink keeps it.
 fn final_payloads(broker: &DevBroker, topic: &str) -> BTreeMap<(String, i32), (u64, Vec<u8>)> {
     let mut out: BTreeMap<(String, i32), (u64, Vec<u8>)> = BTreeMap::new();
-    for r in read_topic(&broker.kafka(), topic).unwrap() {
-        let rec: tally::engine::ResultRecord = serde_json::from_slice(&r.payload).unwrap();
+    for payload in window_payloads(broker, topic) {
+        let rec: tally::engine::ResultRecord = serde_json::from_slice(&payload).unwrap();
         let k = (rec.key(), rec.source_partition);
         if out.get(&k).is_none_or(|(v, _)| rec.version > *v) {
-            out.insert(k, (rec.version, r.payload.clone()));
+            out.insert(k, (rec.version, payload));
         }
     }
     out

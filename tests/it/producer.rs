@@ -27,6 +27,7 @@ fn pane(i: u64) -> ResultRecord {
         pane: PaneKind::OnTime,
         pane_index: 0,
         generation: 1,
+        lines: vec![],
     }
 }
 
