@@ -95,11 +95,26 @@ pub struct ExpectedWindow {
     pub requests: u64,
 }
 
+/// One (tenant, window, model) invoice line the generated stream implies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExpectedLine {
+    pub tenant_id: String,
+    pub window_end: i64,
+    pub model: String,
+    pub cost_pico: String,
+    pub requests: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
 /// The exact outcome the generated stream implies.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Expected {
     pub records: u64,
     pub windows: Vec<ExpectedWindow>,
+    /// Per model, in (tenant, window end, model) order.
+    #[serde(default)]
+    pub lines: Vec<ExpectedLine>,
     /// Request ids of too-late events, and what they would cost.
     pub too_late: Vec<ExpectedLate>,
     pub duplicates: u64,
@@ -114,6 +129,9 @@ pub struct ExpectedLate {
     pub cost_pico: String,
 }
 
+/// (cost, requests, prompt tokens, completion tokens) of an expected line.
+type LineSums = (u128, u64, u64, u64);
+
 pub struct Generator<'a> {
     opts: GenOptions,
     prices: &'a PriceTable,
@@ -127,6 +145,8 @@ pub struct Generator<'a> {
     part_max: BTreeMap<i32, i64>,
     recent: BTreeMap<i32, Vec<(String, String)>>,
     totals: BTreeMap<(String, i64), (u128, u64)>,
+    /// Per (tenant, window end, model).
+    lines: BTreeMap<(String, i64, String), LineSums>,
     expected: Expected,
 }
 
@@ -167,6 +187,7 @@ impl<'a> Generator<'a> {
             part_max: BTreeMap::new(),
             recent: BTreeMap::new(),
             totals: BTreeMap::new(),
+            lines: BTreeMap::new(),
             expected: Expected::default(),
         }
     }
@@ -203,6 +224,19 @@ impl<'a> Generator<'a> {
                 window_end: *end,
                 cost_pico: cost.to_string(),
                 requests: *n,
+            })
+            .collect();
+        e.lines = self
+            .lines
+            .iter()
+            .map(|((t, end, m), (cost, n, p, c))| ExpectedLine {
+                tenant_id: t.clone(),
+                window_end: *end,
+                model: m.clone(),
+                cost_pico: cost.to_string(),
+                requests: *n,
+                prompt_tokens: *p,
+                completion_tokens: *c,
             })
             .collect();
         e
@@ -285,6 +319,14 @@ impl<'a> Generator<'a> {
             let t = self.totals.entry((tenant.clone(), end)).or_default();
             t.0 += cost;
             t.1 += 1;
+            let l = self
+                .lines
+                .entry((tenant.clone(), end, model.clone()))
+                .or_default();
+            l.0 += cost;
+            l.1 += 1;
+            l.2 += prompt;
+            l.3 += completion;
             *self.part_max.entry(partition).or_insert(ts) = part_max.map_or(ts, |m| m.max(ts));
             Kind::Normal
         };

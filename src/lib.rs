@@ -4,6 +4,7 @@
 //! `model`, `time` and `engine` are pure; `state`, `kafka`, `sink` and `worker`
 //! are the I/O edges.
 
+pub mod api;
 pub mod checkpoint;
 pub mod cli;
 pub mod config;

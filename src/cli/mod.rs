@@ -62,6 +62,9 @@ pub enum Command {
     Demo(demo::DemoArgs),
     /// Bill the late-events topic as idempotent adjustments.
     ReprocessLate(reprocess::ReprocessArgs),
+    /// Serve the usage API (usage by window, hour, day or month in a time zone,
+    /// invoices per month) from the sink's PostgreSQL, on `api.listen`.
+    Api(ConfigArg),
     /// Inspect the checkpoint store.
     Checkpoints(checkpoints::CheckpointsArgs),
     /// Observed event delays and watermarks of the worker using this state.dir,
@@ -191,6 +194,10 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             let n = crate::sink::run::migrate_only(&cfg).context("migration failed")?;
             eprintln!("applied {n} migration(s)");
             Ok(())
+        }
+        Command::Api(c) => {
+            let cfg = c.load()?;
+            crate::api::run(&cfg)
         }
         Command::Gen(a) => gen::run(a),
         Command::DevBroker(a) => broker::run(a),

@@ -86,6 +86,7 @@ pub struct Config {
     pub state: StateConfig,
     pub sink: SinkConfig,
     pub metrics: MetricsConfig,
+    pub api: ApiConfig,
     /// Per model: USD per 1,000 tokens as decimal strings.
     pub prices: BTreeMap<String, PriceConfig>,
 }
@@ -361,6 +362,23 @@ pub struct MetricsConfig {
     /// "127.0.0.1:9464"; `crate::service`);
     /// absent = off. A JSON report is always written to `<state.dir>/report.json`.
     pub listen: Option<String>,
+}
+
+/// `tally api` (the usage API, docs/API.md).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiConfig {
+    /// Where the usage API listens (`host:port`). It reads PostgreSQL through
+    /// `sink.database_url`; a role with SELECT on the sink's tables is enough.
+    pub listen: String,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -60,6 +60,11 @@ pub fn query(url: &str, sql: &str) -> Vec<Vec<Option<String>>> {
     support::query(url, sql).unwrap_or_else(|e| panic!("{sql}: {e:#}"))
 }
 
+/// `query`, or `None` while it fails (the sink has not migrated yet).
+pub fn try_query(url: &str, sql: &str) -> Option<Vec<Vec<Option<String>>>> {
+    support::query(url, sql).ok()
+}
+
 pub fn execute(url: &str, sql: &str) {
     support::execute(url, sql).unwrap_or_else(|e| panic!("{sql}: {e:#}"))
 }
@@ -366,4 +371,51 @@ pub fn use_s3(cfg: &Path, prefix: &str) {
         &text[line_end..]
     );
     std::fs::write(cfg, text).unwrap();
+}
+
+/// A long-running tally process (`run`, `sink`, `api`), stderr in `log`; killed
+/// when dropped.
+pub struct Service {
+    child: std::process::Child,
+    pub log: PathBuf,
+}
+
+impl Service {
+    pub fn start(args: &[&str], envs: &[(&str, &str)], log: PathBuf) -> Self {
+        let child = Command::new(tally_bin())
+            .args(args)
+            .envs(envs.iter().copied())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Service { child, log }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `f` every 100 ms until it gives `Some`, for at most `within`; panics
+/// naming `what` otherwise.
+pub fn wait_until<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(t) = f() {
+            return t;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -8,6 +8,7 @@ mod crafted;
 mod endpoints;
 mod evolution;
 mod file_mode;
+mod finality;
 mod late;
 mod object_store;
 mod pipeline;

@@ -1,0 +1,370 @@
+//! `tally api`: the usage API over the sink's PostgreSQL (docs/API.md,
+//! docs/openapi.yaml), on `api.listen`.
+//!
+//! - `GET /v1/usage` — rows per window (minute) or calendar bucket (hour, day,
+//!   month in an IANA zone), per tenant and optionally per model, paged; CSV with
+//!   `Accept: text/csv` (the whole range, streamed);
+//! - `GET /v1/invoices/{tenant_id}?period=YYYY-MM&tz=` — a month's lines per model;
+//! - `/healthz` (the process serves), `/readyz` (the database answers and has the
+//!   schema), `/metrics` (requests by route and status).
+//!
+//! Invariants: the API only reads (a role with `SELECT` is enough); a parameter is
+//! checked before any query (`params`), a bad one answers 400 naming it; the
+//! database being unreachable answers 503 and `/readyz` says so; the connection
+//! is re-made on the next request after it broke. Nothing here holds a secret
+//! beyond the URL, which is never logged or answered.
+
+pub mod params;
+pub mod usage;
+
+use std::collections::HashSet;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
+use hyper::body::{Bytes, Frame};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use serde_json::json;
+use tokio::sync::Mutex;
+use tracing::{debug, info, warn};
+
+use crate::config::Config;
+use params::ParamError;
+use usage::ReadError;
+
+type Body = BoxBody<Bytes, std::io::Error>;
+
+const JSON: &str = "application/json";
+const CSV: &str = "text/csv; charset=utf-8";
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const QUERY_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    route: &'static str,
+    status: u16,
+}
+
+/// The API's shared state: the database connection (made on demand) and metrics.
+pub struct Api {
+    url: String,
+    client: Mutex<Option<Arc<tokio_postgres::Client>>>,
+    /// The database's zone names (`pg_timezone_names`), read once.
+    zones: Mutex<Option<Arc<HashSet<String>>>>,
+    requests: Family<RequestLabels, Counter>,
+    registry: Registry,
+}
+
+impl Api {
+    pub fn new(database_url: &str) -> Self {
+        let requests = Family::<RequestLabels, Counter>::default();
+        let mut registry = Registry::default();
+        registry.register(
+            "tally_api_requests",
+            "Usage API requests, by route and HTTP status",
+            requests.clone(),
+        );
+        Self {
+            url: database_url.to_string(),
+            client: Mutex::new(None),
+            zones: Mutex::new(None),
+            requests,
+            registry,
+        }
+    }
+
+    /// The connection, made again if it broke.
+    async fn client(&self) -> Result<Arc<tokio_postgres::Client>, String> {
+        let mut slot = self.client.lock().await;
+        if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
+        *slot = None;
+        let c = tokio::time::timeout(CONNECT_TIMEOUT, crate::sink::connect(&self.url))
+            .await
+            .map_err(|_| format!("no connection within {CONNECT_TIMEOUT:?}"))?
+            .map_err(|e| e.to_string())?;
+        let c = Arc::new(c);
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Whether `tz` is a zone of the database's tzdata.
+    async fn known_zone(
+        &self,
+        client: &tokio_postgres::Client,
+        tz: &str,
+    ) -> Result<bool, ReadError> {
+        let mut slot = self.zones.lock().await;
+        if slot.is_none() {
+            let rows = client
+                .query("SELECT name FROM pg_timezone_names", &[])
+                .await?;
+            *slot = Some(Arc::new(
+                rows.iter().map(|r| r.get::<_, String>(0)).collect(),
+            ));
+        }
+        Ok(slot.as_ref().is_some_and(|z| z.contains(tz)))
+    }
+
+    async fn ready(&self) -> Result<(), String> {
+        let c = self.client().await?;
+        let version: Option<i32> = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            c.query_one("SELECT max(version) FROM tally_migrations", &[]),
+        )
+        .await
+        .map_err(|_| "the database did not answer in time".to_string())?
+        .map_err(|e| format!("reading the schema version: {e}"))?
+        .get(0);
+        match version {
+            Some(v) if v >= 2 => Ok(()),
+            v => Err(format!(
+                "schema version {v:?}, the usage API needs 2: run `tally migrate` (or `tally sink`) with a role that may"
+            )),
+        }
+    }
+}
+
+fn reply(status: u16, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header("content-type", content_type)
+        .body(
+            Full::new(body.into())
+                .map_err(|never: Infallible| match never {})
+                .boxed(),
+        )
+        .expect("a valid status and header")
+}
+
+fn error(status: u16, parameter: Option<&str>, message: &str) -> Response<Body> {
+    let body = json!({"error": {"parameter": parameter, "message": message}});
+    reply(status, JSON, body.to_string())
+}
+
+fn param_error(e: ParamError) -> Response<Body> {
+    error(400, Some(&e.parameter), &e.message)
+}
+
+/// A database failure: 503 when it cannot be reached or lacks the schema (an
+/// operator's matter), 500 otherwise.
+fn read_error(e: ReadError) -> Response<Body> {
+    match e {
+        ReadError::Unaligned(m) => error(400, Some("window"), &m),
+        ReadError::Data(m) => error(500, None, &m),
+        ReadError::Db(e) => {
+            use tokio_postgres::error::SqlState;
+            let code = e.code();
+            if code == Some(&SqlState::UNDEFINED_FUNCTION)
+                || code == Some(&SqlState::UNDEFINED_TABLE)
+            {
+                return error(
+                    503,
+                    None,
+                    "the database lacks the usage schema: run `tally migrate`",
+                );
+            }
+            if e.is_closed() || code.is_none() {
+                return error(503, None, &format!("database unavailable: {e}"));
+            }
+            warn!(error = %e, "usage API query failed");
+            error(500, None, &format!("query failed: {e}"))
+        }
+    }
+}
+
+fn wants_csv(req: &Request<hyper::body::Incoming>) -> bool {
+    req.headers()
+        .get_all("accept")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.split(',').any(|t| t.trim().starts_with("text/csv")))
+}
+
+/// Routes one request; returns the route's name (for metrics) and the answer.
+async fn route(api: &Api, req: Request<hyper::body::Incoming>) -> (&'static str, Response<Body>) {
+    if req.method() != hyper::Method::GET && req.method() != hyper::Method::HEAD {
+        return ("other", error(405, None, "only GET"));
+    }
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or("").to_string();
+    match path.as_str() {
+        "/healthz" => ("healthz", reply(200, "text/plain", "ok\n")),
+        "/readyz" => match api.ready().await {
+            Ok(()) => ("readyz", reply(200, "text/plain", "ready\n")),
+            Err(why) => (
+                "readyz",
+                reply(503, "text/plain", format!("not ready: {why}\n")),
+            ),
+        },
+        "/metrics" => {
+            let mut text = String::new();
+            let _ = prometheus_client::encoding::text::encode(&mut text, &api.registry);
+            ("metrics", reply(200, crate::service::PROMETHEUS, text))
+        }
+        "/v1/usage" => ("usage", usage_route(api, &query, wants_csv(&req)).await),
+        p if p.starts_with("/v1/invoices/") => {
+            let tenant = &p["/v1/invoices/".len()..];
+            if tenant.contains('/') {
+                return ("other", error(404, None, "not found"));
+            }
+            ("invoices", invoice_route(api, tenant, &query).await)
+        }
+        _ => ("other", error(404, None, "not found")),
+    }
+}
+
+/// Checks the zone against the database's tzdata: 400 naming `tz` if unknown.
+async fn check_zone(
+    api: &Api,
+    client: &tokio_postgres::Client,
+    tz: &str,
+) -> Result<(), Response<Body>> {
+    match api.known_zone(client, tz).await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(error(
+            400,
+            Some("tz"),
+            &format!("{tz:?} is not a time zone of the IANA database"),
+        )),
+        Err(e) => Err(read_error(e)),
+    }
+}
+
+async fn usage_route(api: &Api, query: &str, csv: bool) -> Response<Body> {
+    let q = match params::usage(query) {
+        Ok(q) => q,
+        Err(e) => return param_error(e),
+    };
+    let client = match api.client().await {
+        Ok(c) => c,
+        Err(e) => return error(503, None, &format!("database unavailable: {e}")),
+    };
+    if let Err(r) = check_zone(api, &client, &q.tz).await {
+        return r;
+    }
+    if !csv {
+        return match tokio::time::timeout(QUERY_TIMEOUT, usage::page(&client, &q)).await {
+            Ok(Ok(page)) => reply(200, JSON, serde_json::to_vec(&page).unwrap_or_default()),
+            Ok(Err(e)) => read_error(e),
+            Err(_) => error(503, None, "the query did not finish in time"),
+        };
+    }
+    let rows = match usage::all(&client, &q).await {
+        Ok(rows) => rows,
+        Err(e) => return read_error(e),
+    };
+    let by_model = q.by_model;
+    let header =
+        futures_util::stream::once(
+            async move { Ok(Frame::data(Bytes::from(usage::csv_header(&q)))) },
+        );
+    let lines = rows.map(move |r| {
+        r.map_err(|e| std::io::Error::other(e.to_string()))
+            .and_then(|r| {
+                usage::csv_line(&r, by_model).map_err(|e| std::io::Error::other(format!("{e:?}")))
+            })
+            .map(|line| Frame::data(Bytes::from(line)))
+    });
+    Response::builder()
+        .status(200)
+        .header("content-type", CSV)
+        .body(BodyExt::boxed(StreamBody::new(header.chain(lines))))
+        .expect("a valid status and header")
+}
+
+async fn invoice_route(api: &Api, tenant: &str, query: &str) -> Response<Body> {
+    let q = match params::invoice(tenant, query) {
+        Ok(q) => q,
+        Err(e) => return param_error(e),
+    };
+    let client = match api.client().await {
+        Ok(c) => c,
+        Err(e) => return error(503, None, &format!("database unavailable: {e}")),
+    };
+    if let Err(r) = check_zone(api, &client, &q.tz).await {
+        return r;
+    }
+    match tokio::time::timeout(QUERY_TIMEOUT, usage::invoice(&client, &q)).await {
+        Ok(Ok(inv)) => reply(200, JSON, serde_json::to_vec(&inv).unwrap_or_default()),
+        Ok(Err(e)) => read_error(e),
+        Err(_) => error(503, None, "the query did not finish in time"),
+    }
+}
+
+/// Serves the API on `cfg.api.listen` until SIGTERM or SIGINT.
+pub fn run(cfg: &Config) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(serve(cfg))
+}
+
+async fn serve(cfg: &Config) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let listener = tokio::net::TcpListener::bind(&cfg.api.listen)
+        .await
+        .with_context(|| format!("api.listen: cannot listen on {}", cfg.api.listen))?;
+    let api = Arc::new(Api::new(&cfg.sink.database_url));
+    info!(addr = %listener.local_addr()?, "usage API: serving /v1/usage, /v1/invoices, /healthz, /readyz, /metrics");
+    match api.ready().await {
+        Ok(()) => info!("usage API: the database is ready"),
+        Err(why) => warn!(%why, "usage API: not ready yet (answering 503 until it is)"),
+    }
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(c) => c,
+                Err(e) => {
+                    debug!(error = %e, "usage API: accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+        };
+        let api = api.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let api = api.clone();
+                async move {
+                    let started = Instant::now();
+                    let (route, resp) = route(&api, req).await;
+                    let status = resp.status().as_u16();
+                    api.requests
+                        .get_or_create(&RequestLabels { route, status })
+                        .inc();
+                    debug!(
+                        route,
+                        status,
+                        ms = started.elapsed().as_millis() as u64,
+                        "usage API request"
+                    );
+                    Ok::<_, Infallible>(resp)
+                }
+            });
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(crate::service::http::HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
+            if let Err(e) = conn.await {
+                debug!(%peer, error = %e, "usage API: connection error");
+            }
+        });
+    }
+    info!("usage API: shutting down");
+    Ok(())
+}
