@@ -205,6 +205,24 @@ pub fn window_payloads(broker: &DevBroker, topic: &str) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// The final payload of every window result on `topic` (its highest version), by
+/// key and source partition: the invoice as a deduplicating sink keeps it.
+pub fn final_payloads(
+    broker: &DevBroker,
+    topic: &str,
+) -> std::collections::BTreeMap<(String, i32), (u64, Vec<u8>)> {
+    let mut out: std::collections::BTreeMap<(String, i32), (u64, Vec<u8>)> =
+        std::collections::BTreeMap::new();
+    for payload in window_payloads(broker, topic) {
+        let rec: tally::engine::ResultRecord = serde_json::from_slice(&payload).unwrap();
+        let k = (rec.key(), rec.source_partition);
+        if out.get(&k).is_none_or(|(v, _)| rec.version > *v) {
+            out.insert(k, (rec.version, payload));
+        }
+    }
+    out
+}
+
 /// Whether a results-topic payload is a progress record (finality).
 pub fn is_progress(payload: &[u8]) -> bool {
     payload.starts_with(br#"{"kind":"progress""#)

@@ -2,7 +2,6 @@
 //! at a restart, and a watermark one producer's bad clock cannot hijack — end to
 //! end on the dev broker.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -30,20 +29,6 @@ fn config_with(dir: &Path, broker: &DevBroker, group: &str, name: &str, prices: 
     let text = std::fs::read_to_string(base).unwrap() + prices;
     std::fs::write(&path, text).unwrap();
     path.to_str().unwrap().to_string()
-}
-
-/// The final payload of every window result on `topic` (its highest version), by
-/// key and source partition: the invoice as a deduplicating sink keeps it.
-fn final_payloads(broker: &DevBroker, topic: &str) -> BTreeMap<(String, i32), (u64, Vec<u8>)> {
-    let mut out: BTreeMap<(String, i32), (u64, Vec<u8>)> = BTreeMap::new();
-    for payload in window_payloads(broker, topic) {
-        let rec: tally::engine::ResultRecord = serde_json::from_slice(&payload).unwrap();
-        let k = (rec.key(), rec.source_partition);
-        if out.get(&k).is_none_or(|(v, _)| rec.version > *v) {
-            out.insert(k, (rec.version, payload));
-        }
-    }
-    out
 }
 
 fn event_at(i: usize, model: &str, ts: i64) -> (i32, String) {

@@ -19,3 +19,4 @@ mod semantics;
 mod service;
 mod state_budget;
 mod tls;
+mod usage_api;
