@@ -323,6 +323,47 @@ async fn serve(cfg: &Config) -> anyhow::Result<()> {
         Err(why) => warn!(%why, "usage API: not ready yet (answering 503 until it is)"),
     }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let stop = async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    };
+    accept_loop(listener, api, stop).await;
+    info!("usage API: shutting down");
+    Ok(())
+}
+
+/// Serves the API over `database_url` on a free loopback port, on a thread of
+/// its own, for the life of the process (the demo); returns the address.
+pub fn spawn_local(database_url: &str) -> anyhow::Result<std::net::SocketAddr> {
+    let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    std_listener.set_nonblocking(true)?;
+    let addr = std_listener.local_addr()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let api = Arc::new(Api::new(database_url));
+    std::thread::Builder::new()
+        .name("usage-api".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                match tokio::net::TcpListener::from_std(std_listener) {
+                    Ok(l) => accept_loop(l, api, std::future::pending()).await,
+                    Err(e) => warn!(error = %e, "usage API: cannot listen"),
+                }
+            })
+        })?;
+    Ok(addr)
+}
+
+/// Serves connections until `stop` completes.
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    api: Arc<Api>,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(stop);
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -333,8 +374,7 @@ async fn serve(cfg: &Config) -> anyhow::Result<()> {
                     continue;
                 }
             },
-            _ = tokio::signal::ctrl_c() => break,
-            _ = term.recv() => break,
+            _ = &mut stop => return,
         };
         let api = api.clone();
         tokio::spawn(async move {
@@ -365,6 +405,4 @@ async fn serve(cfg: &Config) -> anyhow::Result<()> {
             }
         });
     }
-    info!("usage API: shutting down");
-    Ok(())
 }

@@ -291,6 +291,54 @@ fn sink_and_show(cfg: &Config, url: &str) -> anyhow::Result<()> {
             trim_usd(&usd)
         );
     }
+    show_usage_api(&rt, url)
+}
+
+/// Ends the demo with the usage API (`tally api`) on a free port: an hourly
+/// rollup in Berlin time, per model, and acme's invoice for January.
+fn show_usage_api(rt: &tokio::runtime::Runtime, url: &str) -> anyhow::Result<()> {
+    let addr = crate::api::spawn_local(url)?;
+    let get = |path: String| {
+        rt.block_on(async {
+            let r = reqwest::get(format!("http://{addr}{path}")).await?;
+            let status = r.status();
+            let text = r.text().await?;
+            anyhow::ensure!(status.is_success(), "GET {path}: {status} {text}");
+            let v: serde_json::Value = serde_json::from_str(&text)?;
+            Ok::<_, anyhow::Error>((path, v, text))
+        })
+    };
+    let (path, usage, _) = get(
+        "/v1/usage?from=2026-01-01T00:00:00Z&to=2026-01-02T00:00:00Z&window=hour&tz=Europe/Berlin&group_by=model"
+            .into(),
+    )?;
+    println!(
+        "
+the usage API (tally api), GET {path}:"
+    );
+    println!(
+        "  {:<12} {:<26} {:<8} {:>14} {:>8} {:<5}",
+        "tenant", "hour from (UTC)", "model", "usd", "requests", "final"
+    );
+    for r in usage["data"].as_array().into_iter().flatten() {
+        let s = |k: &str| r[k].as_str().unwrap_or_default().to_string();
+        println!(
+            "  {:<12} {:<26} {:<8} {:>14} {:>8} {:<5}",
+            s("tenant_id"),
+            s("window_start"),
+            s("model"),
+            trim_usd(&s("usd")),
+            r["requests"],
+            r["final"]
+        );
+    }
+    let (path, _, invoice) = get("/v1/invoices/acme?period=2026-01&tz=Europe/Berlin".into())?;
+    println!(
+        "
+GET {path}:
+{}",
+        serde_json::to_string_pretty(&invoice).unwrap_or_default()
+    );
     Ok(())
 }
 
