@@ -209,7 +209,7 @@ async fn route(api: &Api, req: Request<hyper::body::Incoming>) -> (&'static str,
         },
         "/metrics" => {
             let mut text = String::new();
-            let _ = prometheus_client::encoding::text::encode(&mut text, &api.registry);
+            let _ = prometheus_client::encoding::prometheus_text::encode(&mut text, &api.registry);
             ("metrics", reply(200, crate::service::PROMETHEUS, text))
         }
         "/v1/usage" => ("usage", usage_route(api, &query, wants_csv(&req)).await),

@@ -114,7 +114,17 @@ fn check_tz(tz: &str) -> Result<(), ParamError> {
 }
 
 fn time(name: &str, v: &str) -> Result<i64, ParamError> {
-    if v.parse::<i64>().is_ok() {
+    // An offset's `+` sent unencoded arrives as a space (form encoding):
+    // `…T10:00:00 05:30` is taken as `…T10:00:00+05:30`.
+    let fixed;
+    let v = match v.len().checked_sub(6) {
+        Some(i) if v.as_bytes()[i] == b' ' && v[i + 1..].contains(':') => {
+            fixed = format!("{}+{}", &v[..i], &v[i + 1..]);
+            fixed.as_str()
+        }
+        _ => v,
+    };
+    if v.trim().parse::<i64>().is_ok() || v.trim() != v {
         return Err(bad(
             name,
             format!("{v:?} is not an RFC 3339 time like \"2026-01-01T00:00:00Z\""),
@@ -336,6 +346,9 @@ mod tests {
             (Unit::Month, "Asia/Kolkata", true, 7)
         );
         assert_eq!(q.tenant_id.as_deref(), Some("a b"));
+        // An unencoded `+` of an offset (a space once decoded) is read as `+`.
+        let q = usage("from=2026-01-01T01:00:00+01:00&to=2026-01-02T00:00:00Z").unwrap();
+        assert_eq!(q.from_ms, 1_767_225_600_000);
     }
 
     #[test]
@@ -345,6 +358,8 @@ mod tests {
             ("from=2026-01-01T00:00:00Z", "to"),
             ("from=yesterday&to=2026-01-01T00:00:00Z", "from"),
             ("from=1767225600000&to=2026-01-01T00:00:00Z", "from"),
+            ("from=1767225600000+&to=2026-01-01T00:00:00Z", "from"),
+            ("from=+2026-01-01T00:00:00Z&to=2026-01-02T00:00:00Z", "from"),
             ("from=2026-01-02T00:00:00Z&to=2026-01-01T00:00:00Z", "to"),
             ("from=2026-02-30T00:00:00Z&to=2026-03-01T00:00:00Z", "from"),
             (&format!("{Q}&window=week"), "window"),
