@@ -129,7 +129,8 @@ fn snapshot_bytes() -> Vec<u8> {
         version: 4,
         panes: 5,
         open: true,
-        lines: vec![],
+        first_model: "small".into(),
+        others: vec![],
     };
     w.entry(&win, &encode(&stored));
     w.finish()

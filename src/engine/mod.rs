@@ -7,6 +7,7 @@
 //! except the `max_future` guard and processing-time modes, which read the `now_ms`
 //! the caller passes in.
 
+mod acc;
 pub mod bloom;
 pub mod cold;
 pub mod dedup;

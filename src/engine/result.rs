@@ -30,7 +30,8 @@ pub enum ResultKind {
 /// One model's share of a pane: the invoice line (docs/DESIGN.md §3).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LineItem {
-    pub model: String,
+    /// Shared with the price table (serialized as a string).
+    pub model: std::sync::Arc<str>,
     pub requests: u64,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
@@ -44,7 +45,7 @@ pub struct LineItem {
 impl LineItem {
     pub fn of(l: &super::Line) -> Self {
         Self {
-            model: l.model.to_string(),
+            model: l.model.clone(),
             requests: l.requests,
             prompt_tokens: l.prompt_tokens,
             completion_tokens: l.completion_tokens,

@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+pub use super::acc::{Line, WindowAcc, LINE_BYTES};
 use super::dedup::{Dedup, DedupDelta, Fingerprint};
 use super::result::{LineItem, PaneKind, ResultKind, ResultRecord};
 use super::spill::{SpillStore, Spilled, WINDOW_BYTES};
@@ -31,81 +32,6 @@ use crate::model::event::MIN_MILLIS_TS;
 use crate::model::{event, DeadLetterReason, Event, Partition, Pico, PriceError};
 use crate::time::Watermark;
 use crate::time::{EventTime, Window};
-
-/// The accumulator of one `(tenant, window)`: its totals and, per model, its
-/// line items (each total is the sum of its lines).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct WindowAcc {
-    pub cost: Pico,
-    pub prompt_tokens: u64,
-    pub completion_tokens: u64,
-    /// Events folded in (also the request count).
-    pub version: u64,
-    /// Panes emitted so far.
-    pub panes: u32,
-    /// Changed since the state store last saw it.
-    pub dirty: bool,
-    /// One per model folded in, sorted by model name.
-    pub lines: Vec<Line>,
-}
-
-/// One model's share of a window: the invoice line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Line {
-    /// Shared with the price table (`PriceTable::model`).
-    pub model: Arc<str>,
-    pub requests: u64,
-    pub prompt_tokens: u64,
-    pub completion_tokens: u64,
-    pub cost: Pico,
-}
-
-/// What a line item adds to a window in memory (for `state.memory_budget`).
-pub const LINE_BYTES: usize = std::mem::size_of::<Line>();
-
-impl WindowAcc {
-    /// Folds one priced request of `model` in; `None` on overflow (then nothing
-    /// changed). Returns whether a new line was added.
-    fn fold(
-        &mut self,
-        model: &str,
-        shared: impl FnOnce() -> Arc<str>,
-        ev: &Event<'_>,
-        cost: Pico,
-    ) -> Option<bool> {
-        let total_cost = self.cost.checked_add(cost).ok()?;
-        let prompt = self.prompt_tokens.checked_add(ev.prompt_tokens)?;
-        let completion = self.completion_tokens.checked_add(ev.completion_tokens)?;
-        // Each line is at most its total, so no line can overflow.
-        let added = match self.lines.binary_search_by(|l| (*l.model).cmp(model)) {
-            Ok(i) => {
-                let l = &mut self.lines[i];
-                l.requests += 1;
-                l.prompt_tokens += ev.prompt_tokens;
-                l.completion_tokens += ev.completion_tokens;
-                l.cost = Pico(l.cost.0 + cost.0);
-                false
-            }
-            Err(i) => {
-                let line = Line {
-                    model: shared(),
-                    requests: 1,
-                    prompt_tokens: ev.prompt_tokens,
-                    completion_tokens: ev.completion_tokens,
-                    cost,
-                };
-                self.lines.insert(i, line);
-                true
-            }
-        };
-        self.cost = total_cost;
-        self.prompt_tokens = prompt;
-        self.completion_tokens = completion;
-        self.version += 1;
-        self.dirty = true;
-        Some(added)
-    }
-}
 
 /// `(window_end, tenant_id)`: the identity of a window within a partition.
 pub type WindowKey = (i64, Box<str>);
@@ -117,9 +43,9 @@ pub fn window_bytes(tenant: &str) -> usize {
     WINDOW_BYTES + tenant.len().saturating_sub(16)
 }
 
-/// `window_bytes` plus the window's line items.
+/// `window_bytes` plus the window's line items beyond the first.
 fn acc_bytes(tenant: &str, acc: &WindowAcc) -> usize {
-    window_bytes(tenant) + acc.lines.len() * LINE_BYTES
+    window_bytes(tenant) + acc.others.len() * LINE_BYTES
 }
 
 /// Whether a window's on-time pane has fired (stored as `open: bool`, `state::stored`).
@@ -148,6 +74,8 @@ pub struct Valid<'a> {
     pub ts: i64,
     pub window: Window,
     pub cost: Pico,
+    /// The model's index in the price table (`PriceTable::model_at`).
+    pub model_index: usize,
 }
 
 /// A restorable image of a task.
@@ -539,6 +467,7 @@ impl PartitionTask {
                     ts,
                     window,
                     cost,
+                    model_index,
                 },
             fp,
         } = c;
@@ -592,14 +521,7 @@ impl PartitionTask {
             }
         };
         let was_dirty = acc.dirty;
-        let prices = &cfg.prices;
-        let shared = || {
-            prices
-                .model(&ev.model)
-                .cloned()
-                .unwrap_or_else(|| Arc::from(ev.model.as_ref()))
-        };
-        match acc.fold(&ev.model, shared, ev, cost) {
+        match acc.fold(cfg.prices.model_at(*model_index), ev, cost) {
             None => return Route::DeadLetter(DeadLetterReason::Overflow),
             Some(true) => self.held_bytes += LINE_BYTES,
             Some(false) => {}
@@ -760,7 +682,7 @@ impl PartitionTask {
             pane: kind,
             pane_index,
             generation: cfg.generation,
-            lines: acc.lines.iter().map(LineItem::of).collect(),
+            lines: acc.map_lines(LineItem::of),
         }
     }
 
@@ -906,9 +828,9 @@ pub fn validate<'a>(cfg: &EngineConfig, rec: RecordIn<'a>) -> Result<Valid<'a>, 
         .assign(ts)
         .ok_or(DeadLetterReason::WindowOutOfRange(ts))?;
     // Prices are in effect by event time (the completed_ts of the request).
-    let cost = cfg
+    let (model_index, cost) = cfg
         .prices
-        .cost(
+        .price(
             &ev.model,
             ev.prompt_tokens,
             ev.completion_tokens,
@@ -924,5 +846,6 @@ pub fn validate<'a>(cfg: &EngineConfig, rec: RecordIn<'a>) -> Result<Valid<'a>, 
         ts,
         window,
         cost,
+        model_index,
     })
 }

@@ -300,7 +300,7 @@ fn a_pane_itemises_its_models_and_the_lines_sum_to_the_totals() {
     assert_eq!(task.memory_bytes(), task.recount_bytes());
     assert!(task.memory_bytes() > before);
     let p = &panes[0];
-    let models: Vec<&str> = p.lines.iter().map(|l| l.model.as_str()).collect();
+    let models: Vec<&str> = p.lines.iter().map(|l| &*l.model).collect();
     assert_eq!(models, ["large", "small"]);
     let small_line = &p.lines[1];
     assert_eq!((small_line.requests, small_line.prompt_tokens), (2, 400));
@@ -321,7 +321,7 @@ fn a_pane_itemises_its_models_and_the_lines_sum_to_the_totals() {
     assert_eq!(back.snapshot(), task.snapshot());
     let (_, more) = run(&mut back, &[ev_model("e", "large", 1, T10 + 5 * MIN)]);
     assert_eq!(more[0].lines.len(), 1, "{:?}", more[0].lines);
-    assert_eq!(more[0].lines[0].model, "small");
+    assert_eq!(&*more[0].lines[0].model, "small");
 }
 
 /// Progress marks: where the watermark purges a new window end, in pane order.

@@ -56,6 +56,11 @@ impl PriceTable {
         entries.sort_by_key(|e| e.effective_from_ms);
     }
 
+    /// The shared name of the model at `index` (from `price`).
+    pub fn model_at(&self, index: usize) -> &Arc<str> {
+        &self.models[index].0
+    }
+
     /// The shared name of `model`, if the table prices it.
     pub fn model(&self, model: &str) -> Option<&Arc<str>> {
         self.models.iter().map(|(m, _)| m).find(|m| ***m == *model)
@@ -79,20 +84,33 @@ impl PriceTable {
         completion: u64,
         at_ms: i64,
     ) -> Result<Pico, PriceError> {
-        let (_, entries) = self
+        self.price(model, prompt, completion, at_ms).map(|(_, c)| c)
+    }
+
+    /// `cost`, and the model's index in this table (`model_at`).
+    pub fn price(
+        &self,
+        model: &str,
+        prompt: u64,
+        completion: u64,
+        at_ms: i64,
+    ) -> Result<(usize, Pico), PriceError> {
+        let (index, (_, entries)) = self
             .models
             .iter()
-            .find(|(m, _)| **m == *model)
+            .enumerate()
+            .find(|(_, (m, _))| **m == *model)
             .ok_or(PriceError::UnknownModel)?;
         let idx = entries.partition_point(|e| e.effective_from_ms <= at_ms);
         let entry = idx
             .checked_sub(1)
             .map(|i| entries[i])
             .ok_or(PriceError::NotYetPriced)?;
-        Ok(entry
+        let cost = entry
             .input
             .cost(prompt)
-            .checked_add(entry.output.cost(completion))?)
+            .checked_add(entry.output.cost(completion))?;
+        Ok((index, cost))
     }
 }
 

@@ -169,7 +169,7 @@ pub async fn apply_batch(
         let fallback;
         let lines = if r.lines.is_empty() {
             fallback = [LineItem {
-                model: String::new(),
+                model: "".into(),
                 requests: r.requests,
                 prompt_tokens: r.prompt_tokens,
                 completion_tokens: r.completion_tokens,
@@ -179,7 +179,7 @@ pub async fn apply_batch(
         } else {
             &r.lines[..]
         };
-        let models: Vec<&str> = lines.iter().map(|l| l.model.as_str()).collect();
+        let models: Vec<&str> = lines.iter().map(|l| &*l.model).collect();
         let costs: Vec<String> = lines.iter().map(|l| l.cost_pico.to_string()).collect();
         let requests = lines
             .iter()

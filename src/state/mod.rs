@@ -365,7 +365,7 @@ impl StateStore {
             for ((end, tenant), acc, phase) in delta.changed {
                 let k = key(b'W', p, &[&end_bytes(end), tenant.as_bytes()]);
                 tracker.put(p, &k);
-                batch.put(k, encode(&StoredWindow::of(&acc, phase)));
+                batch.put(k, stored::encode_window(&acc, phase));
                 if batch.len() >= COMMIT_BATCH {
                     self.write(std::mem::take(&mut batch))?;
                 }

@@ -9,11 +9,11 @@
 //!
 //! ## Compatibility
 //! These structs are part of the checkpoint formats (`checkpoint::format`). Format 6
-//! appended `lines` to `StoredWindow`; a value that is exactly a format-5
-//! `StoredWindowV5` (no lines) is read as one, unambiguously: a format-6 value is
-//! longer by at least the lines' length byte, and a format-5 one ends before it.
-//! Its window gets one line of model `""` holding its totals (folded before line
-//! items), so totals stay the sums of their lines. Changing a
+//! appended `first_model` and `others` to `StoredWindow`; a value that is exactly
+//! a format-5 `StoredWindowV5` (no lines) is read as one, unambiguously: a format-6
+//! value is longer by at least their two length bytes, and a format-5 one ends
+//! before them. Its first model is `""`: one line holding its totals (folded
+//! before line items), so totals stay the sums of their lines. Changing a
 //! field's type, order or meaning, or adding one, is a new checkpoint format: bump
 //! `checkpoint::format::VERSION`, keep a reader for the old structs (or refuse them
 //! by version, naming the way out), and say so in docs/DESIGN.md §7.
@@ -94,7 +94,9 @@ pub struct StoredTime {
 }
 
 /// Key `W p end tenant`: one window's accumulator, whether its on-time pane
-/// fired, and its line items (format 6).
+/// fired, and its line items (format 6) in the engine's compact form
+/// (`engine::acc`): the first record's model, whose line is the totals minus the
+/// others, and the other lines.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StoredWindow {
     pub cost_pico: u128,
@@ -103,8 +105,9 @@ pub struct StoredWindow {
     pub version: u64,
     pub panes: u32,
     pub open: bool,
-    /// Sorted by model.
-    pub lines: Vec<StoredLine>,
+    pub first_model: String,
+    /// In the order their models first came.
+    pub others: Vec<StoredLine>,
 }
 
 /// One model's line of a window.
@@ -128,6 +131,57 @@ pub struct StoredWindowV5 {
     pub open: bool,
 }
 
+/// `StoredWindow`, borrowing the engine's accumulator: the same bytes, without
+/// copying a name (`encode_window`, at every commit of every changed window).
+#[derive(Serialize)]
+struct WindowOut<'a> {
+    cost_pico: u128,
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    version: u64,
+    panes: u32,
+    open: bool,
+    first_model: &'a str,
+    others: OthersOut<'a>,
+}
+
+struct OthersOut<'a>(&'a [Line]);
+
+#[derive(Serialize)]
+struct LineOut<'a> {
+    model: &'a str,
+    requests: u64,
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    cost_pico: u128,
+}
+
+impl Serialize for OthersOut<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(|l| LineOut {
+            model: &l.model,
+            requests: l.requests,
+            prompt_tokens: l.prompt_tokens,
+            completion_tokens: l.completion_tokens,
+            cost_pico: l.cost.0,
+        }))
+    }
+}
+
+/// The stored value of a window: `encode(&StoredWindow)` of it, byte for byte.
+pub fn encode_window(acc: &WindowAcc, phase: WindowPhase) -> Vec<u8> {
+    encode(&WindowOut {
+        cost_pico: acc.cost.0,
+        prompt_tokens: acc.prompt_tokens,
+        completion_tokens: acc.completion_tokens,
+        version: acc.version,
+        panes: acc.panes,
+        open: phase == WindowPhase::Open,
+        first_model: &acc.first_model,
+        others: OthersOut(&acc.others),
+    })
+}
+
 /// Model names shared among the windows decoded together (a handful of models
 /// across many windows).
 #[derive(Default)]
@@ -145,28 +199,6 @@ impl Models {
 }
 
 impl StoredWindow {
-    pub fn of(acc: &WindowAcc, phase: WindowPhase) -> Self {
-        Self {
-            cost_pico: acc.cost.0,
-            prompt_tokens: acc.prompt_tokens,
-            completion_tokens: acc.completion_tokens,
-            version: acc.version,
-            panes: acc.panes,
-            open: phase == WindowPhase::Open,
-            lines: acc
-                .lines
-                .iter()
-                .map(|l| StoredLine {
-                    model: l.model.to_string(),
-                    requests: l.requests,
-                    prompt_tokens: l.prompt_tokens,
-                    completion_tokens: l.completion_tokens,
-                    cost_pico: l.cost.0,
-                })
-                .collect(),
-        }
-    }
-
     /// A stored window of format 6, or exactly one of format 5 (see the header).
     pub fn decode(v: &[u8]) -> Result<Self, String> {
         decode::<StoredWindow>(v).or_else(|e| match decode::<StoredWindowV5>(v) {
@@ -177,13 +209,8 @@ impl StoredWindow {
                 version: old.version,
                 panes: old.panes,
                 open: old.open,
-                lines: vec![StoredLine {
-                    model: String::new(),
-                    requests: old.version,
-                    prompt_tokens: old.prompt_tokens,
-                    completion_tokens: old.completion_tokens,
-                    cost_pico: old.cost_pico,
-                }],
+                first_model: String::new(),
+                others: Vec::new(),
             }),
             Err(_) => Err(e),
         })
@@ -197,8 +224,9 @@ impl StoredWindow {
             version: self.version,
             panes: self.panes,
             dirty: false,
-            lines: self
-                .lines
+            first_model: models.get(&self.first_model),
+            others: self
+                .others
                 .iter()
                 .map(|l| Line {
                     model: models.get(&l.model),
@@ -301,25 +329,32 @@ mod tests {
             version: 7,
             panes: 2,
             dirty: true,
-            lines: vec![Line {
-                model: Arc::from("small"),
-                requests: 7,
+            first_model: Arc::from("small"),
+            others: vec![Line {
+                model: Arc::from("large"),
+                requests: 2,
                 prompt_tokens: 1,
-                completion_tokens: u64::MAX,
-                cost: Pico(u128::MAX),
+                completion_tokens: 5,
+                cost: Pico(u128::MAX - 1),
             }],
         };
-        let w = StoredWindow::of(&acc, WindowPhase::Open);
-        let back = StoredWindow::decode(&encode(&w)).unwrap();
-        assert_eq!(back, w);
+        // The borrowing encoder writes what the owned struct would.
+        let bytes = encode_window(&acc, WindowPhase::Open);
+        let w = StoredWindow::decode(&bytes).unwrap();
+        assert_eq!(encode(&w), bytes);
+        assert_eq!(
+            (w.first_model.as_str(), w.others.len(), w.open),
+            ("small", 1, true)
+        );
         let mut models = Models::default();
-        let restored = back.acc(&mut models);
-        assert_eq!((restored.cost, &restored.lines), (acc.cost, &acc.lines));
+        let restored = w.acc(&mut models);
+        assert_eq!(restored.lines(), acc.lines());
+        assert_eq!((restored.cost, restored.version), (acc.cost, acc.version));
         assert!(!restored.dirty);
-        assert_eq!(back.phase(), WindowPhase::Open);
+        assert_eq!(w.phase(), WindowPhase::Open);
         // Two windows decoded together share their model names.
-        let again = back.acc(&mut models);
-        assert!(Arc::ptr_eq(&restored.lines[0].model, &again.lines[0].model));
+        let again = w.acc(&mut models);
+        assert!(Arc::ptr_eq(&restored.first_model, &again.first_model));
         // A format-5 window reads with one line of model "" holding its totals.
         let v5 = StoredWindowV5 {
             cost_pico: 9,
@@ -331,23 +366,24 @@ mod tests {
         };
         let old = StoredWindow::decode(&encode(&v5)).unwrap();
         assert_eq!(old.phase(), WindowPhase::Fired);
-        let line = &old.acc(&mut models).lines[0];
+        let lines = old.acc(&mut models).lines();
+        assert_eq!(lines.len(), 1);
         assert_eq!(
             (
-                &*line.model,
-                line.requests,
-                line.cost,
-                line.completion_tokens
+                &*lines[0].model,
+                lines[0].requests,
+                lines[0].cost,
+                lines[0].completion_tokens
             ),
             ("", 4, Pico(9), 3)
         );
-        // A format-6 value with no lines is not mistaken for a format-5 one.
-        let none = StoredWindow {
-            lines: vec![],
+        // A format-6 value with no other lines is not mistaken for a format-5 one.
+        let one = StoredWindow {
+            others: vec![],
             ..w.clone()
         };
-        assert_eq!(StoredWindow::decode(&encode(&none)).unwrap(), none);
-        assert!(StoredWindow::decode(&encode(&none)[..10]).is_err());
+        assert_eq!(StoredWindow::decode(&encode(&one)).unwrap(), one);
+        assert!(StoredWindow::decode(&encode(&one)[..10]).is_err());
         let mut wm = Watermark::new(5_000, Some(60_000));
         wm.observe(10_000);
         wm.force(7_000);
