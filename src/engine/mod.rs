@@ -21,8 +21,8 @@ pub use result::{
     AdjustmentRecord, LineItem, PaneKind, ProgressRecord, ResultKind, ResultRecord, SinkRecord,
 };
 pub use task::{
-    validate, window_bytes, Line, PartitionTask, StateDelta, TaskSnapshot, Valid, WindowAcc,
-    WindowKey, WindowPhase, LINE_BYTES,
+    validate, window_bytes, Line, PartitionTask, Progress, StateDelta, TaskSnapshot, Valid,
+    WindowAcc, WindowKey, WindowPhase, LINE_BYTES,
 };
 
 use serde::{Deserialize, Serialize};

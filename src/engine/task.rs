@@ -129,9 +129,20 @@ pub struct PartitionTask {
     /// The greatest window end at or below which every window is purged, by the
     /// watermark (`final_through`); derived from the watermark, not state.
     final_through: Option<i64>,
-    /// Where `final_through` moved, as (index into the panes of the caller's
-    /// `out`, new value), since `take_progress`; `None`: not tracked.
-    progress: Option<Vec<(usize, i64)>>,
+    /// Where `final_through` moved since `take_progress`; `None`: not tracked.
+    progress: Option<Vec<Progress>>,
+}
+
+/// A move of a partition's progress (`PartitionTask::take_progress`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Before the `at`-th pane appended to the caller's `out` since the last
+    /// `take_progress` (after the last, if there are `at`).
+    pub at: usize,
+    /// Every window ending at or before it is final here.
+    pub final_through: i64,
+    /// The watermark that made it.
+    pub watermark: i64,
 }
 
 /// The greatest window end `E` the watermark `w` has purged: `E - 1 + lateness <=
@@ -624,7 +635,11 @@ impl PartitionTask {
         if f > self.final_through {
             self.final_through = f;
             if let (Some(marks), Some(f)) = (&mut self.progress, f) {
-                marks.push((out.len(), f));
+                marks.push(Progress {
+                    at: out.len(),
+                    final_through: f,
+                    watermark: w,
+                });
             }
         }
     }
@@ -634,12 +649,10 @@ impl PartitionTask {
         self.progress.get_or_insert_with(Vec::new);
     }
 
-    /// Where the partition's progress moved since the last call: `(i, f)` means
-    /// that before the `i`-th pane appended to `out` since then (or after the
-    /// last, if there are `i`), every window ending at or before `f` became final
-    /// here. A pure function of the records, like the panes: a replay makes the
-    /// same progress at the same places.
-    pub fn take_progress(&mut self) -> Vec<(usize, i64)> {
+    /// Where the partition's progress moved since the last call. A pure function
+    /// of the records, like the panes: a replay makes the same progress at the
+    /// same places.
+    pub fn take_progress(&mut self) -> Vec<Progress> {
         self.progress
             .as_mut()
             .map(std::mem::take)

@@ -33,8 +33,8 @@ use crate::checkpoint::restore::{self, LogFacts, Names};
 use crate::checkpoint::OffsetLedger;
 use crate::checkpoint::{CheckpointError, CheckpointId};
 use crate::engine::{
-    Counters, EngineConfig, PartitionTask, ProgressRecord, RecordIn, ResultKind, ResultRecord,
-    Route, TaskSnapshot,
+    Counters, EngineConfig, PartitionTask, Progress, ProgressRecord, RecordIn, ResultKind,
+    ResultRecord, Route, TaskSnapshot,
 };
 use crate::failpoint;
 use crate::kafka::outputs::{source_coords, Outputs};
@@ -139,7 +139,7 @@ fn send_panes(
 ) -> Result<(), WorkerError> {
     let marks = slot.task.take_progress();
     let mut marks = marks.iter().peekable();
-    let progress = |final_through: i64| -> Result<(), WorkerError> {
+    let progress = |p: &Progress| -> Result<(), WorkerError> {
         let Some((source_partitions, results_partitions)) = to else {
             return Ok(());
         };
@@ -148,24 +148,24 @@ fn send_panes(
             source_partition: slot.task.partition().0,
             source_partitions,
             results_partitions,
-            final_through,
-            watermark: slot.task.watermark().0,
+            final_through: p.final_through,
+            watermark: p.watermark,
             generation,
         })?;
         Ok(())
     };
     let burst = panes.len() > 1;
     for (i, pane) in panes.drain(..).enumerate() {
-        while let Some((_, f)) = marks.next_if(|(at, _)| *at <= i) {
-            progress(*f)?;
+        while let Some(p) = marks.next_if(|p| p.at <= i) {
+            progress(p)?;
         }
         if burst && i == 1 {
             failpoint::hit("mid_pane_burst");
         }
         outputs.result(&pane)?;
     }
-    for (_, f) in marks {
-        progress(*f)?;
+    for p in marks {
+        progress(p)?;
     }
     Ok(())
 }

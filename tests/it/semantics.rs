@@ -150,7 +150,19 @@ fn replays_are_byte_identical_and_dirty_input_is_accounted_exactly() {
     };
     let (a, b) = (by_partition("results.a"), by_partition("results.b"));
     assert_eq!(a.len(), 4);
-    assert_eq!(a, b, "result payloads differ between replays");
+    for (p, pa) in &a {
+        let pb = &b[p];
+        let at = pa.iter().zip(pb).position(|(x, y)| x != y);
+        let show = |v: Option<&Vec<u8>>| v.map(|v| String::from_utf8_lossy(v).into_owned());
+        assert!(
+            at.is_none() && pa.len() == pb.len(),
+            "partition {p}: results differ between replays at {at:?} ({} vs {} records): {:?} vs {:?}",
+            pa.len(),
+            pb.len(),
+            show(at.and_then(|i| pa.get(i))),
+            show(at.and_then(|i| pb.get(i))),
+        );
+    }
     // Side outputs interleave partitions on their topic; per source partition they are identical too.
     let late = |t: &str| {
         let mut m: BTreeMap<String, Vec<Vec<u8>>> = BTreeMap::new();
