@@ -224,14 +224,15 @@ async fn route(api: &Api, req: Request<hyper::body::Incoming>) -> (&'static str,
     }
 }
 
-/// Checks the zone against the database's tzdata: 400 naming `tz` if unknown.
-async fn check_zone(
-    api: &Api,
-    client: &tokio_postgres::Client,
-    tz: &str,
-) -> Result<(), Response<Body>> {
-    match api.known_zone(client, tz).await {
-        Ok(true) => Ok(()),
+/// The connection, once the zone is known to the database's tzdata: else 503
+/// (no database) or 400 naming `tz`.
+async fn client_for(api: &Api, tz: &str) -> Result<Arc<tokio_postgres::Client>, Response<Body>> {
+    let client = api
+        .client()
+        .await
+        .map_err(|e| error(503, None, &format!("database unavailable: {e}")))?;
+    match api.known_zone(&client, tz).await {
+        Ok(true) => Ok(client),
         Ok(false) => Err(error(
             400,
             Some("tz"),
@@ -246,13 +247,10 @@ async fn usage_route(api: &Api, query: &str, csv: bool) -> Response<Body> {
         Ok(q) => q,
         Err(e) => return param_error(e),
     };
-    let client = match api.client().await {
+    let client = match client_for(api, &q.tz).await {
         Ok(c) => c,
-        Err(e) => return error(503, None, &format!("database unavailable: {e}")),
+        Err(r) => return r,
     };
-    if let Err(r) = check_zone(api, &client, &q.tz).await {
-        return r;
-    }
     if !csv {
         return match tokio::time::timeout(QUERY_TIMEOUT, usage::page(&client, &q)).await {
             Ok(Ok(page)) => reply(200, JSON, serde_json::to_vec(&page).unwrap_or_default()),
@@ -288,13 +286,10 @@ async fn invoice_route(api: &Api, tenant: &str, query: &str) -> Response<Body> {
         Ok(q) => q,
         Err(e) => return param_error(e),
     };
-    let client = match api.client().await {
+    let client = match client_for(api, &q.tz).await {
         Ok(c) => c,
-        Err(e) => return error(503, None, &format!("database unavailable: {e}")),
+        Err(r) => return r,
     };
-    if let Err(r) = check_zone(api, &client, &q.tz).await {
-        return r;
-    }
     match tokio::time::timeout(QUERY_TIMEOUT, usage::invoice(&client, &q)).await {
         Ok(Ok(inv)) => reply(200, JSON, serde_json::to_vec(&inv).unwrap_or_default()),
         Ok(Err(e)) => read_error(e),

@@ -107,20 +107,29 @@ fn row(r: &Row) -> Result<(UsageRow, bool), ReadError> {
     ))
 }
 
+type Param<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
+
+/// The six arguments of `tally_usage` for `q` (`unit` is `q.unit.sql()`).
+fn usage_args<'a>(q: &'a UsageQuery, unit: &'a &'static str) -> [Param<'a>; 6] {
+    [unit, &q.tz, &q.from_ms, &q.to_ms, &q.by_model, &q.tenant_id]
+}
+
 /// One page of `q`.
 pub async fn page(client: &Client, q: &UsageQuery) -> Result<Page, ReadError> {
     let after = q.after.as_ref();
     let limit = (q.limit + 1) as i64;
+    let unit = q.unit.sql();
+    let [a1, a2, a3, a4, a5, a6] = usage_args(q, &unit);
     let rows = client
         .query(
             &format!("{SELECT} {PAGE}"),
             &[
-                &q.unit.sql(),
-                &q.tz,
-                &q.from_ms,
-                &q.to_ms,
-                &q.by_model,
-                &q.tenant_id,
+                a1,
+                a2,
+                a3,
+                a4,
+                a5,
+                a6,
                 &after.map(|c| c.window_start),
                 &after.map(|c| c.tenant_id.as_str()),
                 &after.map(|c| c.model.as_str()),
@@ -155,33 +164,20 @@ pub async fn page(client: &Client, q: &UsageQuery) -> Result<Page, ReadError> {
 /// Every row of `q` (no paging), for the CSV answer: checks the alignment of the
 /// whole range first (a stream cannot turn into a 400 halfway).
 pub async fn all(client: &Client, q: &UsageQuery) -> Result<tokio_postgres::RowStream, ReadError> {
+    let unit = q.unit.sql();
+    let args = usage_args(q, &unit);
     let aligned: Option<bool> = client
         .query_one(
             "SELECT bool_and(aligned) FROM tally_usage($1, $2, $3, $4, $5, $6)",
-            &[
-                &q.unit.sql(),
-                &q.tz,
-                &q.from_ms,
-                &q.to_ms,
-                &q.by_model,
-                &q.tenant_id,
-            ],
+            &args,
         )
         .await?
         .get(0);
     if aligned == Some(false) {
         return Err(unaligned(q));
     }
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
-        &q.unit.sql(),
-        &q.tz,
-        &q.from_ms,
-        &q.to_ms,
-        &q.by_model,
-        &q.tenant_id,
-    ];
     let sql = format!("{SELECT} {ORDER}");
-    Ok(client.query_raw(&sql, params).await?)
+    Ok(client.query_raw(&sql, args).await?)
 }
 
 /// The CSV header of `q`'s rows.

@@ -59,8 +59,13 @@ fn until_requests(db: &str, requests: &str) -> (Vec<Line>, Total) {
         &format!("10:00 has {requests} requests"),
         Duration::from_secs(60),
         || {
+            // The two views are read one after the other: wait until both
+            // show the same requests (the sink may commit in between).
             let (lines, total) = ten_oclock(db);
-            total.filter(|t| t.0 == requests).map(|t| (lines, t))
+            let in_lines: u64 = lines.iter().map(|l| l.1.parse::<u64>().unwrap()).sum();
+            total
+                .filter(|t| t.0 == requests && in_lines.to_string() == requests)
+                .map(|t| (lines, t))
         },
     )
 }
