@@ -297,8 +297,10 @@ impl Core {
 
     /// Idleness (docs/DESIGN.md §4): after `idle_timeout` of silence, a partition's
     /// watermark follows the wall clock from where its data left it
-    /// (`max_ts - bound + silence`). Forced only when that fires or purges
-    /// something; the forced value is part of the checkpointed watermark.
+    /// (`max_ts - bound + silence`; a partition without data starts from the
+    /// greatest `max_ts` of the others). Forced only when that fires or purges
+    /// something, or moves the partition's progress (finality, DESIGN §6.1); the
+    /// forced value is part of the checkpointed watermark.
     pub fn advance_idle(&mut self) -> Result<(), WorkerError> {
         let Some(idle) = self.idle_ms else {
             return Ok(());
