@@ -52,6 +52,14 @@ struct Summary {
     dead_letters: u64,
 }
 
+/// The value of the header `name` of `m`, if it has one.
+fn header<'m>(
+    m: &'m impl Message<Headers = rdkafka::message::BorrowedHeaders>,
+    name: &str,
+) -> Option<&'m [u8]> {
+    m.headers()?.iter().find(|h| h.key == name)?.value
+}
+
 pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
     let cfg = a.config.load()?;
     let engine = cfg.engine()?;
@@ -219,25 +227,12 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
         crate::failpoint::hit("reprocess_record");
         let payload = m.payload().unwrap_or_default();
         let late_coords = source_coords(&topic, Partition(p), o);
-        let source = m
-            .headers()
-            .and_then(|h| {
-                h.iter()
-                    .find(|x| x.key == headers::SOURCE)
-                    .and_then(|x| x.value)
-            })
-            .map_or_else(
-                || late_coords.clone(),
-                |v| String::from_utf8_lossy(v).into_owned(),
-            );
+        let source = header(&m, headers::SOURCE).map_or_else(
+            || late_coords.clone(),
+            |v| String::from_utf8_lossy(v).into_owned(),
+        );
         // The original record's timestamp, not the time tally routed it here.
-        let original_ts = m
-            .headers()
-            .and_then(|h| {
-                h.iter()
-                    .find(|x| x.key == headers::KAFKA_TIMESTAMP)
-                    .and_then(|x| x.value)
-            })
+        let original_ts = header(&m, headers::KAFKA_TIMESTAMP)
             .and_then(|v| std::str::from_utf8(v).ok()?.parse::<i64>().ok());
         let rec = RecordIn {
             payload,
