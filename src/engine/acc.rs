@@ -105,6 +105,7 @@ impl WindowAcc {
     }
 
     /// Every line, sorted by model (none before the first record).
+    #[cfg(test)]
     pub fn lines(&self) -> Vec<Line> {
         self.map_lines(Line::clone)
     }

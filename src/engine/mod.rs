@@ -16,13 +16,14 @@ mod result;
 pub mod spill;
 mod task;
 
+pub use acc::{Line, WindowAcc, LINE_BYTES};
 pub use dedup::{Dedup, DedupDelta};
 pub use result::{
     AdjustmentRecord, LineItem, PaneKind, ProgressRecord, ResultKind, ResultRecord, SinkRecord,
 };
 pub use task::{
-    validate, window_bytes, Line, PartitionTask, Progress, StateDelta, TaskSnapshot, Valid,
-    WindowAcc, WindowKey, WindowPhase, LINE_BYTES,
+    validate, window_bytes, PartitionTask, Progress, StateDelta, TaskSnapshot, Valid, WindowKey,
+    WindowPhase,
 };
 
 use serde::{Deserialize, Serialize};

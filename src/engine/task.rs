@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use super::acc::{Line, WindowAcc, LINE_BYTES};
+use super::acc::{WindowAcc, LINE_BYTES};
 use super::dedup::{Dedup, DedupDelta, Fingerprint};
 use super::result::{LineItem, PaneKind, ResultKind, ResultRecord};
 use super::spill::{SpillStore, Spilled, WINDOW_BYTES};

@@ -61,11 +61,6 @@ impl PriceTable {
         &self.models[index].0
     }
 
-    /// The shared name of `model`, if the table prices it.
-    pub fn model(&self, model: &str) -> Option<&Arc<str>> {
-        self.models.iter().map(|(m, _)| m).find(|m| ***m == *model)
-    }
-
     pub fn models(&self) -> impl Iterator<Item = &str> {
         self.models.iter().map(|(m, _)| &**m)
     }
