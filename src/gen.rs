@@ -17,6 +17,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::input::render::{Fields, GEN_SOURCE};
+use crate::model::input::{InputMapping, TimestampFormat, COMPLETED_TS};
 use crate::model::PriceTable;
 use crate::time::WindowSpec;
 
@@ -148,6 +150,8 @@ pub struct Generator<'a> {
     /// Per (tenant, window end, model).
     lines: BTreeMap<(String, i64, String), LineSums>,
     expected: Expected,
+    /// How records are written (`[input]`): the default contract unless set.
+    input: InputMapping,
 }
 
 const MALFORMED: [&str; 5] = [
@@ -189,7 +193,14 @@ impl<'a> Generator<'a> {
             totals: BTreeMap::new(),
             lines: BTreeMap::new(),
             expected: Expected::default(),
+            input: InputMapping::default(),
         }
+    }
+
+    /// Writes records the way `input` reads them (a custom mapping, CloudEvents).
+    pub fn with_input(mut self, input: InputMapping) -> Self {
+        self.input = input;
+        self
     }
 
     fn tenant(&mut self) -> String {
@@ -200,6 +211,7 @@ impl<'a> Generator<'a> {
     }
 
     fn event_json(
+        &self,
         id: &str,
         tenant: &str,
         model: &str,
@@ -207,10 +219,16 @@ impl<'a> Generator<'a> {
         completion: u64,
         ts: i64,
     ) -> String {
-        format!(
-            r#"{{"request_id":"{id}","tenant_id":"{tenant}","model":"{model}","prompt_tokens":{prompt},"completion_tokens":{completion},"started_ts":{},"completed_ts":{ts}}}"#,
-            ts - 1_500
-        )
+        self.input.render(&Fields {
+            request_id: id,
+            tenant_id: Some(tenant),
+            model,
+            prompt_tokens: prompt as i64,
+            completion_tokens: completion as i64,
+            started_ts: ts - 1_500,
+            completed_ts: ts,
+            completed_raw: None,
+        })
     }
 
     /// The expected outcome of everything generated so far.
@@ -259,22 +277,43 @@ impl<'a> Generator<'a> {
         };
         if self.rng.chance(self.opts.malformed_per_million) {
             let reason = MALFORMED[self.rng.below(MALFORMED.len() as u64) as usize];
-            let good = Self::event_json(&id, &tenant, &model, prompt, completion, base);
+            // A seconds value only where the format is milliseconds.
+            let millis = self.input.ts_format(COMPLETED_TS) == TimestampFormat::EpochMs;
+            let reason = match reason {
+                "timestamp_not_millis" if !millis => "missing_field",
+                r => r,
+            };
+            let f = Fields {
+                request_id: &id,
+                tenant_id: Some(&tenant),
+                model: &model,
+                prompt_tokens: prompt as i64,
+                completion_tokens: completion as i64,
+                started_ts: base - 1_500,
+                completed_ts: base,
+                completed_raw: None,
+            };
             let payload = match reason {
-                "malformed_json" => good[..good.len() / 2].to_string(),
-                "negative_tokens" => good.replace(
-                    &format!("\"prompt_tokens\":{prompt}"),
-                    "\"prompt_tokens\":-7",
-                ),
-                "unknown_model" => good.replace(
-                    &format!("\"model\":\"{model}\""),
-                    "\"model\":\"no-such-model\"",
-                ),
-                "timestamp_not_millis" => good.replace(
-                    &format!("\"completed_ts\":{base}"),
-                    &format!("\"completed_ts\":{}", base / 1000),
-                ),
-                _ => good.replace(&format!("\"tenant_id\":\"{tenant}\","), ""),
+                "malformed_json" => {
+                    let good = self.input.render(&f);
+                    good[..good.len() / 2].to_string()
+                }
+                "negative_tokens" => self.input.render(&Fields {
+                    prompt_tokens: -7,
+                    ..f
+                }),
+                "unknown_model" => self.input.render(&Fields {
+                    model: "no-such-model",
+                    ..f
+                }),
+                "timestamp_not_millis" => self.input.render(&Fields {
+                    completed_raw: Some(base / 1000),
+                    ..f
+                }),
+                _ => self.input.render(&Fields {
+                    tenant_id: None,
+                    ..f
+                }),
             };
             *self
                 .expected
@@ -298,7 +337,9 @@ impl<'a> Generator<'a> {
             }
             _ => base - self.rng.below(self.opts.jitter_ms.max(0) as u64 + 1) as i64,
         };
-        let payload = Self::event_json(&id, &tenant, &model, prompt, completion, ts);
+        // The event time the record can carry (whole seconds for `epoch_s`).
+        let ts = self.input.ts_format(COMPLETED_TS).quantize(ts);
+        let payload = self.event_json(&id, &tenant, &model, prompt, completion, ts);
         // Pricing is by completed_ts, as in the engine.
         let cost = self
             .prices
@@ -309,7 +350,7 @@ impl<'a> Generator<'a> {
         let end = self.window.assign(ts).map_or(i64::MAX, |w| w.end);
         let kind = if too_late {
             self.expected.too_late.push(ExpectedLate {
-                request_id: id.clone(),
+                request_id: self.input.dedup_key(&id, GEN_SOURCE),
                 tenant_id: tenant.clone(),
                 window_end: end,
                 cost_pico: cost.to_string(),
@@ -426,6 +467,7 @@ mod tests {
             max_record_bytes: 1 << 20,
             generation: 1,
             prices: p.clone(),
+            input: Default::default(),
         });
         let mut tasks: BTreeMap<i32, PartitionTask> = BTreeMap::new();
         let mut panes = Vec::new();

@@ -101,6 +101,7 @@ mod tests {
             max_record_bytes: 1 << 10,
             generation: 3,
             prices,
+            input: Default::default(),
         }
     }
 

@@ -19,7 +19,9 @@
 //!
 //! ## Compatibility
 //! `Semantics` is stored in manifests from checkpoint format 5 on (postcard, fields
-//! in this order; adding a field is a new format). A manifest of format 4 has none:
+//! in this order; adding a field is a new format). Its `input` (the input
+//! mapping) is stored after the manifest body from format 7 on; a format 5 or 6
+//! manifest has the default mapping, which adds nothing to the fingerprint. A manifest of format 4 has none:
 //! it restores only under an equal fingerprint — or, when the running config
 //! differs from it only by `watermark.max_lead` (which format 4 did not have), the
 //! refusal names that key.
@@ -48,6 +50,10 @@ pub struct Semantics {
     pub max_lead_ms: Option<i64>,
     /// Sorted by model, then `effective_from_ms`.
     pub prices: Vec<StoredPrice>,
+    /// The input mapping (`InputMapping::describe`), `""` for the default. Stored
+    /// after the manifest body (format 7), not in this struct's postcard layout.
+    #[serde(skip)]
+    pub input: String,
 }
 
 /// One model's price from `effective_from_ms` on, in nano-USD per 1k tokens.
@@ -111,6 +117,7 @@ impl Semantics {
             generation: e.generation,
             max_lead_ms: e.max_lead_ms,
             prices,
+            input: e.input.describe(),
         }
     }
 
@@ -147,11 +154,15 @@ impl Semantics {
         if let Some(lead) = self.max_lead_ms {
             text.push_str(&format!("|lead={lead}"));
         }
+        // Likewise the input mapping, only when it is not the default.
+        if !self.input.is_empty() {
+            text.push_str(&format!("|input={}", self.input));
+        }
         super::hex(&Sha256::digest(text.as_bytes()))
     }
 
     /// The non-price settings, by config key, as text.
-    fn settings(&self) -> [(&'static str, String); 12] {
+    fn settings(&self) -> [(&'static str, String); 13] {
         let ms = |v: Option<i64>| v.map_or("off".into(), |v| format!("{v} ms"));
         [
             ("topics.input", self.topic.clone()),
@@ -172,6 +183,13 @@ impl Semantics {
             ("limits.max_record_bytes", self.max_record_bytes.to_string()),
             ("job.generation", self.generation.to_string()),
             ("watermark.max_lead", ms(self.max_lead_ms)),
+            (
+                "input",
+                match self.input.as_str() {
+                    "" => "the default mapping".into(),
+                    m => m.into(),
+                },
+            ),
         ]
     }
 }

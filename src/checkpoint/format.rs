@@ -24,6 +24,9 @@
 //! be a plain `chk-<id>-<worker>` name.
 //!
 //! ## Compatibility
+//! - Format 7 appends the input mapping (`Semantics::input`, a postcard string,
+//!   `""` for the default mapping) after the body; its parts are format 6's.
+//!   Formats 5 and 6 are still read, with the default mapping (they had no other).
 //! - Format 6 appended line items per model to the window values
 //!   (`state::stored::StoredWindow`); its manifest is format 5's. Format 5 is still
 //!   read: its parts are format-6 parts with window values of `StoredWindowV5`.
@@ -59,7 +62,7 @@ use crate::state::NextOffset;
 use crate::time::EventTime;
 
 /// The checkpoint format this tally writes.
-pub const VERSION: u16 = 6;
+pub const VERSION: u16 = 7;
 /// The oldest format it reads.
 pub const OLDEST_READ: u16 = 3;
 
@@ -371,7 +374,10 @@ pub fn encode_manifest(m: &Manifest) -> Vec<u8> {
             })
             .collect(),
     };
-    seal(&crate::state::stored::encode(&body))
+    let mut bytes = crate::state::stored::encode(&body);
+    let input = m.semantics.as_ref().map_or("", |s| s.input.as_str());
+    bytes.extend_from_slice(&crate::state::stored::encode(&input));
+    seal(&bytes)
 }
 
 /// A manifest object around an encoded body: framing, body, sha256 of both.
@@ -412,7 +418,14 @@ pub fn decode_manifest(buf: &[u8]) -> Result<Manifest, Unreadable> {
     let decoded = match version {
         3 => postcard::from_bytes::<ManifestBodyV3>(body).map(|b| b.upgrade().upgrade()),
         4 => postcard::from_bytes::<ManifestBodyV4>(body).map(ManifestBodyV4::upgrade),
-        _ => postcard::from_bytes::<ManifestBody>(body),
+        5 | 6 => postcard::from_bytes::<ManifestBody>(body),
+        _ => postcard::take_from_bytes::<ManifestBody>(body).and_then(|(mut b, rest)| {
+            let input: String = postcard::from_bytes(rest)?;
+            if let Some(s) = &mut b.semantics {
+                s.input = input;
+            }
+            Ok(b)
+        }),
     };
     let b = decoded.map_err(|e| e.to_string())?;
     let m = Manifest {
@@ -580,6 +593,7 @@ mod tests {
                 max_record_bytes: 1,
                 generation: 1,
                 max_lead_ms: Some(300_000),
+                input: "Json: tenant_id=/customer/id".into(),
                 prices: vec![crate::checkpoint::evolution::StoredPrice {
                     model: "m".into(),
                     effective_from_ms: i64::MIN,

@@ -17,6 +17,8 @@ use crate::gen::{GenOptions, Generator};
 use crate::kafka::outputs::{send, DeliveryTracker, UNTIMED};
 use crate::kafka::read::read_topic;
 use crate::kafka::{broker, client_config, headers, PRODUCER_DEFAULTS};
+use crate::model::input::render::Fields;
+use crate::model::input::{InputFormat, InputMapping};
 use crate::time::utc::format_utc_ms;
 use crate::worker::kafka::{run as run_worker, RunOptions};
 
@@ -28,6 +30,10 @@ pub struct DemoArgs {
     /// Keep the demo's state directory instead of deleting it.
     #[arg(long)]
     pub keep: bool,
+    /// Send the traffic as CloudEvents 1.0 (structured JSON) and read it with
+    /// `[input] format = "cloudevents"`.
+    #[arg(long)]
+    pub cloudevents: bool,
 }
 
 const T10: i64 = 1_767_261_600_000; // 2026-01-01T10:00:00Z
@@ -45,12 +51,18 @@ const STORY: &[(&str, i64)] = &[
     ("r-107", 130),
 ];
 
-fn story_record(id: &str, at_s: i64) -> String {
+fn story_record(input: &InputMapping, id: &str, at_s: i64) -> String {
     let ts = T10 + at_s * S;
-    format!(
-        r#"{{"request_id":"{id}","tenant_id":"acme","model":"large","prompt_tokens":1000,"completion_tokens":500,"started_ts":{},"completed_ts":{ts}}}"#,
-        ts - 2_000
-    )
+    input.render(&Fields {
+        request_id: id,
+        tenant_id: Some("acme"),
+        model: "large",
+        prompt_tokens: 1000,
+        completion_tokens: 500,
+        started_ts: ts - 2_000,
+        completed_ts: ts,
+        completed_raw: None,
+    })
 }
 
 fn hhmmss(ms: i64) -> String {
@@ -95,7 +107,10 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     .collect();
     let cluster = broker::start(&topics, None, broker::GroupTimings::default(), None)?;
     let bootstrap = cluster.bootstrap_servers();
-    let cfg = demo_config(&bootstrap, &dir);
+    let mut cfg = demo_config(&bootstrap, &dir);
+    if a.cloudevents {
+        cfg.input.format = InputFormat::Cloudevents;
+    }
     println!("== tally demo ==================================================================");
     println!(
         "broker: librdkafka mock cluster at {bootstrap} (in process); state: {}",
@@ -109,8 +124,9 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     // 1. Traffic: the story on partition 0, three more tenants on partitions 1-3.
     let producer: BaseProducer<DeliveryTracker> = client_config(&cfg.kafka, PRODUCER_DEFAULTS)
         .create_with_context(DeliveryTracker::default())?;
+    let input = cfg.input_mapping()?;
     for (id, at) in STORY {
-        let payload = story_record(id, *at);
+        let payload = story_record(&input, id, *at);
         send(
             &producer,
             BaseRecord::with_opaque_to("requests", UNTIMED)
@@ -140,7 +156,8 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         engine.window,
         engine.allowed_lateness_ms,
         engine.max_out_of_orderness_ms,
-    );
+    )
+    .with_input(input.clone());
     for r in gen.by_ref() {
         let rec = BaseRecord::with_opaque_to("requests", UNTIMED)
             .partition(r.partition + 1)

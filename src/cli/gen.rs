@@ -55,6 +55,9 @@ pub struct GenArgs {
     #[arg(long, value_name = "FILE")]
     pub expected_file: Option<PathBuf>,
     /// Write JSON lines here instead of producing to Kafka.
+    ///
+    /// Records are written the way the config's `[input]` reads them (its
+    /// pointers, timestamp formats, CloudEvents).
     #[arg(long, value_name = "FILE")]
     pub output_file: Option<PathBuf>,
 }
@@ -101,7 +104,8 @@ pub fn run(a: GenArgs) -> anyhow::Result<()> {
             engine.window,
             engine.allowed_lateness_ms,
             engine.max_out_of_orderness_ms,
-        );
+        )
+        .with_input(engine.input.clone());
         let mut out = std::io::BufWriter::new(
             std::fs::File::create(path).with_context(|| path.display().to_string())?,
         );
@@ -169,7 +173,8 @@ fn produce(
         engine.window,
         engine.allowed_lateness_ms,
         engine.max_out_of_orderness_ms,
-    );
+    )
+    .with_input(engine.input.clone());
     let started = Instant::now();
     let mut sent: u64 = 0;
     for r in gen.by_ref() {

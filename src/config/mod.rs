@@ -22,6 +22,7 @@ pub use duration::{Millis, OptMillis};
 pub use size::Budget;
 
 use crate::engine::{EngineConfig, TimeSource};
+use crate::model::input::{InputConfig, InputMapping};
 use crate::model::{NanoPer1k, PriceEntry, PriceTable};
 use crate::time::WindowSpec;
 
@@ -87,6 +88,8 @@ pub struct Config {
     pub sink: SinkConfig,
     pub metrics: MetricsConfig,
     pub api: ApiConfig,
+    /// Where a record's fields are (JSON Pointers) and what they mean.
+    pub input: InputConfig,
     /// Per model: USD per 1,000 tokens as decimal strings.
     pub prices: BTreeMap<String, PriceConfig>,
 }
@@ -627,6 +630,7 @@ impl Config {
                 ));
             }
         }
+        self.input_mapping()?;
         // Prices are checked when present; commands that price require them
         // (`engine()`); the sink and the broker do not.
         if !self.prices.is_empty() {
@@ -704,7 +708,13 @@ impl Config {
             max_record_bytes: usize::try_from(self.limits.max_record_bytes).unwrap_or(usize::MAX),
             generation: self.job.generation,
             prices: self.price_table()?,
+            input: self.input_mapping()?,
         }))
+    }
+
+    /// The compiled `[input]` mapping.
+    pub fn input_mapping(&self) -> Result<InputMapping, ConfigError> {
+        InputMapping::new(&self.input).map_err(|(key, msg)| invalid(key, msg))
     }
 }
 

@@ -361,5 +361,6 @@ pub fn one_price_engine(allowed_lateness_ms: i64) -> std::sync::Arc<crate::engin
         max_record_bytes: 1 << 20,
         generation: 1,
         prices,
+        input: Default::default(),
     })
 }

@@ -28,6 +28,7 @@ pub use task::{
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::input::InputMapping;
 use crate::model::{DeadLetterReason, PriceTable};
 use crate::time::WindowSpec;
 
@@ -62,6 +63,8 @@ pub struct EngineConfig {
     pub max_record_bytes: usize,
     pub generation: u64,
     pub prices: PriceTable,
+    /// Where a record's fields are and what they mean (`[input]`).
+    pub input: InputMapping,
 }
 
 /// The outcome for one input record: exactly one per record (docs/DESIGN.md §1.4).

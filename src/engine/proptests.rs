@@ -50,6 +50,7 @@ fn cfg(lateness: i64) -> Arc<EngineConfig> {
         max_record_bytes: 1 << 16,
         generation: 1,
         prices,
+        input: Default::default(),
     })
 }
 

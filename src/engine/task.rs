@@ -29,7 +29,8 @@ use super::spill::{SpillStore, Spilled, WINDOW_BYTES};
 use super::{Counters, EngineConfig, RecordIn, Route, TimeSource};
 use crate::metrics::Histogram;
 use crate::model::event::MIN_MILLIS_TS;
-use crate::model::{event, DeadLetterReason, Event, Partition, Pico, PriceError};
+use crate::model::input::{COMPLETED_TS, STARTED_TS};
+use crate::model::{DeadLetterReason, Event, Partition, Pico, PriceError};
 use crate::time::Watermark;
 use crate::time::{EventTime, Window};
 
@@ -812,19 +813,24 @@ pub fn validate<'a>(cfg: &EngineConfig, rec: RecordIn<'a>) -> Result<Valid<'a>, 
             limit: cfg.max_record_bytes,
         });
     }
-    let ev = event::parse(rec.payload)?;
-    let ts = match cfg.time_source {
-        TimeSource::CompletedTs => ev.completed_ts,
-        TimeSource::StartedTs => ev
-            .started_ts
-            .ok_or(DeadLetterReason::MissingField("started_ts"))?,
-        TimeSource::KafkaTimestamp => rec.kafka_ts.ok_or(DeadLetterReason::NoTimestamp)?,
-        TimeSource::ProcessingTime => rec.now_ms,
+    let input = &cfg.input;
+    let ev = input.parse(rec.payload)?;
+    let guards = |slot| input.ts_format(slot).guards_scale();
+    let (ts, guard) = match cfg.time_source {
+        TimeSource::CompletedTs => (ev.completed_ts, guards(COMPLETED_TS)),
+        TimeSource::StartedTs => (
+            ev.started_ts
+                .ok_or_else(|| DeadLetterReason::MissingField(input.field(STARTED_TS).clone()))?,
+            guards(STARTED_TS),
+        ),
+        TimeSource::KafkaTimestamp => (rec.kafka_ts.ok_or(DeadLetterReason::NoTimestamp)?, true),
+        TimeSource::ProcessingTime => (rec.now_ms, true),
     };
     // The payload's own completed_ts is checked whatever the time source: a
-    // seconds value there is bad data either way.
-    for t in [ev.completed_ts, ts] {
-        if t < MIN_MILLIS_TS {
+    // seconds value there is bad data either way (where its format can be wrong
+    // by a factor of 1,000: integer ms or µs).
+    for (t, guard) in [(ev.completed_ts, guards(COMPLETED_TS)), (ts, guard)] {
+        if guard && t < MIN_MILLIS_TS {
             return Err(DeadLetterReason::NotMilliseconds(t));
         }
     }

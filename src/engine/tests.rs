@@ -30,6 +30,7 @@ fn cfg(lateness: i64) -> Arc<EngineConfig> {
         max_record_bytes: 4096,
         generation: 1,
         prices,
+        input: Default::default(),
     })
 }
 

@@ -1,7 +1,8 @@
-//! The input event (a completed API request) and its validation (docs/DESIGN.md §3).
+//! The input event (a completed API request) and its dead-letter reasons
+//! (docs/DESIGN.md §3); `model::input` parses records into it.
 //!
 //! Invariants:
-//! - `parse` never panics and never allocates for well-formed records whose strings
+//! - Parsing never panics and never allocates for well-formed records whose strings
 //!   need no unescaping (fields borrow from the input bytes).
 //! - A record is either a valid `Event` or a `DeadLetterReason` that names the
 //!   offending field; the reason codes are stable (they travel in Kafka headers).
@@ -10,7 +11,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use serde::Deserialize;
+use std::sync::Arc;
 
 /// The UTF-8 byte-order mark. JSON text must not begin with one (RFC 8259 §8.1).
 pub const BOM: &[u8] = b"\xEF\xBB\xBF";
@@ -30,13 +31,40 @@ pub struct Event<'a> {
     pub completed_ts: i64,
 }
 
+/// A field a reason names: its name, and the JSON Pointer it was read from when
+/// the input mapping moved it (`None`: at `/<name>`, the default).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Field {
+    pub name: &'static str,
+    pub pointer: Option<Arc<str>>,
+}
+
+impl Field {
+    /// A field at its default place.
+    pub const fn named(name: &'static str) -> Self {
+        Self {
+            name,
+            pointer: None,
+        }
+    }
+}
+
+impl fmt::Display for Field {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.pointer {
+            None => write!(f, "`{}`", self.name),
+            Some(p) => write!(f, "`{}` (JSON Pointer `{p}`)", self.name),
+        }
+    }
+}
+
 /// Why a record went to the dead-letter topic. `code()` is the stable header value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeadLetterReason {
     MalformedJson(String),
-    MissingField(&'static str),
-    InvalidField(&'static str),
-    NegativeTokens(&'static str),
+    MissingField(Field),
+    InvalidField(Field),
+    NegativeTokens(Field),
     UnknownModel(String),
     /// The model is known but has no price in effect at the event time.
     NoPriceInEffect(String),
@@ -80,11 +108,11 @@ impl fmt::Display for DeadLetterReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::MalformedJson(e) => write!(f, "malformed JSON: {e}"),
-            Self::MissingField(k) => write!(f, "missing required field `{k}`"),
+            Self::MissingField(k) => write!(f, "missing required field {k}"),
             Self::InvalidField(k) => {
-                write!(f, "field `{k}` has the wrong type or an invalid value")
+                write!(f, "field {k} has the wrong type or an invalid value")
             }
-            Self::NegativeTokens(k) => write!(f, "field `{k}` is negative"),
+            Self::NegativeTokens(k) => write!(f, "field {k} is negative"),
             Self::UnknownModel(m) => write!(f, "model {m:?} is not in the price table"),
             Self::NoPriceInEffect(m) => {
                 write!(f, "model {m:?} has no price in effect at the event time")
@@ -110,128 +138,9 @@ impl fmt::Display for DeadLetterReason {
     }
 }
 
-/// A string that borrows from the input unless it had escapes (serde's own
-/// `Cow<str>` always allocates inside an `Option`).
-struct Str<'a>(Cow<'a, str>);
-
-impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = Str<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Str<'de>, E> {
-                Ok(Str(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Str<'de>, E> {
-                Ok(Str(Cow::Owned(v.to_owned())))
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
-
-/// The fast path: borrowed strings, typed numbers.
-#[derive(Deserialize)]
-struct Wire<'a> {
-    #[serde(borrow, default)]
-    request_id: Option<Str<'a>>,
-    #[serde(borrow, default)]
-    tenant_id: Option<Str<'a>>,
-    #[serde(borrow, default)]
-    model: Option<Str<'a>>,
-    #[serde(default)]
-    prompt_tokens: Option<u64>,
-    #[serde(default)]
-    completion_tokens: Option<u64>,
-    #[serde(default)]
-    started_ts: Option<i64>,
-    #[serde(default)]
-    completed_ts: Option<i64>,
-}
-
-/// Parses and validates one input record.
+/// Parses and validates one input record under the default mapping (§3).
 pub fn parse(bytes: &[u8]) -> Result<Event<'_>, DeadLetterReason> {
-    let wire: Wire<'_> = match serde_json::from_slice(bytes) {
-        Ok(w) => w,
-        Err(e) => return Err(classify(bytes, e)),
-    };
-    let request_id = non_empty(wire.request_id, "request_id")?;
-    let tenant_id = non_empty(wire.tenant_id, "tenant_id")?;
-    let model = wire.model.ok_or(DeadLetterReason::MissingField("model"))?.0;
-    let prompt_tokens = wire
-        .prompt_tokens
-        .ok_or(DeadLetterReason::MissingField("prompt_tokens"))?;
-    let completion_tokens = wire
-        .completion_tokens
-        .ok_or(DeadLetterReason::MissingField("completion_tokens"))?;
-    let completed_ts = wire
-        .completed_ts
-        .ok_or(DeadLetterReason::MissingField("completed_ts"))?;
-    Ok(Event {
-        request_id,
-        tenant_id,
-        model,
-        prompt_tokens,
-        completion_tokens,
-        started_ts: wire.started_ts,
-        completed_ts,
-    })
-}
-
-fn non_empty<'a>(v: Option<Str<'a>>, key: &'static str) -> Result<Cow<'a, str>, DeadLetterReason> {
-    match v.map(|s| s.0) {
-        None => Err(DeadLetterReason::MissingField(key)),
-        Some(s) if s.is_empty() => Err(DeadLetterReason::InvalidField(key)),
-        Some(s) => Ok(s),
-    }
-}
-
-/// The slow path, taken only for records the fast path rejected: find which
-/// field is wrong so the dead letter says so.
-fn classify(bytes: &[u8], fast_err: serde_json::Error) -> DeadLetterReason {
-    if bytes.starts_with(BOM) {
-        // serde_json would say "expected value at line 1 column 1".
-        return DeadLetterReason::MalformedJson(
-            "the record starts with a UTF-8 byte-order mark (bytes EF BB BF), which is not \
-             JSON: remove it where the record is written (typically a file saved as \"UTF-8 \
-             with BOM\", or concatenated after one)"
-                .into(),
-        );
-    }
-    let value: serde_json::Value = match serde_json::from_slice(bytes) {
-        Ok(v) => v,
-        Err(e) => return DeadLetterReason::MalformedJson(e.to_string()),
-    };
-    let Some(obj) = value.as_object() else {
-        return DeadLetterReason::MalformedJson("not a JSON object".into());
-    };
-    for key in ["request_id", "tenant_id", "model"] {
-        match obj.get(key) {
-            Some(v) if !v.is_string() && !v.is_null() => {
-                return DeadLetterReason::InvalidField(key)
-            }
-            _ => {}
-        }
-    }
-    for key in ["prompt_tokens", "completion_tokens"] {
-        match obj.get(key) {
-            Some(v) if v.as_i64().is_some_and(|n| n < 0) => {
-                return DeadLetterReason::NegativeTokens(key)
-            }
-            Some(v) if !v.is_u64() && !v.is_null() => return DeadLetterReason::InvalidField(key),
-            _ => {}
-        }
-    }
-    for key in ["started_ts", "completed_ts"] {
-        match obj.get(key) {
-            Some(v) if !v.is_i64() && !v.is_null() => return DeadLetterReason::InvalidField(key),
-            _ => {}
-        }
-    }
-    DeadLetterReason::MalformedJson(fast_err.to_string())
+    super::input::default_mapping().parse(bytes)
 }
 
 #[cfg(test)]
@@ -268,31 +177,31 @@ mod tests {
         };
         assert_eq!(
             reason(&base("prompt_tokens", "-5")),
-            DeadLetterReason::NegativeTokens("prompt_tokens")
+            DeadLetterReason::NegativeTokens(Field::named("prompt_tokens"))
         );
         assert_eq!(
             reason(&base("completion_tokens", "1.5")),
-            DeadLetterReason::InvalidField("completion_tokens")
+            DeadLetterReason::InvalidField(Field::named("completion_tokens"))
         );
         assert_eq!(
             reason(&base("tenant_id", "7")),
-            DeadLetterReason::InvalidField("tenant_id")
+            DeadLetterReason::InvalidField(Field::named("tenant_id"))
         );
         assert_eq!(
             reason(&base("tenant_id", "\"\"")),
-            DeadLetterReason::InvalidField("tenant_id")
+            DeadLetterReason::InvalidField(Field::named("tenant_id"))
         );
         assert_eq!(
             reason(&base("completed_ts", "\"soon\"")),
-            DeadLetterReason::InvalidField("completed_ts")
+            DeadLetterReason::InvalidField(Field::named("completed_ts"))
         );
         assert_eq!(
             reason(&base("model", "null")),
-            DeadLetterReason::MissingField("model")
+            DeadLetterReason::MissingField(Field::named("model"))
         );
         assert_eq!(
             reason(r#"{"request_id":"x","tenant_id":"a","model":"m","prompt_tokens":1}"#),
-            DeadLetterReason::MissingField("completion_tokens")
+            DeadLetterReason::MissingField(Field::named("completion_tokens"))
         );
     }
 

@@ -1,6 +1,8 @@
-//! Domain types: events, prices, money and partitions. Pure; no I/O.
+//! Domain types: events, prices, money and partitions, and the input mapping that
+//! reads events. Pure; no I/O.
 
 pub mod event;
+pub mod input;
 pub mod money;
 pub mod partition;
 pub mod price;

@@ -26,6 +26,7 @@ fn cfg() -> Arc<EngineConfig> {
         max_record_bytes: 1 << 20,
         generation: 1,
         prices,
+        input: Default::default(),
     })
 }
 

@@ -9,9 +9,10 @@
 //!   is an error, never rolled over into the next month.
 //! - Any offset is accepted and converted to UTC; a time without an offset is
 //!   refused (a local time would bill the wrong minute in another zone).
-//! - Precision is the millisecond, the unit of every event time: fractional seconds
-//!   finer than that must be zeros (`.250000` is fine, `.2501` is refused), never
-//!   silently truncated.
+//! - Precision is the millisecond, the unit of every event time: in configuration
+//!   and on the command line, fractional seconds finer than that must be zeros
+//!   (`.250000` is fine, `.2501` is refused), never silently truncated. An event's
+//!   own RFC 3339 time (`parse_event_rfc3339`) is floored to its millisecond.
 //! - Printing is `YYYY-MM-DDTHH:MM:SS.mmmZ`; an instant outside chrono's range
 //!   (about ±262,000 years; a watermark may sit at `i64::MIN`) prints as its integer
 //!   milliseconds.
@@ -36,6 +37,16 @@ pub fn parse_utc_ms(s: &str) -> Result<i64, String> {
         ));
     }
     Ok(t.timestamp_millis())
+}
+
+/// An event's RFC 3339 time (an input mapping's `rfc3339` field) in ms, floored:
+/// producers write micro- and nanoseconds (CloudEvents `time` often does), and an
+/// event belongs to the window of its millisecond. `None` if it is not RFC 3339
+/// with an offset, or names a date that does not exist.
+pub fn parse_event_rfc3339(s: &str) -> Option<i64> {
+    DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|t| t.timestamp_millis())
 }
 
 /// Formats milliseconds since the epoch as `"YYYY-MM-DDTHH:MM:SS.mmmZ"`.

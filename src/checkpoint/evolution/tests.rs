@@ -29,7 +29,34 @@ fn semantics(prices: Vec<StoredPrice>) -> Semantics {
         generation: 1,
         max_lead_ms: Some(5 * MIN),
         prices,
+        input: String::new(),
     }
+}
+
+#[test]
+fn an_input_mapping_change_is_refused_by_key_and_the_default_adds_nothing() {
+    let old = semantics(vec![price("small", i64::MIN, 150_000)]);
+    let ce = crate::model::input::InputMapping::new(&crate::model::input::InputConfig {
+        format: crate::model::input::InputFormat::Cloudevents,
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(crate::model::input::InputMapping::default().describe(), "");
+    let new = Semantics {
+        input: ce.describe(),
+        ..old.clone()
+    };
+    assert!(
+        new.input.starts_with("Cloudevents: request_id=/id"),
+        "{}",
+        new.input
+    );
+    assert_ne!(old.fingerprint(), new.fingerprint());
+    let e = compare(&old, &new, None).unwrap_err();
+    assert!(
+        e.starts_with("`input` changed (the default mapping → Cloudevents"),
+        "{e}"
+    );
 }
 
 #[test]

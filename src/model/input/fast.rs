@@ -1,0 +1,309 @@
+//! The fast parser: one pass over the record with serde_json's borrowing
+//! deserializer, descending only into the members on a mapped path (a trie of the
+//! pointers) and skipping everything else without building it.
+//!
+//! Invariants:
+//! - Extracts exactly the `Val` that `reference` finds for every field, or gives up
+//!   (`None`): on any syntax error, a root that is not an object, or a key met
+//!   twice on a mapped path (the reference then decides, and names the reason).
+//! - Strings borrow from the input unless they had escapes.
+//! - The whole record must be UTF-8, members no pointer reaches too (as for the
+//!   reference, which reads the record as one `str`).
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+use super::{FieldSpec, Val, Vals, MAX_FIELDS};
+
+/// The pointers as a trie; the root is the record's object.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    root: Node,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Node {
+    children: Vec<Child>,
+    /// Slot of the bit in `Walk::seen` for this node (the root has none).
+    id: usize,
+}
+
+#[derive(Debug, Clone)]
+struct Child {
+    name: Box<str>,
+    index: Option<usize>,
+    next: Next,
+}
+
+#[derive(Debug, Clone)]
+enum Next {
+    Leaf(usize),
+    Node(Node),
+}
+
+impl Plan {
+    pub fn new(fields: &[FieldSpec]) -> Self {
+        let mut root = Node::default();
+        let mut ids = MAX_FIELDS;
+        for (slot, f) in fields.iter().enumerate() {
+            let mut node = &mut root;
+            for (depth, t) in f.tokens.iter().enumerate() {
+                let last = depth + 1 == f.tokens.len();
+                let pos = match node.children.iter().position(|c| c.name == t.name) {
+                    Some(p) => p,
+                    None => {
+                        let next = if last {
+                            Next::Leaf(slot)
+                        } else {
+                            ids += 1;
+                            Next::Node(Node {
+                                children: Vec::new(),
+                                id: ids,
+                            })
+                        };
+                        node.children.push(Child {
+                            name: t.name.clone(),
+                            index: t.index,
+                            next,
+                        });
+                        node.children.len() - 1
+                    }
+                };
+                match &mut node.children[pos].next {
+                    Next::Node(n) => node = n,
+                    // Overlapping pointers are refused when the mapping compiles.
+                    Next::Leaf(_) => break,
+                }
+            }
+        }
+        assert!(ids < 64, "the mapping's trie fits the seen-bits");
+        Self { root }
+    }
+}
+
+/// One record's walk: the values found and the members already met.
+struct Walk<'a> {
+    vals: Vals<'a>,
+    /// Bit `slot` or node id: already met (a second time is a repeated key).
+    seen: u64,
+}
+
+impl<'a> Walk<'a> {
+    fn first(&mut self, bit: usize) -> bool {
+        let mask = 1u64 << bit;
+        let first = self.seen & mask == 0;
+        self.seen |= mask;
+        first
+    }
+}
+
+#[derive(Debug)]
+struct GiveUp;
+
+impl fmt::Display for GiveUp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("repeated key")
+    }
+}
+
+/// Extracts every field's value, or `None` (module header).
+#[inline]
+pub fn extract<'a>(plan: &Plan, bytes: &'a [u8]) -> Option<Vals<'a>> {
+    let mut walk = Walk {
+        vals: Default::default(),
+        seen: 0,
+    };
+    // One UTF-8 check of the whole record (RFC 8259 §8.1: JSON text is UTF-8,
+    // skipped members too), then serde_json's `str` reader, which checks no
+    // string again.
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut de = serde_json::Deserializer::from_str(text);
+    de.deserialize_map(NodeSeed {
+        node: &plan.root,
+        walk: &mut walk,
+    })
+    .ok()?;
+    de.end().ok()?;
+    Some(walk.vals)
+}
+
+struct NodeSeed<'p, 'w, 'a> {
+    node: &'p Node,
+    walk: &'w mut Walk<'a>,
+}
+
+impl<'p, 'w, 'a> NodeSeed<'p, 'w, 'a> {
+    fn member<E: serde::de::Error>(
+        &mut self,
+        child: &Child,
+        value: impl FnOnce(&mut Walk<'a>, &Next) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let bit = match &child.next {
+            Next::Leaf(slot) => *slot,
+            Next::Node(n) => n.id,
+        };
+        if !self.walk.first(bit) {
+            return Err(E::custom(GiveUp));
+        }
+        value(self.walk, &child.next)
+    }
+}
+
+impl<'de: 'a, 'p, 'w, 'a> DeserializeSeed<'de> for NodeSeed<'p, 'w, 'a> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de: 'a, 'p, 'w, 'a> Visitor<'de> for NodeSeed<'p, 'w, 'a> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            let Some(child) = self.node.children.iter().find(|c| *c.name == *key.0) else {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            self.member(child, |walk, next| match next {
+                Next::Leaf(slot) => map.next_value_seed(LeafSeed(&mut walk.vals[*slot])),
+                Next::Node(node) => map.next_value_seed(NodeSeed { node, walk }),
+            })?;
+        }
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+        let mut i = 0usize;
+        loop {
+            let child = self.node.children.iter().find(|c| c.index == Some(i));
+            let more = match child {
+                None => seq.next_element::<IgnoredAny>()?.is_some(),
+                Some(child) => {
+                    let mut more = false;
+                    self.member(child, |walk, next| {
+                        more = match next {
+                            Next::Leaf(slot) => {
+                                seq.next_element_seed(LeafSeed(&mut walk.vals[*slot]))?
+                            }
+                            Next::Node(node) => seq.next_element_seed(NodeSeed { node, walk })?,
+                        }
+                        .is_some();
+                        Ok(())
+                    })?;
+                    more
+                }
+            };
+            if !more {
+                return Ok(());
+            }
+            i += 1;
+        }
+    }
+
+    // A scalar where the mapping expects a container: the fields below are absent.
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+}
+
+/// A member name, borrowed unless it had escapes.
+pub struct Key<'a>(pub Cow<'a, str>);
+
+impl<'de> serde::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// One field's value into its slot.
+struct LeafSeed<'s, 'a>(&'s mut Val<'a>);
+
+impl<'de: 'a, 's, 'a> DeserializeSeed<'de> for LeafSeed<'s, 'a> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        *self.0 = d.deserialize_any(ValVisitor)?;
+        Ok(())
+    }
+}
+
+/// A JSON value as a `Val` (containers skipped, not built).
+pub struct ValVisitor;
+
+impl<'de> Visitor<'de> for ValVisitor {
+    type Value = Val<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Val<'de>, E> {
+        Ok(Val::Str(Cow::Borrowed(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Val<'de>, E> {
+        Ok(Val::Str(Cow::Owned(v.to_owned())))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Val<'de>, E> {
+        Ok(Val::U64(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Val<'de>, E> {
+        Ok(if v >= 0 {
+            Val::U64(v as u64)
+        } else {
+            Val::I64(v)
+        })
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Val<'de>, E> {
+        Ok(Val::Other)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Val<'de>, E> {
+        Ok(Val::Other)
+    }
+    fn visit_unit<E>(self) -> Result<Val<'de>, E> {
+        Ok(Val::Null)
+    }
+    fn visit_none<E>(self) -> Result<Val<'de>, E> {
+        Ok(Val::Null)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Val<'de>, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Val::Other)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Val<'de>, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Val::Other)
+    }
+}
