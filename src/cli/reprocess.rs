@@ -8,7 +8,6 @@
 //! rerun: adjustments are identical every time and the sink ignores copies.
 
 use std::collections::BTreeMap;
-use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -24,6 +23,7 @@ use crate::kafka::logging::Logged;
 use crate::kafka::outputs::{source_coords, Outputs};
 use crate::kafka::{client_config, headers, now_ms};
 use crate::model::Partition;
+use crate::progress::Progress;
 use crate::reprocess::{Outcome, Reprocessor};
 use crate::time::utc::parse_utc_ms;
 use crate::worker::shutdown;
@@ -160,7 +160,7 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
     let mut done: BTreeMap<i32, bool> = next.iter().map(|(p, n)| (*p, *n >= end[p])).collect();
     let mut summary = Summary::default();
     let mut reprocessor = Reprocessor::default();
-    let progress = Progress::new(total);
+    let progress = Progress::new("reprocess", u64::try_from(total).ok(), None);
     tracing::info!(topic, from = %a.from, records = total, "reprocessing late events");
     let retry_for = Duration::from_millis(cfg.kafka.connect_timeout.0.max(0) as u64);
     let mut failing_since: Option<Instant> = None;
@@ -171,7 +171,7 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
         if shutdown::requested() {
             break;
         }
-        progress.show(&summary, false);
+        progress.show(summary.read, None, false);
         if a.follow && last_follow.is_none_or(|t| t.elapsed() >= FOLLOW_EVERY) {
             last_follow = Some(Instant::now());
             follow_round(&consumer, &outputs, &topic, &next, &summary, &service)?;
@@ -266,7 +266,7 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
     if let Err(e) = consumer.commit(&pos, CommitMode::Sync) {
         tracing::warn!(error = %e, "could not record the position in group {group}");
     }
-    progress.show(&summary, true);
+    progress.show(summary.read, None, true);
     eprintln!(
         "reprocess-late: read {} | adjustments {} | duplicates skipped {} | dead letters {}",
         summary.read, summary.adjusted, summary.duplicates, summary.dead_letters
@@ -311,71 +311,4 @@ fn follow_round(
         },
     ));
     Ok(())
-}
-
-/// A progress bar on a terminal, periodic log lines otherwise.
-struct Progress {
-    total: i64,
-    started: Instant,
-    tty: bool,
-    last: std::cell::Cell<Instant>,
-}
-
-impl Progress {
-    fn new(total: i64) -> Self {
-        let now = Instant::now();
-        Self {
-            total,
-            started: now,
-            tty: std::io::stderr().is_terminal(),
-            last: std::cell::Cell::new(now),
-        }
-    }
-
-    fn show(&self, s: &Summary, last: bool) {
-        let every = if self.tty {
-            Duration::from_millis(200)
-        } else {
-            Duration::from_secs(5)
-        };
-        if !last && self.last.get().elapsed() < every {
-            return;
-        }
-        self.last.set(Instant::now());
-        let secs = self.started.elapsed().as_secs_f64().max(1e-3);
-        let rate = s.read as f64 / secs;
-        let done = s.read as i64;
-        let eta = if rate > 0.0 {
-            ((self.total - done).max(0) as f64 / rate).round() as u64
-        } else {
-            0
-        };
-        let pct = if self.total > 0 {
-            (done * 100 / self.total).min(100)
-        } else {
-            100
-        };
-        if self.tty {
-            let filled = (pct / 5) as usize;
-            eprint!(
-                "\r[{}{}] {pct:>3}% {done}/{} records  {rate:.0}/s  ETA {eta}s ",
-                "#".repeat(filled),
-                ".".repeat(20 - filled),
-                self.total
-            );
-            if last {
-                eprintln!();
-            }
-            let _ = std::io::stderr().flush();
-        } else {
-            tracing::info!(
-                done,
-                total = self.total,
-                percent = pct,
-                rate = rate as u64,
-                eta_s = eta,
-                "reprocess progress"
-            );
-        }
-    }
 }

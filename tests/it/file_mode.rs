@@ -428,3 +428,58 @@ fn stdin_through_a_pipe_is_read_to_its_end() {
     assert!(err.contains("consumed 5 | folded 5 |"), "{err}");
     assert_eq!(std::fs::read_to_string(&output).unwrap().lines().count(), 2);
 }
+
+#[test]
+fn gzip_and_zstd_archives_bill_like_the_plain_file_and_progress_is_logged() {
+    use std::io::Write;
+    let dir = TempDir::new("file-archives");
+    let cfg = file_config(dir.path(), "");
+    let plain = dir.path().join("events.jsonl");
+    let text = events();
+    std::fs::write(&plain, &text).unwrap();
+    // Two gzip members, as `cat a.gz b.gz` makes: the second holds the closer.
+    let (head, tail) = text.split_at(text.rfind("{\"request_id\":\"r-9\"").unwrap());
+    let gz = |part: &str| {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(part.as_bytes()).unwrap();
+        e.finish().unwrap()
+    };
+    let gz_path = dir.path().join("events.jsonl.gz");
+    std::fs::write(&gz_path, [gz(head), gz(tail)].concat()).unwrap();
+    let zst_path = dir.path().join("events.jsonl.zst");
+    std::fs::write(&zst_path, zstd::encode_all(text.as_bytes(), 3).unwrap()).unwrap();
+
+    let mut outputs = Vec::new();
+    for (i, input) in [&plain, &gz_path, &zst_path].into_iter().enumerate() {
+        let output = dir.path().join(format!("out-{i}.jsonl"));
+        let out = run_file(&cfg, input, &output);
+        let err = stderr(&out);
+        assert!(out.status.success(), "{}: {err}", input.display());
+        assert!(err.contains("consumed 5 | folded 5 |"), "{err}");
+        // Not a terminal: the final progress as a log line, against the file's size.
+        let size = std::fs::metadata(input).unwrap().len();
+        let progress = err
+            .lines()
+            .find(|l| l.contains("input progress"))
+            .unwrap_or_else(|| panic!("no progress line: {err}"));
+        assert!(progress.contains("done=5"), "{progress}");
+        assert!(progress.contains(&format!("bytes={size}")), "{progress}");
+        assert!(
+            progress.contains(&format!("total_bytes={size}")),
+            "{progress}"
+        );
+        assert!(progress.contains("percent=100"), "{progress}");
+        outputs.push(std::fs::read(&output).unwrap());
+    }
+    assert!(!outputs[0].is_empty());
+    assert_eq!(outputs[1], outputs[0], ".gz");
+    assert_eq!(outputs[2], outputs[0], ".zst");
+
+    // A corrupt archive is an error naming it, not garbage records.
+    let bad = dir.path().join("bad.jsonl.gz");
+    std::fs::write(&bad, &text).unwrap();
+    let out = run_file(&cfg, &bad, &dir.path().join("out-bad.jsonl"));
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("bad.jsonl.gz"), "{err}");
+}

@@ -15,6 +15,10 @@
 //! nor before a configuration that cannot work over a file is refused
 //! (`watermark.time_source = "kafka_timestamp"`: a line has no Kafka timestamp).
 //!
+//! A file named `*.gz` or `*.zst` is decompressed as it is read (`decode`). Progress
+//! (lines, bytes of the file, rate, ETA against its size) is a bar on a terminal
+//! and an `input progress` log line every 5 s otherwise.
+//!
 //! A stop request (SIGTERM, SIGINT) interrupts the reads (`source`, also one that
 //! waits on a FIFO); the lines read so far are applied, the outputs flushed and the
 //! state checkpointed at the last line read, and `run` returns it as `interrupted`:
@@ -37,6 +41,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 mod checkpointer;
+mod decode;
 mod lines;
 mod paths;
 mod side;
@@ -141,7 +146,14 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
     paths.check(&[&state_copy, &store])?;
     let limit = engine.max_record_bytes;
     let source = Source::open(input, shutdown::requested).map_err(io_err(input))?;
-    let mut reader = Lines::new(source, limit);
+    let size = std::fs::metadata(input)
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| m.len());
+    let (decoded, bytes_read) =
+        decode::open(source, decode::Compression::of(input)).map_err(io_err(input))?;
+    let mut reader = Lines::new(decoded, limit);
+    let progress = crate::progress::Progress::new("input", None, size);
     let mut task = PartitionTask::new(Partition(0), engine);
     let mut checkpointer = Checkpointer::open(cfg, input)?;
     task.attach_spill(checkpointer.store.clone());
@@ -168,6 +180,7 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
         // Every 4096 lines, at a batch boundary: reading the clock per line would show.
         if line_no >= next_check {
             next_check = line_no + 4096;
+            progress.show(line_no, Some(bytes_read.get()), false);
             // Lines so far are applied: the offset of a commit here.
             if last_checkpoint.elapsed() >= interval {
                 let mut flush =
@@ -254,6 +267,7 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
             }
         }
     }
+    progress.show(line_no, Some(bytes_read.get()), true);
     let mut flush = || flush_all(&mut out, output, &mut late, &late_path, &mut dlq, &dlq_path);
     checkpointer.checkpoint(&mut task, line_no, &mut flush)?;
     checkpointer.finish()?;
