@@ -7,7 +7,8 @@
 #   BENCH_STATE_SIZES   open-window scales for the state benchmark (default "1000000 10000000")
 #   BENCH_BUDGET        state.memory_budget for the state benchmark (default 64MiB)
 #   BENCH_DIR           scratch directory (default /tmp/tally-bench; generated files are reused)
-#   BENCH_ONLY          run one section: engine, kafka, state, checkpoint or budget
+#   BENCH_MAPPED_EVENTS events per file of the input-mapping section (default 2,000,000)
+#   BENCH_ONLY          run one section: engine, mapped, kafka, state, checkpoint or budget
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,6 +54,45 @@ if section engine; then
   echo
   rm -rf "$work/state" "$work/checkpoints"
   TALLY_LOG=warn taskset -c 0 "$dev" bench-engine --config "$work/bench.toml" --input-file "$work/events-$events.jsonl"
+  echo
+fi
+
+if section mapped; then
+  # The same records in three shapes (the default contract, a nested mapping with
+  # RFC 3339 and microsecond times, CloudEvents), each with its config's [input].
+  mevents=${BENCH_MAPPED_EVENTS:-2000000}
+  cp "$work/bench.toml" "$work/nested.toml"
+  cat >>"$work/nested.toml" <<'TOML'
+[input]
+request_id = "/meta/request/id"
+tenant_id = "/customer/id"
+model = "/usage/model"
+prompt_tokens = "/usage/input_tokens"
+completion_tokens = "/usage/output_tokens"
+completed_ts = "/time"
+started_ts = "/spans/0/start"
+completed_ts_format = "rfc3339"
+started_ts_format = "epoch_us"
+TOML
+  cp "$work/bench.toml" "$work/ce.toml"
+  printf '[input]\nformat = "cloudevents"\n' >>"$work/ce.toml"
+  echo "### Input mappings, one core: the same $mevents records in three shapes"
+  echo
+  echo "| shape | engine events/s | ratio to the default shape | engine / its parse-only baseline |"
+  echo "|---|---:|---:|---:|"
+  base=""
+  for shape in bench nested ce; do
+    f="$work/mapped-$shape-$mevents.jsonl"
+    [ -s "$f" ] || "$bin" gen --config "$work/$shape.toml" --count "$mevents" --tenants 100 --skew 1.0 \
+      --partitions 1 --output-file "$f" 2>/dev/null
+    rm -rf "$work/state" "$work/checkpoints"
+    row=$(TALLY_LOG=warn taskset -c 0 "$dev" bench-engine --config "$work/$shape.toml" --input-file "$f" \
+      | grep '^| tally run')
+    rate=$(echo "$row" | awk -F'|' '{gsub(/ /,"",$5); print $5}')
+    ratio=$(echo "$row" | awk -F'|' '{gsub(/ /,"",$6); print $6}')
+    base=${base:-$rate}
+    echo "| $shape | $rate | $(awk -v r="$rate" -v b="$base" 'BEGIN {printf "%.2f", r / b}') | $ratio |"
+  done
   echo
 fi
 

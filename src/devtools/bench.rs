@@ -230,6 +230,9 @@ pub struct BenchEngineArgs {
 pub fn run_engine(a: BenchEngineArgs) -> anyhow::Result<()> {
     use std::io::BufRead;
     let cfg = a.config.load()?;
+    // The baseline parses with the engine's own parser under the same mapping: the
+    // fastest available to these records (BENCHMARKS.md §3.2 says how it was chosen).
+    let mapping = cfg.input_mapping()?;
     let out = std::env::temp_dir().join(format!("tally-bench-engine-{}.jsonl", std::process::id()));
     let mut best_base = f64::MAX;
     let mut best_engine = f64::MAX;
@@ -244,7 +247,7 @@ pub fn run_engine(a: BenchEngineArgs) -> anyhow::Result<()> {
                 line.pop();
             }
             n += 1;
-            valid += u64::from(crate::model::event::parse(&line).is_ok());
+            valid += u64::from(mapping.parse(&line).is_ok());
             line.clear();
         }
         std::hint::black_box(valid);

@@ -97,6 +97,7 @@ fn raw_consume(cfg: &Config, group: &str) -> anyhow::Result<()> {
     c.set("group.id", group);
     let consumer: BaseConsumer = c.create()?;
     consumer.subscribe(&[&cfg.topics.input])?;
+    let mapping = cfg.input_mapping()?;
     let (mut n, mut valid) = (0i64, 0u64);
     let deadline = Instant::now() + Duration::from_secs(600);
     while n < total {
@@ -106,7 +107,7 @@ fn raw_consume(cfg: &Config, group: &str) -> anyhow::Result<()> {
         );
         if let Some(m) = consumer.poll(Duration::from_millis(100)) {
             let m = m?;
-            valid += u64::from(crate::model::event::parse(m.payload().unwrap_or_default()).is_ok());
+            valid += u64::from(mapping.parse(m.payload().unwrap_or_default()).is_ok());
             n += 1;
         }
     }

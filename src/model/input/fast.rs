@@ -84,13 +84,13 @@ impl Plan {
 }
 
 /// One record's walk: the values found and the members already met.
-struct Walk<'a> {
-    vals: Vals<'a>,
+struct Walk<'v, 'a> {
+    vals: &'v mut Vals<'a>,
     /// Bit `slot` or node id: already met (a second time is a repeated key).
     seen: u64,
 }
 
-impl<'a> Walk<'a> {
+impl Walk<'_, '_> {
     fn first(&mut self, bit: usize) -> bool {
         let mask = 1u64 << bit;
         let first = self.seen & mask == 0;
@@ -108,37 +108,45 @@ impl fmt::Display for GiveUp {
     }
 }
 
-/// Extracts every field's value, or `None` (module header).
+/// Extracts every field's value into `vals` (all `Absent` before), or `false`
+/// (module header).
 #[inline]
-pub fn extract<'a>(plan: &Plan, bytes: &'a [u8]) -> Option<Vals<'a>> {
-    let mut walk = Walk {
-        vals: Default::default(),
-        seen: 0,
-    };
+pub fn extract<'a>(plan: &Plan, bytes: &'a [u8], vals: &mut Vals<'a>) -> bool {
     // One UTF-8 check of the whole record (RFC 8259 §8.1: JSON text is UTF-8,
     // skipped members too), then serde_json's `str` reader, which checks no
-    // string again.
-    let text = std::str::from_utf8(bytes).ok()?;
+    // string again: faster than its `slice` reader (BENCHMARKS.md §1.1).
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return false;
+    };
     let mut de = serde_json::Deserializer::from_str(text);
-    de.deserialize_map(NodeSeed {
+    walk(plan, &mut de, vals).is_ok() && de.end().is_ok()
+}
+
+/// The walk over any serde `Deserializer` (the parsers compared in
+/// `benches/parsers` drive this same code); the caller checks the end of input.
+#[inline]
+pub fn walk<'de, D: Deserializer<'de>>(
+    plan: &Plan,
+    d: D,
+    vals: &mut Vals<'de>,
+) -> Result<(), D::Error> {
+    let mut walk = Walk { vals, seen: 0 };
+    d.deserialize_map(NodeSeed {
         node: &plan.root,
         walk: &mut walk,
     })
-    .ok()?;
-    de.end().ok()?;
-    Some(walk.vals)
 }
 
-struct NodeSeed<'p, 'w, 'a> {
+struct NodeSeed<'p, 'w, 'v, 'a> {
     node: &'p Node,
-    walk: &'w mut Walk<'a>,
+    walk: &'w mut Walk<'v, 'a>,
 }
 
-impl<'p, 'w, 'a> NodeSeed<'p, 'w, 'a> {
+impl<'a> NodeSeed<'_, '_, '_, 'a> {
     fn member<E: serde::de::Error>(
         &mut self,
         child: &Child,
-        value: impl FnOnce(&mut Walk<'a>, &Next) -> Result<(), E>,
+        value: impl FnOnce(&mut Walk<'_, 'a>, &Next) -> Result<(), E>,
     ) -> Result<(), E> {
         let bit = match &child.next {
             Next::Leaf(slot) => *slot,
@@ -151,14 +159,14 @@ impl<'p, 'w, 'a> NodeSeed<'p, 'w, 'a> {
     }
 }
 
-impl<'de: 'a, 'p, 'w, 'a> DeserializeSeed<'de> for NodeSeed<'p, 'w, 'a> {
+impl<'de: 'a, 'a> DeserializeSeed<'de> for NodeSeed<'_, '_, '_, 'a> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_any(self)
     }
 }
 
-impl<'de: 'a, 'p, 'w, 'a> Visitor<'de> for NodeSeed<'p, 'w, 'a> {
+impl<'de: 'a, 'a> Visitor<'de> for NodeSeed<'_, '_, '_, 'a> {
     type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -167,7 +175,12 @@ impl<'de: 'a, 'p, 'w, 'a> Visitor<'de> for NodeSeed<'p, 'w, 'a> {
 
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
         while let Some(key) = map.next_key::<Key<'de>>()? {
-            let Some(child) = self.node.children.iter().find(|c| *c.name == *key.0) else {
+            let Some(child) = self
+                .node
+                .children
+                .iter()
+                .find(|c| same(c.name.as_bytes(), key.0.as_bytes()))
+            else {
                 map.next_value::<IgnoredAny>()?;
                 continue;
             };
@@ -226,6 +239,28 @@ impl<'de: 'a, 'p, 'w, 'a> Visitor<'de> for NodeSeed<'p, 'w, 'a> {
     fn visit_unit<E>(self) -> Result<(), E> {
         Ok(())
     }
+}
+
+/// Whether two member names are equal: inline, by 8-byte words (the last one
+/// overlapping), since a libc `memcmp` call per key showed in the profile.
+#[inline(always)]
+fn same(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if n < 8 {
+        return a == b;
+    }
+    let word = |s: &[u8], i: usize| u64::from_ne_bytes(s[i..i + 8].try_into().expect("8 bytes"));
+    let mut i = 0;
+    while i + 8 < n {
+        if word(a, i) != word(b, i) {
+            return false;
+        }
+        i += 8;
+    }
+    word(a, n - 8) == word(b, n - 8)
 }
 
 /// A member name, borrowed unless it had escapes.

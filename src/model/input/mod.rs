@@ -142,6 +142,12 @@ pub enum Val<'a> {
 
 pub type Vals<'a> = [Val<'a>; MAX_FIELDS];
 
+/// Every field absent: where a parser starts.
+#[inline(always)]
+pub fn absent<'a>() -> Vals<'a> {
+    [const { Val::Absent }; MAX_FIELDS]
+}
+
 /// A field's name, its configured pointer, its default pointers (JSON,
 /// CloudEvents), its kind and whether it is required.
 type Spec<'c> = (
@@ -296,9 +302,11 @@ impl InputMapping {
     /// Parses and validates one input record.
     #[inline]
     pub fn parse<'a>(&self, bytes: &'a [u8]) -> Result<Event<'a>, DeadLetterReason> {
-        match fast::extract(&self.plan, bytes) {
-            Some(vals) => decide(self, vals, None),
-            None => reference::parse(self, bytes),
+        let mut vals = absent();
+        if fast::extract(&self.plan, bytes, &mut vals) {
+            decide(self, &mut vals, None)
+        } else {
+            reference::parse(self, bytes)
         }
     }
 
@@ -312,7 +320,7 @@ impl InputMapping {
 /// first key repeated on a mapped path, if any.
 fn decide<'a>(
     m: &InputMapping,
-    mut vals: Vals<'a>,
+    vals: &mut Vals<'a>,
     repeated: Option<String>,
 ) -> Result<Event<'a>, DeadLetterReason> {
     let n = m.fields.len();

@@ -81,7 +81,7 @@ pub fn parse<'a>(m: &InputMapping, bytes: &'a [u8]) -> Result<Event<'a>, DeadLet
     let Step::Obj(root) = step(root).map_err(malformed)? else {
         return Err(DeadLetterReason::MalformedJson("not a JSON object".into()));
     };
-    let mut vals: Vals<'a> = Default::default();
+    let mut vals: Vals<'a> = super::absent();
     let mut repeated = None;
     for (slot, f) in m.fields.iter().enumerate() {
         let mut at: Option<&'a RawValue> = None;
@@ -120,5 +120,5 @@ pub fn parse<'a>(m: &InputMapping, bytes: &'a [u8]) -> Result<Event<'a>, DeadLet
             }
         };
     }
-    decide(m, vals, repeated)
+    decide(m, &mut vals, repeated)
 }
