@@ -95,6 +95,9 @@ fn raw_consume(cfg: &Config, group: &str) -> anyhow::Result<()> {
     let (total, _) = topic_records(cfg)?;
     let mut c = consumer_config(&cfg.kafka);
     c.set("group.id", group);
+    // tally's consumers refuse a position outside the log (`error`) and start a new
+    // group at the earliest offset themselves; a raw loop lets librdkafka do that.
+    c.set("auto.offset.reset", "earliest");
     let consumer: BaseConsumer = c.create()?;
     consumer.subscribe(&[&cfg.topics.input])?;
     let mapping = cfg.input_mapping()?;

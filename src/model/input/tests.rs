@@ -168,3 +168,35 @@ fn bad_mappings_name_the_key() {
     assert!(toml::from_str::<InputConfig>(r#"timestamp_format = "epoch_ns""#).is_err());
     assert!(toml::from_str::<InputConfig>(r#"tenant = "/a""#).is_err());
 }
+
+#[test]
+fn member_names_compare_exactly_at_every_length() {
+    let names = [
+        "",
+        "a",
+        "ab",
+        "abc",
+        "abcd",
+        "abcde",
+        "abcdefg",
+        "abcdefgh",
+        "abcdefghi",
+        "abcdefghijklmnop",
+        "abcdefghijklmnopq",
+    ];
+    for a in names {
+        for b in names {
+            assert_eq!(
+                fast::same(a.as_bytes(), b.as_bytes()),
+                a == b,
+                "{a:?} {b:?}"
+            );
+        }
+        // One byte differs, at each position.
+        for i in 0..a.len() {
+            let mut c = a.as_bytes().to_vec();
+            c[i] = b'#';
+            assert!(!fast::same(a.as_bytes(), &c), "{a:?} at {i}");
+        }
+    }
+}
