@@ -163,12 +163,16 @@ fn side_files_carry_the_original_bytes_exactly_and_a_leading_bom_is_skipped() {
     // A byte-order mark that does not open the file (files concatenated): named.
     let concatenated = [&bom[..], event("r-2", "acme", "small", t + 2000).as_bytes()].concat();
     let closing = event("r-9", "acme", "small", t + 300_000).into_bytes();
-    // Too late, with bytes that are not UTF-8 in a field tally ignores.
+    // Too late, with an escaped string in a field tally ignores.
     let late = event("r-5", "acme", "small", t + 30_000).into_bytes();
-    let late = [&b"{\"note\":\"\xc3\x28\","[..], &late[1..]].concat();
+    let late = [&b"{\"note\":\"\\u00e9\","[..], &late[1..]].concat();
+    // Bytes that are not UTF-8 in a field tally ignores: the record is not JSON
+    // (RFC 8259 §8.1, DESIGN §3), a dead letter with its bytes as they were.
+    let ignored = event("r-6", "acme", "small", t + 301_000).into_bytes();
+    let ignored = [&b"{\"note\":\"\xc3\x28\","[..], &ignored[1..]].concat();
     let input = dir.path().join("in.jsonl");
     let mut data = Vec::new();
-    for l in [&first, &invalid, &concatenated, &closing, &late] {
+    for l in [&first, &invalid, &concatenated, &closing, &late, &ignored] {
         data.extend_from_slice(l);
         data.push(b'\n');
     }
@@ -178,11 +182,14 @@ fn side_files_carry_the_original_bytes_exactly_and_a_leading_bom_is_skipped() {
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert!(
-        err.contains("consumed 5 | folded 2 | too late 1 | dead letters 2 |"),
+        err.contains("consumed 6 | folded 2 | too late 1 | dead letters 3 |"),
         "{err}"
     );
     let dlq = side_lines(&dir.path().join("out.jsonl.dlq.jsonl"));
-    assert_eq!(dlq.len(), 2, "{dlq:?}");
+    assert_eq!(dlq.len(), 3, "{dlq:?}");
+    assert_eq!(original(&dlq[2]), ignored);
+    assert!(dlq[2].get("record_base64").is_some(), "{:?}", dlq[2]);
+    assert_eq!(dlq[2]["error"], "malformed_json");
     assert_eq!(original(&dlq[0]), invalid);
     assert!(dlq[0].get("record_base64").is_some(), "{:?}", dlq[0]);
     assert_eq!(dlq[0]["source"], format!("{}:2", input.display()));
