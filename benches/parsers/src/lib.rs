@@ -160,7 +160,7 @@ pub fn summarize(shape: Shape, v: &Vals<'_>) -> Option<u64> {
 #[inline]
 pub fn a_serde_slice<'a>(plan: &fast::Plan, b: &'a [u8]) -> Option<Vals<'a>> {
     let mut de = serde_json::Deserializer::from_slice(b);
-    let v = fast::walk(plan, &mut de).ok()?;
+    let v = walk_vals(plan, &mut de).ok()?;
     de.end().ok()?;
     Some(v)
 }
@@ -168,14 +168,26 @@ pub fn a_serde_slice<'a>(plan: &fast::Plan, b: &'a [u8]) -> Option<Vals<'a>> {
 /// (b) from_utf8 then serde_json::Deserializer::from_str (what fast.rs does now).
 #[inline]
 pub fn b_serde_str<'a>(plan: &fast::Plan, b: &'a [u8]) -> Option<Vals<'a>> {
-    fast::extract(plan, b)
+    let mut v = Vals::default();
+    fast::extract(plan, b, &mut v).then_some(v)
+}
+
+/// `fast::walk` into fresh values (every parser here pays the same move).
+#[inline]
+pub fn walk_vals<'de, D: serde::Deserializer<'de>>(
+    plan: &fast::Plan,
+    d: D,
+) -> Result<Vals<'de>, D::Error> {
+    let mut v = Vals::default();
+    fast::walk(plan, d, &mut v)?;
+    Ok(v)
 }
 
 /// (c) sonic_rs::Deserializer::from_slice + the seed walk.
 #[inline]
 pub fn c_sonic_slice<'a>(plan: &fast::Plan, b: &'a [u8]) -> Option<Vals<'a>> {
     let mut de = sonic_rs::Deserializer::from_slice(b);
-    let v = fast::walk(plan, &mut de).ok()?;
+    let v = walk_vals(plan, &mut de).ok()?;
     de.end().ok()?;
     Some(v)
 }
@@ -187,7 +199,7 @@ pub fn c_sonic_slice<'a>(plan: &fast::Plan, b: &'a [u8]) -> Option<Vals<'a>> {
 pub fn c2_sonic_str<'a>(plan: &fast::Plan, b: &'a [u8]) -> Option<Vals<'a>> {
     let text = std::str::from_utf8(b).ok()?;
     let mut de = sonic_rs::Deserializer::from_str(text);
-    let v = fast::walk(plan, &mut de).ok()?;
+    let v = walk_vals(plan, &mut de).ok()?;
     de.end().ok()?;
     Some(v)
 }
@@ -203,7 +215,7 @@ pub fn d_simd<'a>(
     buf.clear();
     buf.extend_from_slice(b);
     let mut de = simd_json::Deserializer::from_slice_with_buffers(buf, buffers).ok()?;
-    fast::walk(plan, &mut de).ok()
+    walk_vals(plan, &mut de).ok()
 }
 
 /// (e) the old derive-based path (HEAD~2:src/model/event.rs `Str` + `Wire`).

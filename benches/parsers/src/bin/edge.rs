@@ -98,9 +98,9 @@ fn main() {
     // Error messages for a couple of cases, to see why.
     let why = |b: &[u8]| {
         let mut de = sonic_rs::Deserializer::from_slice(b);
-        let r = fast::walk(&plan, &mut de).map(|_| ()).and_then(|_| de.end());
+        let r = walk_vals(&plan, &mut de).map(|_| ()).and_then(|_| de.end());
         let mut de2 = serde_json::Deserializer::from_slice(b);
-        let r2 = fast::walk(&plan, &mut de2).map(|_| ()).and_then(|_| de2.end());
+        let r2 = walk_vals(&plan, &mut de2).map(|_| ()).and_then(|_| de2.end());
         let r3 = sonic_rs::get_many(b, &tree).map(|_| ());
         (format!("{r:?}"), format!("{r2:?}"), format!("{r3:?}"))
     };
