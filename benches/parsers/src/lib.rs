@@ -92,7 +92,7 @@ impl Shape {
     }
 
     pub fn plan(self) -> fast::Plan {
-        fast::Plan::new(&self.fields())
+        fast::Plan::new(&self.fields()).expect("the shapes fit the walk")
     }
 
     pub fn tree(self) -> sonic_rs::PointerTree {

@@ -43,8 +43,13 @@ enum Next {
     Node(Node),
 }
 
+/// Nested objects a mapping's pointers may pass through in all (their bits in
+/// `Walk::seen` follow the fields').
+pub const MAX_NODES: usize = 64 - MAX_FIELDS - 1;
+
 impl Plan {
-    pub fn new(fields: &[FieldSpec]) -> Self {
+    /// The trie of `fields`' pointers; `None` if it needs more than `MAX_NODES`.
+    pub fn new(fields: &[FieldSpec]) -> Option<Self> {
         let mut root = Node::default();
         let mut ids = MAX_FIELDS;
         for (slot, f) in fields.iter().enumerate() {
@@ -58,6 +63,9 @@ impl Plan {
                             Next::Leaf(slot)
                         } else {
                             ids += 1;
+                            if ids >= 64 {
+                                return None;
+                            }
                             Next::Node(Node {
                                 children: Vec::new(),
                                 id: ids,
@@ -78,8 +86,7 @@ impl Plan {
                 }
             }
         }
-        assert!(ids < 64, "the mapping's trie fits the seen-bits");
-        Self { root }
+        Some(Self { root })
     }
 }
 

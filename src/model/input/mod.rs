@@ -138,6 +138,8 @@ pub enum Val<'a> {
     I64(i64),
     /// A float, a boolean, an object or an array.
     Other,
+    /// A timestamp field's value in ms (`decide` converts each once).
+    Ms(i64),
 }
 
 pub type Vals<'a> = [Val<'a>; MAX_FIELDS];
@@ -257,7 +259,16 @@ impl InputMapping {
                 }
             }
         }
-        let plan = fast::Plan::new(&fields);
+        let plan = fast::Plan::new(&fields).ok_or_else(|| {
+            (
+                "input".to_string(),
+                format!(
+                    "the pointers pass through more than {} objects in all; point at fewer \
+                     nested members",
+                    fast::MAX_NODES
+                ),
+            )
+        })?;
         Ok(Self {
             format: c.format,
             fields,
@@ -284,6 +295,16 @@ impl InputMapping {
             })
             .collect();
         format!("{:?}: {}", self.format, fields.join(", "))
+    }
+
+    /// The dedup key of a record with this `request_id` (and, for CloudEvents,
+    /// `source`): what duplicates and adjustments are keyed by. CloudEvents'
+    /// `source` + `id` is unique; the length first makes the pair unambiguous.
+    pub fn dedup_key(&self, request_id: &str, source: &str) -> String {
+        match self.format {
+            InputFormat::Json => request_id.into(),
+            InputFormat::Cloudevents => format!("{}:{source}:{request_id}", source.len()),
+        }
     }
 
     /// The field in slot `i` (what a reason names).
@@ -324,8 +345,8 @@ fn decide<'a>(
     repeated: Option<String>,
 ) -> Result<Event<'a>, DeadLetterReason> {
     let n = m.fields.len();
-    for (f, v) in m.fields.iter().zip(&vals[..n]) {
-        let bad = match (f.kind, v) {
+    for (f, v) in m.fields.iter().zip(&mut vals[..n]) {
+        let bad = match (f.kind, &*v) {
             (_, Val::Absent | Val::Null) => false,
             (Kind::Str { .. }, Val::Str(_)) => false,
             (Kind::SpecVersion, Val::Str(s)) => s != "1.0",
@@ -333,7 +354,13 @@ fn decide<'a>(
             (Kind::Tokens, Val::I64(_)) => {
                 return Err(DeadLetterReason::NegativeTokens(f.field.clone()))
             }
-            (Kind::Ts(t), v) => ts_ms(t, v).is_none(),
+            (Kind::Ts(t), _) => match ts_ms(t, v) {
+                Some(ms) => {
+                    *v = Val::Ms(ms);
+                    false
+                }
+                None => true,
+            },
             _ => true,
         };
         if bad {
@@ -362,11 +389,14 @@ fn decide<'a>(
         Val::U64(n) => *n,
         _ => unreachable!("checked above"),
     };
+    let ms = |v: &Val<'a>| match v {
+        Val::Ms(ms) => Some(*ms),
+        _ => None,
+    };
     let mut request_id = take_str(&mut vals[REQUEST_ID]);
     if m.format == InputFormat::Cloudevents {
-        // CloudEvents: `source` + `id` is unique; unambiguous with the length first.
         let source = take_str(&mut vals[SOURCE]);
-        request_id = Cow::Owned(format!("{}:{source}:{request_id}", source.len()));
+        request_id = Cow::Owned(m.dedup_key(&request_id, &source));
     }
     Ok(Event {
         request_id,
@@ -374,8 +404,8 @@ fn decide<'a>(
         model: take_str(&mut vals[MODEL]),
         prompt_tokens: tokens(&vals[PROMPT_TOKENS]),
         completion_tokens: tokens(&vals[COMPLETION_TOKENS]),
-        started_ts: ts_ms(m.ts_format(STARTED_TS), &vals[STARTED_TS]),
-        completed_ts: ts_ms(m.ts_format(COMPLETED_TS), &vals[COMPLETED_TS]).expect("checked above"),
+        started_ts: ms(&vals[STARTED_TS]),
+        completed_ts: ms(&vals[COMPLETED_TS]).expect("checked above"),
     })
 }
 

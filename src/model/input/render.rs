@@ -84,15 +84,6 @@ impl InputMapping {
         }
         tree.text()
     }
-
-    /// The dedup key of a record with this `request_id` (and, for CloudEvents,
-    /// `source`): what duplicates and adjustments are keyed by.
-    pub fn dedup_key(&self, request_id: &str, source: &str) -> String {
-        match self.format {
-            InputFormat::Json => request_id.into(),
-            InputFormat::Cloudevents => format!("{}:{source}:{request_id}", source.len()),
-        }
-    }
 }
 
 fn token(name: &str) -> Token {

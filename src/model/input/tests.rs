@@ -166,6 +166,13 @@ fn bad_mappings_name_the_key() {
     assert_eq!(key, "input.model");
     assert!(msg.contains("overlaps input.tenant_id"), "{msg}");
     assert!(toml::from_str::<InputConfig>(r#"timestamp_format = "epoch_ns""#).is_err());
+    // A pointer deeper than the walk tracks: refused, not a panic.
+    let deep = format!("tenant_id = \"{}\"", "/a".repeat(60));
+    let (key, msg) = err(&deep);
+    assert_eq!(key, "input");
+    assert!(msg.contains("objects in all"), "{msg}");
+    let fine = format!("tenant_id = \"{}\"", "/a".repeat(40));
+    assert!(InputMapping::new(&toml::from_str::<InputConfig>(&fine).unwrap()).is_ok());
     assert!(toml::from_str::<InputConfig>(r#"tenant = "/a""#).is_err());
 }
 
