@@ -38,7 +38,7 @@ use std::sync::Arc;
 use siphasher::sip128::{Hasher128, SipHasher13};
 
 use super::cold::{Cold, DedupStore};
-use super::fpset::{Fp, FpSet};
+use super::fpset::{Fp, FpSet, Slot};
 use crate::model::Partition;
 
 /// The fingerprint of a request id (see the module header).
@@ -67,6 +67,10 @@ pub struct Dedup {
     watermark: i64,
     /// Ids moved out of memory (under a memory budget), if any.
     cold: Option<Cold>,
+    /// The slot `is_duplicate` found for a new id at a watermark, for the
+    /// `check_and_insert` that follows it (one probe per record, not two);
+    /// cleared by anything else that changes the table.
+    hint: Option<(Fp, i64, Slot)>,
 }
 
 impl Default for Dedup {
@@ -77,6 +81,7 @@ impl Default for Dedup {
             last: 0,
             watermark: i64::MIN,
             cold: None,
+            hint: None,
         }
     }
 }
@@ -120,8 +125,9 @@ impl Dedup {
     /// but the watermark. `check_and_insert` afterwards records it.
     pub fn is_duplicate(&mut self, fp: Fingerprint, watermark: i64) -> bool {
         self.watermark = self.watermark.max(watermark);
-        if self.seen.get(fp).is_some_and(|e| e > self.watermark) {
-            return true;
+        match self.seen.probe(fp, self.watermark) {
+            Slot::Live(_) => return true,
+            at => self.hint = Some((fp, self.watermark, at)),
         }
         match &mut self.cold {
             Some(cold) => cold.is_live(fp, self.watermark),
@@ -146,6 +152,7 @@ impl Dedup {
         let live: Vec<(Fp, i64)> = self.seen.iter().filter(|(_, e)| *e > w).collect();
         let n = live.len();
         let stay = cold.take(live, w, bloom_bytes)?;
+        self.hint = None;
         self.seen = FpSet::default();
         for (fp, e) in &stay {
             self.seen.insert_max(*fp, *e);
@@ -184,14 +191,16 @@ impl Dedup {
     ) -> bool {
         debug_assert_eq!(fp, Fingerprint::of(id));
         self.watermark = self.watermark.max(watermark);
+        let w = self.watermark;
         // An entry expired but not swept yet is replaced: this is a new request.
-        if self
-            .seen
-            .check_insert(fp, expires_at, self.watermark)
-            .is_some()
-        {
+        let at = match self.hint.take() {
+            Some((f, hw, at)) if f == fp && hw == w => at,
+            _ => self.seen.probe(fp, w),
+        };
+        if let Slot::Live(_) = at {
             return true;
         }
+        self.seen.put(at, fp, expires_at, w);
         pack(self.pending_chunk(expires_at), id);
         false
     }
@@ -224,6 +233,7 @@ impl Dedup {
     /// Drops expired entries from memory if they are many (the table reuses them
     /// otherwise).
     fn sweep(&mut self) {
+        self.hint = None;
         self.seen.compact(self.watermark);
     }
 

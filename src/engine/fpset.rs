@@ -17,8 +17,13 @@
 //! clean-up, which re-places every entry), so a key is absent once its probe
 //! reaches a free slot; occupied slots stay at most 3/4 of all.
 //!
+//! A lookup is one `probe` (branch-free over a bucket's four entries) that also
+//! finds where the key would go, and `put` records it there: the dedup step of a
+//! record looks up once, then inserts without a second probe.
+//!
 //! Memory: a large table is its own anonymous mapping (zeroed, so free, and
-//! resident only once touched), and a rebuild releases the old table's pages as it
+//! resident only once touched; advised for transparent huge pages, which took
+//! the TLB misses of its random lookups off the engine's profile on a VM), and a rebuild releases the old table's pages as it
 //! moves past them — so growing from N to 2N bytes peaks near 2N, not 3N; an
 //! in-place clean-up allocates nothing.
 
@@ -58,14 +63,15 @@ impl Entry {
         }
     }
 
-    #[inline]
+    /// Without a branch (`Bucket::scan`).
+    #[inline(always)]
     fn is(&self, fp: Fp) -> bool {
-        self.a == fp.a && self.b == fp.b
+        (self.a == fp.a) & (self.b == fp.b)
     }
 
-    #[inline]
+    #[inline(always)]
     fn is_free(&self) -> bool {
-        self.a == 0 && self.b == 0
+        (self.a | u64::from(self.b)) == 0
     }
 }
 
@@ -78,6 +84,33 @@ const FREE: Entry = Entry {
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct Bucket([Entry; 4]);
+
+impl Bucket {
+    /// Bit `j` set: entry `j` holds `fp` (`hit`) / is free (`free`). Without
+    /// branches: where a key or the first free slot sits in its bucket is random,
+    /// so a compare-and-branch per entry mispredicts.
+    #[inline(always)]
+    fn scan(&self, fp: Fp) -> (u32, u32) {
+        let (mut hit, mut free) = (0u32, 0u32);
+        for (j, e) in self.0.iter().enumerate() {
+            hit |= u32::from(e.is(fp)) << j;
+            free |= u32::from(e.is_free()) << j;
+        }
+        (hit, free)
+    }
+}
+
+/// What `FpSet::probe` found: the key live (its expiry), or the slot it goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    Live(i64),
+    /// `fresh`: a free slot (the key is new and no expired slot is on its path).
+    Put {
+        bucket: usize,
+        j: u32,
+        fresh: bool,
+    },
+}
 
 const _: () = assert!(std::mem::size_of::<Entry>() == 16);
 const _: () = assert!(std::mem::size_of::<Bucket>() == 64);
@@ -111,6 +144,11 @@ impl Table {
                 )
             };
             if ptr != libc::MAP_FAILED {
+                // Huge pages where the kernel allows them (`madvise` mode); a hint.
+                // SAFETY: advice on our own fresh mapping.
+                unsafe {
+                    libc::madvise(ptr, bytes, libc::MADV_HUGEPAGE);
+                }
                 // Zero pages are free buckets: all-zero is `FREE`.
                 return Table::Mapped {
                     ptr: ptr.cast(),
@@ -260,50 +298,89 @@ impl FpSet {
         let mask = buckets.len() - 1;
         let mut i = fp.a as usize & mask;
         loop {
-            for e in &buckets[i].0 {
-                if e.is(fp) {
-                    return Some(self.expiry_of(e));
-                }
-                if e.is_free() {
-                    return None;
-                }
+            let (hit, free) = buckets[i].scan(fp);
+            if hit != 0 {
+                return Some(self.expiry_of(&buckets[i].0[hit.trailing_zeros() as usize]));
+            }
+            if free != 0 {
+                return None;
             }
             i = (i + 1) & mask;
         }
     }
 
-    /// Looks `fp` up. If it is present with an expiry above `dead_through`, returns
-    /// that expiry and changes nothing. Otherwise records it with `expiry` — over
-    /// its own expired entry, or the first expired slot on its path, or a free
-    /// slot — and returns `None`. `dead_through = i64::MIN` is an unconditional
-    /// put: nothing is expired and an existing entry takes the new expiry.
-    pub fn check_insert(&mut self, fp: Fp, expiry: i64, dead_through: i64) -> Option<i64> {
+    /// Where `fp` is, or would be recorded, with `dead_through` as in
+    /// `check_insert`; changes nothing (`put` records it there).
+    #[inline]
+    pub fn probe(&self, fp: Fp, dead_through: i64) -> Slot {
         debug_assert!(!fp.is_free());
         let buckets: &[Bucket] = &self.buckets;
         let mask = buckets.len() - 1;
         let mut i = fp.a as usize & mask;
-        let mut reuse: Option<(usize, usize)> = None;
-        let (bi, bj, fresh) = 'probe: loop {
-            for j in 0..4 {
-                let e = buckets[i].0[j];
-                if e.is(fp) {
-                    let current = self.expiry_of(&e);
-                    if current > dead_through && dead_through != i64::MIN {
-                        return Some(current);
-                    }
-                    break 'probe (i, j, false);
+        let mut reuse: Option<(usize, u32)> = None;
+        loop {
+            let b = &buckets[i];
+            let (hit, free) = b.scan(fp);
+            // No probe path crosses a free slot: a present key lies before any.
+            if hit != 0 {
+                let j = hit.trailing_zeros();
+                let current = self.expiry_of(&b.0[j as usize]);
+                if current > dead_through && dead_through != i64::MIN {
+                    return Slot::Live(current);
                 }
-                if e.is_free() {
-                    break 'probe reuse.map_or((i, j, true), |(ri, rj)| (ri, rj, false));
+                return Slot::Put {
+                    bucket: i,
+                    j,
+                    fresh: false,
+                };
+            }
+            if reuse.is_none() {
+                // The entries before the first free one (all four if none is).
+                let before = if free == 0 {
+                    0b1111
+                } else {
+                    (free & free.wrapping_neg()) - 1
+                };
+                let mut dead = 0u32;
+                for (j, e) in b.0.iter().enumerate() {
+                    let d = self
+                        .expiries
+                        .get(e.expiry as usize)
+                        .is_some_and(|&x| x <= dead_through);
+                    dead |= u32::from(d) << j;
                 }
-                if reuse.is_none() && self.expiry_of(&e) <= dead_through {
-                    reuse = Some((i, j));
+                dead &= before;
+                if dead != 0 {
+                    reuse = Some((i, dead.trailing_zeros()));
                 }
             }
+            if free != 0 {
+                return match reuse {
+                    Some((bucket, j)) => Slot::Put {
+                        bucket,
+                        j,
+                        fresh: false,
+                    },
+                    None => Slot::Put {
+                        bucket: i,
+                        j: free.trailing_zeros(),
+                        fresh: true,
+                    },
+                };
+            }
             i = (i + 1) & mask;
+        }
+    }
+
+    /// Records `fp` with `expiry` where `probe` (with this `dead_through`, and no
+    /// change to the table since) said it goes.
+    #[inline]
+    pub fn put(&mut self, at: Slot, fp: Fp, expiry: i64, dead_through: i64) {
+        let Slot::Put { bucket, j, fresh } = at else {
+            return;
         };
         let id = self.expiry_id(expiry);
-        self.buckets[bi].0[bj] = Entry {
+        self.buckets[bucket].0[j as usize] = Entry {
             a: fp.a,
             b: fp.b,
             expiry: id,
@@ -314,7 +391,21 @@ impl FpSet {
                 self.make_room(dead_through);
             }
         }
-        None
+    }
+
+    /// Looks `fp` up. If it is present with an expiry above `dead_through`, returns
+    /// that expiry and changes nothing. Otherwise records it with `expiry` — over
+    /// its own expired entry, or the first expired slot on its path, or a free
+    /// slot — and returns `None`. `dead_through = i64::MIN` is an unconditional
+    /// put: nothing is expired and an existing entry takes the new expiry.
+    pub fn check_insert(&mut self, fp: Fp, expiry: i64, dead_through: i64) -> Option<i64> {
+        match self.probe(fp, dead_through) {
+            Slot::Live(current) => Some(current),
+            at => {
+                self.put(at, fp, expiry, dead_through);
+                None
+            }
+        }
     }
 
     fn slots(&self) -> usize {
@@ -514,6 +605,41 @@ mod tests {
             a: (i % 7) * 64 + 1,
             b: i as u32,
         }
+    }
+
+    /// A key past a full home bucket of expired entries is found live, not
+    /// shadowed by the expired slot an insert would reuse; a new key takes that
+    /// slot; `probe` + `put` is `check_insert`.
+    #[test]
+    fn probe_finds_a_key_past_expired_slots_and_reuses_the_first_of_them() {
+        let mut s = FpSet::default();
+        let home = |b: u32| Fp { a: 64, b };
+        for b in 1..=4 {
+            assert_eq!(s.check_insert(home(b), 10, 0), None);
+        }
+        // The home bucket is full: this one lands in the next bucket.
+        assert_eq!(s.check_insert(home(5), 100, 0), None);
+        // At 50 the four are dead and the fifth is live.
+        assert_eq!(s.probe(home(5), 50), Slot::Live(100));
+        let at = s.probe(home(6), 50);
+        let i = 64usize & (s.buckets.len() - 1);
+        assert_eq!(
+            at,
+            Slot::Put {
+                bucket: i,
+                j: 0,
+                fresh: false
+            }
+        );
+        s.put(at, home(6), 200, 50);
+        assert_eq!(s.get(home(6)), Some(200));
+        assert_eq!(s.get(home(1)), None, "its expired slot was reused");
+        assert_eq!(s.check_insert(home(6), 300, 50), Some(200));
+        // A dead key is replaced in its own slot.
+        assert!(matches!(
+            s.probe(home(5), 150),
+            Slot::Put { fresh: false, .. }
+        ));
     }
 
     #[test]
