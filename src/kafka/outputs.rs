@@ -6,7 +6,7 @@
 //! since the previous flush failed — the caller must then not commit state or
 //! offsets (the records will be produced again after restart, identically).
 
-#![allow(unsafe_code)] // FFI: librdkafka's rd_kafka_flush.
+#![allow(unsafe_code)] // FFI: librdkafka's rd_kafka_flush and queue wake-ups; a pipe.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -333,30 +333,98 @@ impl Outputs {
     }
 }
 
-/// Serves the producer's delivery reports until dropped.
+/// Serves the producer's delivery reports until dropped, without spinning.
+///
+/// rdkafka's `poll(timeout)` hands librdkafka the time left in whole milliseconds,
+/// so the last millisecond of every timeout is polled with 0, over and over: with
+/// 10 ms polls this thread spun a tenth of its time (7 % of a Kafka run's CPU). It
+/// now sleeps on a pipe librdkafka writes to when the main queue (delivery reports,
+/// errors, logs) turns non-empty, and polls without waiting until the queue is empty.
 struct Poller {
     stop: Arc<AtomicBool>,
+    wake: std::os::fd::OwnedFd,
     handle: Option<JoinHandle<()>>,
 }
 
+/// A reference to the producer's main queue, owned by the poller thread.
+struct MainQueue(*mut rdkafka::bindings::rd_kafka_queue_t);
+
+// SAFETY: librdkafka queues are thread-safe; the reference is used by one thread.
+unsafe impl Send for MainQueue {}
+
+impl MainQueue {
+    fn len(&self) -> usize {
+        // SAFETY: a live queue reference (destroyed only in drop).
+        unsafe { rdkafka::bindings::rd_kafka_queue_length(self.0) }
+    }
+}
+
+impl Drop for MainQueue {
+    fn drop(&mut self) {
+        // SAFETY: stop writing to the pipe before it closes, then release our reference.
+        unsafe {
+            rdkafka::bindings::rd_kafka_queue_io_event_enable(self.0, -1, std::ptr::null(), 0);
+            rdkafka::bindings::rd_kafka_queue_destroy(self.0);
+        }
+    }
+}
+
 impl Poller {
-    /// Poll timeout: also how long dropping the producer waits for this thread.
-    const POLL: Duration = Duration::from_millis(10);
+    /// The longest sleep between two looks at the queue (a safety net: the pipe
+    /// wakes the thread when reports arrive).
+    const NAP_MS: i32 = 10;
 
     fn start(producer: Arc<BaseProducer<DeliveryTracker>>) -> std::io::Result<Self> {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let mut fds = [0; 2];
+        // SAFETY: `fds` has room for the two descriptors.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: two fresh descriptors we own from here on.
+        let (read, wake) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // SAFETY: a new reference to the client's main queue (released by `MainQueue`);
+        // librdkafka writes one byte to `wake` when the queue turns non-empty.
+        let queue = unsafe {
+            let q = rdkafka::bindings::rd_kafka_queue_get_main(producer.client().native_ptr());
+            rdkafka::bindings::rd_kafka_queue_io_event_enable(
+                q,
+                wake.as_raw_fd(),
+                b"q".as_ptr().cast(),
+                1,
+            );
+            MainQueue(q)
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let handle = std::thread::Builder::new()
             .name("producer-poll".into())
             .spawn({
                 let stop = stop.clone();
                 move || {
+                    let mut buf = [0u8; 64];
                     while !stop.load(Ordering::Relaxed) {
-                        producer.poll(Self::POLL);
+                        while queue.len() > 0 {
+                            producer.poll(Duration::ZERO);
+                        }
+                        let mut fd = libc::pollfd {
+                            fd: read.as_raw_fd(),
+                            events: libc::POLLIN,
+                            revents: 0,
+                        };
+                        // SAFETY: one valid pollfd; then draining our own non-blocking pipe.
+                        unsafe {
+                            libc::poll(&mut fd, 1, Self::NAP_MS);
+                            while libc::read(read.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len())
+                                > 0
+                            {}
+                        }
                     }
+                    drop(queue);
                 }
             })?;
         Ok(Self {
             stop,
+            wake,
             handle: Some(handle),
         })
     }
@@ -364,7 +432,12 @@ impl Poller {
 
 impl Drop for Poller {
     fn drop(&mut self) {
+        use std::os::fd::AsRawFd;
         self.stop.store(true, Ordering::Relaxed);
+        // SAFETY: one byte to our own pipe wakes the thread (a full pipe is awake anyway).
+        unsafe {
+            libc::write(self.wake.as_raw_fd(), b"s".as_ptr().cast(), 1);
+        }
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
