@@ -94,7 +94,7 @@ impl PriceTable {
             .models
             .iter()
             .enumerate()
-            .find(|(_, (m, _))| **m == *model)
+            .find(|(_, (m, _))| super::same(m.as_bytes(), model.as_bytes()))
             .ok_or(PriceError::UnknownModel)?;
         let idx = entries.partition_point(|e| e.effective_from_ms <= at_ms);
         let entry = idx

@@ -16,6 +16,7 @@ use std::fmt;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::{FieldSpec, Val, Vals, MAX_FIELDS};
+use crate::model::same;
 
 /// The pointers as a trie; the root is the record's object.
 #[derive(Debug, Clone, Default)]
@@ -246,33 +247,6 @@ impl<'de: 'a, 'a> Visitor<'de> for NodeSeed<'_, '_, '_, 'a> {
     fn visit_unit<E>(self) -> Result<(), E> {
         Ok(())
     }
-}
-
-/// Whether two member names are equal: inline, by 8- or 4-byte words (the last
-/// one overlapping), since a libc `memcmp` call per key showed in the profile.
-#[inline(always)]
-pub(super) fn same(a: &[u8], b: &[u8]) -> bool {
-    let n = a.len();
-    if n != b.len() {
-        return false;
-    }
-    if n < 8 {
-        if n < 4 {
-            return a.iter().zip(b).all(|(x, y)| x == y);
-        }
-        let word =
-            |s: &[u8], i: usize| u32::from_ne_bytes(s[i..i + 4].try_into().expect("4 bytes"));
-        return word(a, 0) == word(b, 0) && word(a, n - 4) == word(b, n - 4);
-    }
-    let word = |s: &[u8], i: usize| u64::from_ne_bytes(s[i..i + 8].try_into().expect("8 bytes"));
-    let mut i = 0;
-    while i + 8 < n {
-        if word(a, i) != word(b, i) {
-            return false;
-        }
-        i += 8;
-    }
-    word(a, n - 8) == word(b, n - 8)
 }
 
 /// A member name, borrowed unless it had escapes.
