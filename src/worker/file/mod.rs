@@ -101,13 +101,15 @@ fn write_panes(
     output: &Path,
     panes: &mut Vec<crate::engine::ResultRecord>,
 ) -> Result<(), WorkerError> {
-    for pane in panes.drain(..) {
-        serde_json::to_writer(&mut *out, &pane)
-            .map_err(std::io::Error::from)
-            .and_then(|_| out.write_all(b"\n"))
-            .map_err(io_err(output))?;
+    if panes.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    let mut buf = Vec::with_capacity(512 * panes.len());
+    for pane in panes.drain(..) {
+        pane.append_json(&mut buf);
+        buf.push(b'\n');
+    }
+    out.write_all(&buf).map_err(io_err(output))
 }
 
 /// Configurations that cannot work over a file, refused before anything is touched.
