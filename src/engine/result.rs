@@ -193,8 +193,12 @@ fn json_str(buf: &mut Vec<u8>, s: &str) {
 
 /// Money as a quoted decimal (`pico_as_string`).
 fn json_pico(buf: &mut Vec<u8>, p: Pico) {
+    let mut n = itoa::Buffer::new();
     buf.push(b'"');
-    buf.extend_from_slice(itoa::Buffer::new().format(p.0).as_bytes());
+    buf.extend_from_slice(match u64::try_from(p.0) {
+        Ok(v) => n.format(v).as_bytes(),
+        Err(_) => n.format(p.0).as_bytes(),
+    });
     buf.push(b'"');
 }
 

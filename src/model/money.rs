@@ -33,7 +33,20 @@ impl Pico {
 
     /// The amount as a decimal USD string with exactly 12 fractional digits.
     pub fn usd_string(self) -> String {
-        format!("{}.{:012}", self.0 / Self::PER_USD, self.0 % Self::PER_USD)
+        // Every amount below 2^64 pico-USD (about 18 million USD) in `u64`
+        // arithmetic: `u128` division and `format!` were a pane's costliest step.
+        let Ok(v) = u64::try_from(self.0) else {
+            return format!("{}.{:012}", self.0 / Self::PER_USD, self.0 % Self::PER_USD);
+        };
+        let per = Self::PER_USD as u64;
+        let (whole, frac) = (v / per, v % per);
+        let mut s = String::with_capacity(24);
+        s.push_str(itoa::Buffer::new().format(whole));
+        s.push('.');
+        let digits = itoa::Buffer::new().format(frac).len();
+        s.extend(std::iter::repeat_n('0', 12 - digits));
+        s.push_str(itoa::Buffer::new().format(frac));
+        s
     }
 }
 
@@ -136,5 +149,15 @@ mod tests {
             Pico(1_234_000_000_000_007).usd_string(),
             "1234.000000000007"
         );
+        // The u64 path and the u128 one agree, at the edge between them too.
+        let mut rng = crate::gen::Rng::new(3);
+        let edge = u128::from(u64::MAX);
+        for v in [edge - 1, edge, edge + 1, u128::MAX]
+            .into_iter()
+            .chain((0..10_000).map(|_| u128::from(rng.next_u64() >> rng.below(64))))
+        {
+            let want = format!("{}.{:012}", v / 1_000_000_000_000, v % 1_000_000_000_000);
+            assert_eq!(Pico(v).usd_string(), want);
+        }
     }
 }
