@@ -62,11 +62,12 @@ fn utc_z_ms(b: &[u8]) -> Option<i64> {
     if b.len() < 20 || b.len() > 30 || !matches!(b[b.len() - 1], b'Z' | b'z') {
         return None;
     }
-    let num = |r: std::ops::Range<usize>| -> Option<u32> {
-        b[r].iter().try_fold(0u32, |n, &c| {
-            c.is_ascii_digit().then(|| n * 10 + u32::from(c - b'0'))
-        })
-    };
+    let d = |i: usize| u32::from(b[i].wrapping_sub(b'0'));
+    const DIGITS: [usize; 14] = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18];
+    if DIGITS.iter().any(|&i| d(i) > 9) {
+        return None;
+    }
+    let two = |i: usize| d(i) * 10 + d(i + 1);
     let punct = b[4] == b'-'
         && b[7] == b'-'
         && matches!(b[10], b'T' | b't')
@@ -87,11 +88,11 @@ fn utc_z_ms(b: &[u8]) -> Option<i64> {
         }
         _ => return None,
     };
-    let (sec, min, hour) = (num(17..19)?, num(14..16)?, num(11..13)?);
+    let (sec, min, hour) = (two(17), two(14), two(11));
     if sec > 59 {
         return None; // a leap second (`:60`) or an error: the general parser's call
     }
-    let t = NaiveDate::from_ymd_opt(num(0..4)? as i32, num(5..7)?, num(8..10)?)?
+    let t = NaiveDate::from_ymd_opt((two(0) * 100 + two(2)) as i32, two(5), two(8))?
         .and_hms_opt(hour, min, sec)?;
     Some(t.and_utc().timestamp() * 1000 + i64::from(ms))
 }
