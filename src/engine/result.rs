@@ -2,7 +2,9 @@
 //!
 //! Invariants: the payload is a pure function of the window's content — no wall
 //! clock, no host names. Field order is fixed by this struct, so equal content
-//! gives byte-identical JSON. `cost_pico` is a decimal string: integers above 2^53
+//! gives byte-identical JSON; `ResultRecord::append_json` writes a pane by hand in
+//! that order, and a property test holds it to serde_json's bytes (a new field goes
+//! into both). `cost_pico` is a decimal string: integers above 2^53
 //! lose precision in many JSON readers, and money must not.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
