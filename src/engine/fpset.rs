@@ -22,9 +22,9 @@
 //! record looks up once, then inserts without a second probe.
 //!
 //! Memory: a large table is its own anonymous mapping (zeroed, so free, and
-//! resident only once touched; advised for transparent huge pages, which took
-//! the TLB misses of its random lookups off the engine's profile on a VM), and a rebuild releases the old table's pages as it
-//! moves past them — so growing from N to 2N bytes peaks near 2N, not 3N; an
+//! resident only once touched; advised for transparent huge pages, which cut the
+//! stall of its random lookups' prefetches on one VM), and a rebuild releases the
+//! old table's pages as it moves past them — so growing from N to 2N bytes peaks near 2N, not 3N; an
 //! in-place clean-up allocates nothing.
 
 #![allow(unsafe_code)] // the dedup table: its own anonymous mapping, prefetches, raw slot access.

@@ -114,33 +114,43 @@ impl ResultRecord {
     /// because serde's calls and escaping per member were most of producing a pane.
     pub fn append_json(&self, buf: &mut Vec<u8>) {
         let mut n = itoa::Buffer::new();
-        let mut int = |buf: &mut Vec<u8>, key: &[u8], v: i128| {
+        let mut int = |buf: &mut Vec<u8>, key: &[u8], v: Int| {
             buf.extend_from_slice(key);
-            buf.extend_from_slice(n.format(v).as_bytes());
+            buf.extend_from_slice(
+                match v {
+                    Int::U(v) => n.format(v),
+                    Int::I(v) => n.format(v),
+                }
+                .as_bytes(),
+            );
         };
         buf.extend_from_slice(b"{\"kind\":");
         json_str(buf, self.kind.name());
         buf.extend_from_slice(b",\"tenant_id\":");
         json_str(buf, &self.tenant_id);
-        int(buf, b",\"window_start\":", self.window_start.into());
-        int(buf, b",\"window_end\":", self.window_end.into());
+        int(buf, b",\"window_start\":", Int::I(self.window_start));
+        int(buf, b",\"window_end\":", Int::I(self.window_end));
         buf.extend_from_slice(b",\"cost_pico\":");
         json_pico(buf, self.cost_pico);
         buf.extend_from_slice(b",\"usd\":");
         json_str(buf, &self.usd);
-        int(buf, b",\"requests\":", self.requests.into());
-        int(buf, b",\"prompt_tokens\":", self.prompt_tokens.into());
+        int(buf, b",\"requests\":", Int::U(self.requests));
+        int(buf, b",\"prompt_tokens\":", Int::U(self.prompt_tokens));
         int(
             buf,
             b",\"completion_tokens\":",
-            self.completion_tokens.into(),
+            Int::U(self.completion_tokens),
         );
-        int(buf, b",\"source_partition\":", self.source_partition.into());
-        int(buf, b",\"version\":", self.version.into());
+        int(
+            buf,
+            b",\"source_partition\":",
+            Int::I(self.source_partition.into()),
+        );
+        int(buf, b",\"version\":", Int::U(self.version));
         buf.extend_from_slice(b",\"pane\":");
         json_str(buf, self.pane.name());
-        int(buf, b",\"pane_index\":", self.pane_index.into());
-        int(buf, b",\"generation\":", self.generation.into());
+        int(buf, b",\"pane_index\":", Int::U(self.pane_index.into()));
+        int(buf, b",\"generation\":", Int::U(self.generation));
         buf.extend_from_slice(b",\"lines\":[");
         for (i, l) in self.lines.iter().enumerate() {
             buf.extend_from_slice(if i == 0 {
@@ -149,15 +159,22 @@ impl ResultRecord {
                 b",{\"model\":"
             });
             json_str(buf, &l.model);
-            int(buf, b",\"requests\":", l.requests.into());
-            int(buf, b",\"prompt_tokens\":", l.prompt_tokens.into());
-            int(buf, b",\"completion_tokens\":", l.completion_tokens.into());
+            int(buf, b",\"requests\":", Int::U(l.requests));
+            int(buf, b",\"prompt_tokens\":", Int::U(l.prompt_tokens));
+            int(buf, b",\"completion_tokens\":", Int::U(l.completion_tokens));
             buf.extend_from_slice(b",\"cost_pico\":");
             json_pico(buf, l.cost_pico);
             buf.push(b'}');
         }
         buf.extend_from_slice(b"]}");
     }
+}
+
+/// An integer member: formatted in 64 bits, as serde_json does (never `i128`,
+/// whose division is far slower).
+enum Int {
+    U(u64),
+    I(i64),
 }
 
 impl ResultKind {

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use rdkafka::bindings as rd;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
@@ -317,9 +318,8 @@ impl Outputs {
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: the client pointer is valid while `self.producer` lives; flush is
         // thread-safe in librdkafka.
-        let err =
-            unsafe { rdkafka::bindings::rd_kafka_flush(self.producer.client().native_ptr(), ms) };
-        if err != rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+        let err = unsafe { rd::rd_kafka_flush(self.producer.client().native_ptr(), ms) };
+        if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
             return Err(KafkaIoError::Client {
                 context: "flushing the producer".into(),
                 source: KafkaError::Flush(err.into()),
@@ -347,7 +347,7 @@ struct Poller {
 }
 
 /// A reference to the producer's main queue, owned by the poller thread.
-struct MainQueue(*mut rdkafka::bindings::rd_kafka_queue_t);
+struct MainQueue(*mut rd::rd_kafka_queue_t);
 
 // SAFETY: librdkafka queues are thread-safe; the reference is used by one thread.
 unsafe impl Send for MainQueue {}
@@ -355,7 +355,7 @@ unsafe impl Send for MainQueue {}
 impl MainQueue {
     fn len(&self) -> usize {
         // SAFETY: a live queue reference (destroyed only in drop).
-        unsafe { rdkafka::bindings::rd_kafka_queue_length(self.0) }
+        unsafe { rd::rd_kafka_queue_length(self.0) }
     }
 }
 
@@ -363,8 +363,8 @@ impl Drop for MainQueue {
     fn drop(&mut self) {
         // SAFETY: stop writing to the pipe before it closes, then release our reference.
         unsafe {
-            rdkafka::bindings::rd_kafka_queue_io_event_enable(self.0, -1, std::ptr::null(), 0);
-            rdkafka::bindings::rd_kafka_queue_destroy(self.0);
+            rd::rd_kafka_queue_io_event_enable(self.0, -1, std::ptr::null(), 0);
+            rd::rd_kafka_queue_destroy(self.0);
         }
     }
 }
@@ -386,13 +386,8 @@ impl Poller {
         // SAFETY: a new reference to the client's main queue (released by `MainQueue`);
         // librdkafka writes one byte to `wake` when the queue turns non-empty.
         let queue = unsafe {
-            let q = rdkafka::bindings::rd_kafka_queue_get_main(producer.client().native_ptr());
-            rdkafka::bindings::rd_kafka_queue_io_event_enable(
-                q,
-                wake.as_raw_fd(),
-                b"q".as_ptr().cast(),
-                1,
-            );
+            let q = rd::rd_kafka_queue_get_main(producer.client().native_ptr());
+            rd::rd_kafka_queue_io_event_enable(q, wake.as_raw_fd(), b"q".as_ptr().cast(), 1);
             MainQueue(q)
         };
         let stop = Arc::new(AtomicBool::new(false));

@@ -40,12 +40,13 @@ impl Pico {
         };
         let per = Self::PER_USD as u64;
         let (whole, frac) = (v / per, v % per);
+        let (mut w, mut f) = (itoa::Buffer::new(), itoa::Buffer::new());
+        let frac = f.format(frac);
         let mut s = String::with_capacity(24);
-        s.push_str(itoa::Buffer::new().format(whole));
+        s.push_str(w.format(whole));
         s.push('.');
-        let digits = itoa::Buffer::new().format(frac).len();
-        s.extend(std::iter::repeat_n('0', 12 - digits));
-        s.push_str(itoa::Buffer::new().format(frac));
+        s.extend(std::iter::repeat_n('0', 12 - frac.len()));
+        s.push_str(frac);
         s
     }
 }

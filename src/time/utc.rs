@@ -53,7 +53,7 @@ pub fn parse_event_rfc3339(s: &str) -> Option<i64> {
 }
 
 /// The common form `YYYY-MM-DDTHH:MM:SS[.f…]Z` read without chrono's general
-/// parser (a third of a mapped record's time in the profile): the digits are split
+/// parser (most of what an RFC 3339 time cost in the profile): the digits are split
 /// here, the calendar is still chrono's (`from_ymd_opt` refuses a day that does
 /// not exist). `None` for anything else — an offset, a leap second, a day that
 /// does not exist — which the general parser then decides.

@@ -100,16 +100,17 @@ fn write_panes(
     out: &mut BufWriter<File>,
     output: &Path,
     panes: &mut Vec<crate::engine::ResultRecord>,
+    scratch: &mut Vec<u8>,
 ) -> Result<(), WorkerError> {
     if panes.is_empty() {
         return Ok(());
     }
-    let mut buf = Vec::with_capacity(512 * panes.len());
+    scratch.clear();
     for pane in panes.drain(..) {
-        pane.append_json(&mut buf);
-        buf.push(b'\n');
+        pane.append_json(scratch);
+        scratch.push(b'\n');
     }
-    out.write_all(&buf).map_err(io_err(output))
+    out.write_all(scratch).map_err(io_err(output))
 }
 
 /// Configurations that cannot work over a file, refused before anything is touched.
@@ -167,6 +168,8 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
     let mut late = create(&late_path)?;
     let mut dlq = create(&dlq_path)?;
     let mut panes = Vec::new();
+    // The JSON of a batch's panes (reused).
+    let mut scratch = Vec::new();
     let mut routes = Vec::with_capacity(BATCH);
     // A batch of non-empty records, their line numbers and, for an oversized one, its
     // true length (buffers reused).
@@ -241,7 +244,7 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
         if let Some(e) = task.take_spill_error() {
             return Err(WorkerError::Refused(e));
         }
-        write_panes(&mut out, output, &mut panes)?;
+        write_panes(&mut out, output, &mut panes, &mut scratch)?;
         for (i, route) in routes.drain(..).enumerate() {
             // Built only for the rare records that go to a side file.
             let source = || format!("{}:{}", input.display(), numbers[i]);
@@ -298,7 +301,7 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
     if let Some(e) = task.take_spill_error() {
         return Err(WorkerError::Refused(e));
     }
-    write_panes(&mut out, output, &mut panes)?;
+    write_panes(&mut out, output, &mut panes, &mut scratch)?;
     out.flush().map_err(io_err(output))?;
     late.flush().map_err(io_err(&late_path))?;
     dlq.flush().map_err(io_err(&dlq_path))?;
