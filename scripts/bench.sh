@@ -8,7 +8,7 @@
 #   BENCH_BUDGET        state.memory_budget for the state benchmark (default 64MiB)
 #   BENCH_DIR           scratch directory (default /tmp/tally-bench; generated files are reused)
 #   BENCH_MAPPED_EVENTS events per file of the input-mapping section (default 2,000,000)
-#   BENCH_ONLY          run one section: engine, mapped, kafka, state, checkpoint or budget
+#   BENCH_ONLY          run one section: engine, mapped, flink, kafka, state, checkpoint or budget
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -93,6 +93,13 @@ TOML
     base=${base:-$rate}
     echo "| $shape | $rate | $(awk -v r="$rate" -v b="$base" 'BEGIN {printf "%.2f", r / b}') | $ratio |"
   done
+  echo
+fi
+
+if section flink; then
+  echo "### Against Apache Flink 2.3 SQL: the same query on the same $events events"
+  echo
+  scripts/bench-flink.sh "$bin" "$work/bench.toml" "$work/events-$events.jsonl" "$work"
   echo
 fi
 
