@@ -8,6 +8,8 @@
 # Flink is the distribution bundled in PyPI's apache-flink wheel (its lib/ jars), run
 # on the machine's JDK 17; the wheel is installed once into <work>/flink-venv.
 #   usage: scripts/bench-flink.sh <tally binary> <config> <events.jsonl> <work dir>
+#   (the config's state and checkpoint dirs are <work>/state and <work>/checkpoints,
+#   as scripts/bench.sh writes them)
 #   BENCH_FLINK_ROUNDS  jobs per Flink JVM (default 4); tally runs 3 times
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,11 +41,9 @@ field() { sed -n "s/.* $1=\([0-9.]*\).*/\1/p"; }
 flink_best() { field seconds <"$work/flink-p$1.txt" | sort -n | head -1; }
 
 # tally: the whole process, as a user runs it (state and checkpoints fresh each run).
-state=$(sed -n 's/^dir = "\(.*\)"$/\1/p' "$cfg")
 best=""
 for _ in 1 2 3; do
-  # shellcheck disable=SC2086
-  rm -rf $state
+  rm -rf "$work/state" "$work/checkpoints"
   start=$(date +%s.%N)
   TALLY_LOG=warn "$bin" run --config "$cfg" --input-file "$file" --output-file "$work/flink-tally.jsonl" 2>/dev/null
   end=$(date +%s.%N)
