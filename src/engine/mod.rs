@@ -12,12 +12,14 @@ pub mod bloom;
 pub mod cold;
 pub mod dedup;
 pub mod fpset;
+mod prepared;
 mod result;
 pub mod spill;
 mod task;
 
 pub use acc::{Line, WindowAcc, LINE_BYTES};
 pub use dedup::{Dedup, DedupDelta};
+pub use prepared::Prepared;
 pub use result::{
     AdjustmentRecord, LineItem, PaneKind, ProgressRecord, ResultKind, ResultRecord, SinkRecord,
 };

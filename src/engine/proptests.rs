@@ -250,6 +250,46 @@ proptest! {
         prop_assert_eq!(billed + late, all);
     }
 
+    /// Step 1 done ahead (`Prepared`, as the file mode's reading thread does it) and
+    /// the rest applied in batches of any size: the same routes, panes and state as
+    /// one record at a time; with ids and tenants that JSON escapes (owned strings).
+    #[test]
+    fn prepared_batches_decide_as_one_record_at_a_time(
+        recs in records(),
+        sizes in prop::collection::vec(1usize..70, 1..8),
+        escape in prop::collection::vec(prop::bool::ANY, 300),
+    ) {
+        let recs: Vec<String> = recs
+            .into_iter()
+            .zip(&escape)
+            .map(|(r, &e)| if e { r.replacen(":\"t", ":\"\\u0074", 1).replacen(":\"r", ":\"\\u0072", 1) } else { r })
+            .collect();
+        let mut one = PartitionTask::new(Partition(0), cfg(30_000));
+        let (routes, panes) = run(&mut one, &recs);
+        let config = cfg(30_000);
+        let mut batched = PartitionTask::new(Partition(0), config.clone());
+        let (mut got_routes, mut got_panes) = (Vec::new(), Vec::new());
+        let mut prepared = Prepared::default();
+        let mut rest = &recs[..];
+        for size in sizes.iter().cycle() {
+            if rest.is_empty() {
+                break;
+            }
+            let (now, later) = rest.split_at((*size).min(rest.len()));
+            prepared.clear();
+            for r in now {
+                prepared.push(&config, RecordIn { payload: r.as_bytes(), kafka_ts: None, now_ms: T0 });
+            }
+            prop_assert_eq!(prepared.len(), now.len());
+            batched.process_prepared(&prepared, T0, &mut got_panes, &mut got_routes);
+            rest = later;
+        }
+        prop_assert_eq!(got_routes, routes);
+        prop_assert_eq!(got_panes, panes);
+        prop_assert_eq!(batched.snapshot(), one.snapshot());
+        prop_assert_eq!(batched.counters(), one.counters());
+    }
+
     /// Snapshot anywhere and resume: the same outputs as one uninterrupted run.
     #[test]
     fn snapshot_and_resume_is_invisible(recs in records(), split in 0usize..300) {

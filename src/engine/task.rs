@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use super::acc::{WindowAcc, LINE_BYTES};
 use super::dedup::{Dedup, DedupDelta, Fingerprint};
+use super::prepared::Prepared;
 use super::result::{LineItem, PaneKind, ResultKind, ResultRecord};
 use super::spill::{SpillStore, Spilled, WINDOW_BYTES};
 use super::{Counters, EngineConfig, RecordIn, Route, TimeSource};
@@ -63,9 +64,9 @@ type Windows = BTreeMap<i64, Tenants>;
 
 /// A record that passed step 1: the event, its event time, its cost, and the
 /// fingerprint of its request id.
-struct Checked<'a> {
-    valid: Valid<'a>,
-    fp: Fingerprint,
+pub(super) struct Checked<'a> {
+    pub(super) valid: Valid<'a>,
+    pub(super) fp: Fingerprint,
 }
 
 /// A record that passed `validate`: its event, event time, window and cost.
@@ -440,6 +441,42 @@ impl PartitionTask {
         }
     }
 
+    /// Routes a batch that went through step 1 ahead (`Prepared`, under this
+    /// task's configuration), in order, exactly as `process_batch` would route its
+    /// records; `routes` gets one entry per record. Each record's dedup slot is
+    /// prefetched `AHEAD` records before it is routed.
+    pub fn process_prepared(
+        &mut self,
+        batch: &Prepared,
+        now_ms: i64,
+        out: &mut Vec<ResultRecord>,
+        routes: &mut Vec<Route>,
+    ) {
+        const AHEAD: usize = 16;
+        let rec = RecordIn {
+            payload: &[],
+            kafka_ts: None,
+            now_ms,
+        };
+        let cfg = self.cfg.clone();
+        for fp in (0..batch.len().min(AHEAD)).filter_map(|i| batch.fingerprint(i)) {
+            self.dedup.prefetch(fp);
+        }
+        for i in 0..batch.len() {
+            if let Some(fp) = (i + AHEAD < batch.len())
+                .then(|| batch.fingerprint(i + AHEAD))
+                .flatten()
+            {
+                self.dedup.prefetch(fp);
+            }
+            let route = match batch.checked(&cfg, i) {
+                Ok(c) => self.count_valid(rec, &c, out),
+                Err(reason) => self.count_route(Route::DeadLetter(reason.clone())),
+            };
+            routes.push(route);
+        }
+    }
+
     /// Step 1 of the rules, and the request id's dedup fingerprint.
     fn check<'a>(&self, rec: RecordIn<'a>) -> Result<Checked<'a>, DeadLetterReason> {
         let valid = validate(&self.cfg, rec)?;
@@ -453,15 +490,27 @@ impl PartitionTask {
         checked: &Result<Checked<'_>, DeadLetterReason>,
         out: &mut Vec<ResultRecord>,
     ) -> Route {
+        match checked {
+            Ok(c) => self.count_valid(rec, c, out),
+            Err(reason) => self.count_route(Route::DeadLetter(reason.clone())),
+        }
+    }
+
+    fn count_valid(
+        &mut self,
+        rec: RecordIn<'_>,
+        c: &Checked<'_>,
+        out: &mut Vec<ResultRecord>,
+    ) -> Route {
+        let t = c.valid.ev.completed_ts;
+        self.high_water = Some(self.high_water.map_or(t, |h| h.max(t)));
+        let route = self.route(rec, c, out);
+        self.count_route(route)
+    }
+
+    /// Counts a record (consumed, and by its route).
+    fn count_route(&mut self, route: Route) -> Route {
         self.counters.consumed += 1;
-        let route = match checked {
-            Ok(c) => {
-                let t = c.valid.ev.completed_ts;
-                self.high_water = Some(self.high_water.map_or(t, |h| h.max(t)));
-                self.route(rec, c, out)
-            }
-            Err(reason) => Route::DeadLetter(reason.clone()),
-        };
         match route {
             Route::Window => self.counters.folded += 1,
             Route::TooLate { .. } => self.counters.too_late += 1,

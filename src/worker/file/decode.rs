@@ -8,10 +8,10 @@
 //! - A corrupt archive is an I/O error naming the input (the records before it are
 //!   applied); a stop request's error passes through the decoder unchanged.
 
-use std::cell::Cell;
 use std::io::{self, BufReader, Read};
 use std::path::Path;
-use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// How the input is compressed, by its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,28 +34,39 @@ impl Compression {
 /// Counts the bytes read through it.
 struct Counted<R> {
     inner: R,
-    read: Rc<Cell<u64>>,
+    read: BytesRead,
 }
 
 impl<R: Read> Read for Counted<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.read.set(self.read.get() + n as u64);
+        self.read.0.fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
     }
 }
 
 /// The bytes of the file read so far (shared with the reader that counts them).
-pub type BytesRead = Rc<Cell<u64>>;
+/// The bytes of the file read so far (shared with the thread that reads it).
+#[derive(Debug, Clone, Default)]
+pub struct BytesRead(Arc<AtomicU64>);
+
+impl BytesRead {
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
 
 /// The decompressed bytes of `raw`, and the count of its own bytes read so far.
-pub fn open<R: Read + 'static>(raw: R, c: Compression) -> io::Result<(Box<dyn Read>, BytesRead)> {
-    let read = Rc::new(Cell::new(0));
+pub fn open<R: Read + Send + 'static>(
+    raw: R,
+    c: Compression,
+) -> io::Result<(Box<dyn Read + Send>, BytesRead)> {
+    let read = BytesRead::default();
     let counted = Counted {
         inner: raw,
         read: read.clone(),
     };
-    let reader: Box<dyn Read> = match c {
+    let reader: Box<dyn Read + Send> = match c {
         Compression::None => Box::new(counted),
         Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(
             1 << 16,

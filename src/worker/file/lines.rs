@@ -65,12 +65,27 @@ impl<R: Read> Lines<R> {
 
     /// Reads the next line's record into `buf` (cleared first); `None` at end of input.
     /// An error leaves the line unread (its number is not counted).
+    #[cfg(test)]
     pub fn next_into(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Line>> {
         buf.clear();
+        self.append_next(buf)
+    }
+
+    /// Appends the next line's record to `buf`, as `next_into` reads it; on `None`
+    /// or an error `buf` is as it was.
+    pub fn append_next(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Line>> {
+        let start = buf.len();
         let first = self.line_no == 0;
         let slack = if first { BOM.len() as u64 } else { 0 };
         let cap = (self.limit as u64).saturating_add(1 + slack);
-        let n = (&mut self.inner).take(cap).read_until(b'\n', buf)? as u64;
+        let read = (&mut self.inner).take(cap).read_until(b'\n', buf);
+        let n = match read {
+            Ok(n) => n as u64,
+            Err(e) => {
+                buf.truncate(start);
+                return Err(e);
+            }
+        };
         if n == 0 {
             return Ok(None);
         }
@@ -79,22 +94,27 @@ impl<R: Read> Lines<R> {
             if buf.last() == Some(&b'\n') {
                 buf.pop();
             }
-            let crs = trailing_cr(buf);
+            let crs = trailing_cr(&buf[start..]);
             buf.truncate(buf.len() - crs);
-            buf.len() as u64
+            (buf.len() - start) as u64
         } else {
             // `cap` bytes and no end of line yet: skip the rest, counting it.
-            let (rest, crs) = self.skip_rest(trailing_cr(buf) as u64)?;
-            n + rest - crs
+            match self.skip_rest(trailing_cr(&buf[start..]) as u64) {
+                Ok((rest, crs)) => n + rest - crs,
+                Err(e) => {
+                    buf.truncate(start);
+                    return Err(e);
+                }
+            }
         };
         self.line_no += 1;
-        if first && buf.starts_with(BOM) {
-            buf.drain(..BOM.len());
+        if first && buf[start..].starts_with(BOM) {
+            buf.drain(start..start + BOM.len());
             len -= BOM.len() as u64;
             self.skipped_bom = true;
         }
         // Trailing `\r`s read before the skip are not part of the record.
-        buf.truncate(usize::try_from(len).unwrap_or(usize::MAX));
+        buf.truncate(start.saturating_add(usize::try_from(len).unwrap_or(usize::MAX)));
         if len <= self.limit as u64 {
             Ok(Some(Line::Record))
         } else {
@@ -250,6 +270,35 @@ mod tests {
     }
 
     proptest! {
+        /// `append_next` into one buffer yields the records `next_into` yields, back
+        /// to back, and leaves the buffer as it was at the end of input.
+        #[test]
+        fn appending_gives_the_same_records_back_to_back(
+            input in proptest::collection::vec(
+                prop_oneof![Just(b'a'), Just(b'\r'), Just(b'\n'), Just(0xEF), Just(0xBB), Just(0xBF)],
+                0..80,
+            ),
+            limit in 0usize..12,
+            capacity in 1usize..9,
+        ) {
+            let want = all(Lines::with_capacity(Trickle(&input), limit, capacity));
+            let mut lines = Lines::with_capacity(Trickle(&input), limit, capacity);
+            let mut buf = b"head".to_vec();
+            let mut got = Vec::new();
+            loop {
+                let start = buf.len();
+                match lines.append_next(&mut buf).unwrap() {
+                    Some(kind) => got.push((lines.line_no(), buf[start..].to_vec(), kind)),
+                    None => {
+                        prop_assert_eq!(buf.len(), start);
+                        break;
+                    }
+                }
+            }
+            prop_assert!(buf.starts_with(b"head"));
+            prop_assert_eq!(got, want);
+        }
+
         #[test]
         fn reads_every_line_as_the_definition_says(
             input in proptest::collection::vec(

@@ -24,6 +24,12 @@
 //! state checkpointed at the last line read, and `run` returns it as `interrupted`:
 //! the end-of-input panes are not emitted, the input did not end.
 //!
+//! Two threads share the work (`reader`): a reading thread reads the lines and puts
+//! them through step 1 of the rules (parse, validate, price, fingerprint) a chunk
+//! at a time, while this thread applies the chunk before (dedup, windows, panes, side
+//! files, checkpoints) in file order; so every decision, and every output byte, is
+//! what one thread would make.
+//!
 //! The hot path is the worker's: every `checkpoint.interval` the outputs are
 //! flushed, the task's changes are committed to the RocksDB state store in one
 //! batch, and a checkpoint (offset = lines read) is exported on a background thread
@@ -44,18 +50,20 @@ mod checkpointer;
 mod decode;
 mod lines;
 mod paths;
+mod reader;
 mod side;
 mod source;
 
 use checkpointer::{group, Checkpointer};
-use lines::{Line, Lines};
+use lines::Lines;
 use paths::Paths;
+use reader::{End, Reader};
 use source::Source;
 
 use super::{shutdown, WorkerError};
 use crate::checkpoint::CheckpointError;
 use crate::config::Config;
-use crate::engine::{Counters, PartitionTask, RecordIn, Route, TimeSource};
+use crate::engine::{Counters, PartitionTask, Route, TimeSource};
 use crate::kafka::now_ms;
 use crate::model::event::DeadLetterReason;
 use crate::model::Partition;
@@ -72,10 +80,6 @@ fn create(path: &Path) -> Result<BufWriter<File>, WorkerError> {
         .map(|f| BufWriter::with_capacity(1 << 20, f))
         .map_err(io_err(path))
 }
-
-/// Records per `process_batch` call: enough for the dedup prefetches of a batch
-/// to land while it is parsed.
-const BATCH: usize = 32;
 
 /// Step 2 of a checkpoint in a file run: the three output files flushed.
 fn flush_all(
@@ -155,9 +159,8 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
         .map(|m| m.len());
     let (decoded, bytes_read) =
         decode::open(source, decode::Compression::of(input)).map_err(io_err(input))?;
-    let mut reader = Lines::new(decoded, limit);
     let progress = crate::progress::Progress::new("input", None, size);
-    let mut task = PartitionTask::new(Partition(0), engine);
+    let mut task = PartitionTask::new(Partition(0), engine.clone());
     let mut checkpointer = Checkpointer::open(cfg, input)?;
     task.attach_spill(checkpointer.store.clone());
     let budget = cfg.state.memory_budget_bytes();
@@ -168,24 +171,26 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
     let mut late = create(&late_path)?;
     let mut dlq = create(&dlq_path)?;
     let mut panes = Vec::new();
-    // The JSON of a batch's panes (reused).
+    // The JSON of a chunk's panes (reused).
     let mut scratch = Vec::new();
-    let mut routes = Vec::with_capacity(BATCH);
-    // A batch of non-empty records, their line numbers and, for an oversized one, its
-    // true length (buffers reused).
-    let mut lines: Vec<Vec<u8>> = (0..BATCH).map(|_| Vec::new()).collect();
-    let mut numbers = [0u64; BATCH];
-    let mut oversized = [None::<u64>; BATCH];
-    let mut line_no = 0u64;
+    let mut routes = Vec::new();
     let now = now_ms();
-    let (mut eof, mut stopped) = (false, false);
-    let mut next_check = 4096u64;
     tracing::info!(input = %input.display(), "reading input");
-    while !eof && !stopped {
-        // Every 4096 lines, at a batch boundary: reading the clock per line would show.
+    let mut reader = Reader::spawn(
+        Lines::new(decoded, limit),
+        bytes_read,
+        engine,
+        now,
+        input.display().to_string(),
+    )
+    .map_err(io_err(input))?;
+    let (mut line_no, mut bytes) = (0u64, 0u64);
+    let mut next_check = 4096u64;
+    let stopped = loop {
+        // Every 4096 lines, between chunks: reading the clock per line would show.
         if line_no >= next_check {
             next_check = line_no + 4096;
-            progress.show(line_no, Some(bytes_read.get()), false);
+            progress.show(line_no, Some(bytes), false);
             // Lines so far are applied: the offset of a commit here.
             if last_checkpoint.elapsed() >= interval {
                 let mut flush =
@@ -196,67 +201,26 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
                 checkpointer.spill(&mut task, line_no)?;
             }
         }
-        let mut n = 0;
-        while n < BATCH {
-            // Apply what was read before a read that may wait (a FIFO's writer may be
-            // slow); for a file, a short batch once per buffer.
-            if n > 0 && !reader.buffered() {
-                break;
-            }
-            let line = &mut lines[n];
-            let kind = match reader.next_into(line) {
-                Ok(Some(kind)) => kind,
-                Ok(None) => {
-                    eof = true;
-                    break;
-                }
-                // A stop request: apply the lines read so far, then stop there.
-                Err(e) if source::is_stop(&e) => {
-                    stopped = true;
-                    break;
-                }
-                Err(e) => return Err(io_err(input)(e)),
-            };
-            line_no = reader.line_no();
-            if line_no == 1 && reader.skipped_bom() {
-                tracing::info!(input = %input.display(), "the input starts with a UTF-8 byte-order mark; skipped");
-            }
-            if !line.is_empty() {
-                numbers[n] = line_no;
-                // The engine sees more than `limit` bytes of it: enough to route it.
-                oversized[n] = match kind {
-                    Line::Record => None,
-                    Line::Oversized { bytes } => Some(bytes),
-                };
-                n += 1;
-            }
-        }
-        let recs: Vec<RecordIn<'_>> = lines[..n]
-            .iter()
-            .map(|l| RecordIn {
-                payload: l,
-                kafka_ts: None,
-                now_ms: now,
-            })
-            .collect();
+        let mut chunk = reader.next();
         routes.clear();
-        task.process_batch(&recs, &mut panes, &mut routes);
+        task.process_prepared(&chunk.prepared, now, &mut panes, &mut routes);
         if let Some(e) = task.take_spill_error() {
             return Err(WorkerError::Refused(e));
         }
         write_panes(&mut out, output, &mut panes, &mut scratch)?;
         for (i, route) in routes.drain(..).enumerate() {
             // Built only for the rare records that go to a side file.
-            let source = || format!("{}:{}", input.display(), numbers[i]);
+            let source = || format!("{}:{}", input.display(), chunk.numbers[i]);
+            let record = chunk.record(i);
             match route {
                 Route::Window | Route::Duplicate => {}
                 Route::TooLate {
                     window_end,
                     watermark,
-                } => side::too_late(&mut late, window_end, watermark, &source(), &lines[i])
+                } => side::too_late(&mut late, window_end, watermark, &source(), record)
                     .map_err(io_err(&late_path))?,
-                Route::DeadLetter(reason) => match oversized[i] {
-                    None => side::dead_letter(&mut dlq, &reason, &source(), &lines[i], None),
+                Route::DeadLetter(reason) => match chunk.oversized[i] {
+                    None => side::dead_letter(&mut dlq, &reason, &source(), record, None),
                     // The engine saw a prefix: the reason gets the true length, the
                     // dead letter the first `limit` bytes.
                     Some(bytes) => {
@@ -264,15 +228,23 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
                             bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
                             limit,
                         };
-                        let prefix = &lines[i][..limit];
+                        let prefix = &record[..limit];
                         side::dead_letter(&mut dlq, &reason, &source(), prefix, Some(bytes))
                     }
                 }
                 .map_err(io_err(&dlq_path))?,
             }
         }
-    }
-    progress.show(line_no, Some(bytes_read.get()), true);
+        (line_no, bytes) = (chunk.line_no, chunk.bytes_read);
+        match chunk.end.take() {
+            None => reader.recycle(chunk),
+            Some(End::Eof) => break false,
+            // A stop request: the lines read so far are applied; stop there.
+            Some(End::Stopped) => break true,
+            Some(End::Failed(e)) => return Err(io_err(input)(e)),
+        }
+    };
+    progress.show(line_no, Some(bytes), true);
     let mut flush = || flush_all(&mut out, output, &mut late, &late_path, &mut dlq, &dlq_path);
     checkpointer.checkpoint(&mut task, line_no, &mut flush)?;
     checkpointer.finish()?;

@@ -1,0 +1,258 @@
+//! The file mode's reading thread: it reads the input's lines and puts each chunk
+//! of records through step 1 of the rules (`engine::Prepared`: parse, validate,
+//! price, fingerprint) while the main thread applies the chunk before it. On two
+//! cores the parse, most of a record's cost, runs beside the windows.
+//!
+//! Invariants:
+//! - Chunks come in file order, each with the non-empty records of consecutive
+//!   lines (at most `CHUNK`), their line numbers, and `line_no`: every line read
+//!   through the chunk, empty ones included. Every record read is in exactly one
+//!   chunk; the last chunk says why the input ended (`End`).
+//! - A chunk is sent before a read that may wait (the buffer is empty, and a FIFO's
+//!   writer may be slow): what was read is applied without waiting for more.
+//! - At most `QUEUE` chunks wait for the main thread: memory stays bounded by
+//!   `QUEUE + 2` chunks, whatever the relative speeds.
+//! - The thread ends after sending the last chunk, or when the main thread has
+//!   stopped receiving (its next send fails).
+//! - The two threads share step 1 by need: the reading thread prepares the first
+//!   `share` records of a chunk and the main thread the rest (`Reader::next`).
+//!   `share` grows when the main thread is behind (the queue is full) and shrinks
+//!   when it waits (the queue is empty). Step 1 is a pure function of the record,
+//!   so who prepares a record changes nothing it decides.
+
+use std::io::{self, Read};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError, TrySendError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use super::decode::BytesRead;
+use super::lines::{Line, Lines};
+use super::source;
+use crate::engine::{EngineConfig, Prepared, RecordIn};
+
+/// Records per chunk: one hand-over per chunk, small enough to stay in cache.
+const CHUNK: usize = 1024;
+
+/// Chunks read ahead of the main thread.
+const QUEUE: usize = 2;
+
+/// How far `share` moves at a time.
+const STEP: usize = 64;
+
+/// Why the input ended, after the records of the chunk that says it.
+#[derive(Debug)]
+pub enum End {
+    Eof,
+    /// A stop request (SIGTERM, SIGINT) interrupted a read.
+    Stopped,
+    /// A read failed (a corrupt archive, a disk error).
+    Failed(io::Error),
+}
+
+/// Consecutive records of the input, read and through step 1 of the rules.
+#[derive(Debug, Default)]
+pub struct Chunk {
+    /// The records, back to back; record `i` ends at `ends[i]`.
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+    /// Each record's line number.
+    pub numbers: Vec<u64>,
+    /// For an oversized record, its true length (it holds a prefix of it).
+    pub oversized: Vec<Option<u64>>,
+    pub prepared: Prepared,
+    /// Lines read through this chunk (empty ones included).
+    pub line_no: u64,
+    /// The input's bytes read through this chunk (for progress).
+    pub bytes_read: u64,
+    /// `Some`: the input ended after this chunk's records.
+    pub end: Option<End>,
+}
+
+impl Chunk {
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// The `i`-th record's bytes.
+    pub fn record(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.bytes[start..self.ends[i]]
+    }
+
+    /// Step 1 on the records not yet prepared, up to the first `n`.
+    fn prepare_up_to(&mut self, n: usize, cfg: &EngineConfig, now_ms: i64) {
+        let bytes = &self.bytes;
+        for i in self.prepared.len()..n.min(self.ends.len()) {
+            let start = if i == 0 { 0 } else { self.ends[i - 1] };
+            let rec = RecordIn {
+                payload: &bytes[start..self.ends[i]],
+                kafka_ts: None,
+                now_ms,
+            };
+            self.prepared.push(cfg, rec);
+        }
+    }
+
+    /// Step 1 on every record not yet prepared.
+    fn prepare(&mut self, cfg: &EngineConfig, now_ms: i64) {
+        self.prepare_up_to(usize::MAX, cfg, now_ms);
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+        self.numbers.clear();
+        self.oversized.clear();
+        self.prepared.clear();
+        self.end = None;
+    }
+}
+
+/// The main thread's end of the reading thread.
+pub struct Reader {
+    chunks: Receiver<Chunk>,
+    spent: Sender<Chunk>,
+    thread: Option<JoinHandle<()>>,
+    /// Records of a chunk the reading thread prepares (the module header).
+    share: Arc<AtomicUsize>,
+    cfg: Arc<EngineConfig>,
+    now_ms: i64,
+}
+
+impl Reader {
+    /// Starts reading `lines`; `input` names the file in log lines, `now_ms` is the
+    /// run's wall clock for step 1, `cfg` the run's configuration.
+    pub fn spawn(
+        lines: Lines<Box<dyn Read + Send>>,
+        bytes_read: BytesRead,
+        cfg: Arc<EngineConfig>,
+        now_ms: i64,
+        input: String,
+    ) -> io::Result<Self> {
+        let (tx, chunks) = mpsc::sync_channel(QUEUE);
+        let (spent, recycled) = mpsc::channel();
+        let share = Arc::new(AtomicUsize::new(CHUNK));
+        let thread = {
+            let (cfg, share) = (cfg.clone(), share.clone());
+            let ends = Ends {
+                tx,
+                recycled,
+                share,
+            };
+            std::thread::Builder::new()
+                .name("input-reader".into())
+                .spawn(move || read(lines, bytes_read, &cfg, now_ms, &input, &ends))?
+        };
+        Ok(Self {
+            chunks,
+            spent,
+            thread: Some(thread),
+            share,
+            cfg,
+            now_ms,
+        })
+    }
+
+    /// The next chunk, every record prepared. After the one with an `end`, there
+    /// is none. A panic of the reading thread resumes here.
+    pub fn next(&mut self) -> Chunk {
+        let got = match self.chunks.try_recv() {
+            Err(TryRecvError::Empty) => {
+                // This thread waits: the reading thread prepares less.
+                let s = self.share.load(Ordering::Relaxed);
+                self.share.store(s.saturating_sub(STEP), Ordering::Relaxed);
+                self.chunks.recv().ok()
+            }
+            got => got.ok(),
+        };
+        let Some(mut chunk) = got else {
+            if let Some(Err(panic)) = self.thread.take().map(JoinHandle::join) {
+                std::panic::resume_unwind(panic);
+            }
+            unreachable!("the reading thread ends only after its last chunk")
+        };
+        chunk.prepare(&self.cfg, self.now_ms);
+        chunk
+    }
+
+    /// Gives an applied chunk's buffers back for reuse.
+    pub fn recycle(&self, chunk: Chunk) {
+        let _ = self.spent.send(chunk);
+    }
+}
+
+/// The reading thread's ends of the channels, and its share of step 1.
+struct Ends {
+    tx: SyncSender<Chunk>,
+    recycled: Receiver<Chunk>,
+    share: Arc<AtomicUsize>,
+}
+
+fn read(
+    mut lines: Lines<Box<dyn Read + Send>>,
+    bytes_read: BytesRead,
+    cfg: &EngineConfig,
+    now_ms: i64,
+    input: &str,
+    ends: &Ends,
+) {
+    loop {
+        let mut chunk = ends.recycled.try_recv().unwrap_or_default();
+        chunk.clear();
+        while chunk.len() < CHUNK {
+            if chunk.len() > 0 && !lines.buffered() {
+                break;
+            }
+            let start = chunk.bytes.len();
+            let kind = match lines.append_next(&mut chunk.bytes) {
+                Ok(Some(kind)) => kind,
+                Ok(None) => {
+                    chunk.end = Some(End::Eof);
+                    break;
+                }
+                Err(e) if source::is_stop(&e) => {
+                    chunk.end = Some(End::Stopped);
+                    break;
+                }
+                Err(e) => {
+                    chunk.end = Some(End::Failed(e));
+                    break;
+                }
+            };
+            let line_no = lines.line_no();
+            if line_no == 1 && lines.skipped_bom() {
+                tracing::info!(
+                    input,
+                    "the input starts with a UTF-8 byte-order mark; skipped"
+                );
+            }
+            if chunk.bytes.len() > start {
+                chunk.ends.push(chunk.bytes.len());
+                chunk.numbers.push(line_no);
+                // The engine sees more than `limit` bytes of it: enough to route it.
+                chunk.oversized.push(match kind {
+                    Line::Record => None,
+                    Line::Oversized { bytes } => Some(bytes),
+                });
+            }
+        }
+        chunk.prepare_up_to(ends.share.load(Ordering::Relaxed), cfg, now_ms);
+        chunk.line_no = lines.line_no();
+        chunk.bytes_read = bytes_read.get();
+        let last = chunk.end.is_some();
+        let sent = match ends.tx.try_send(chunk) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(chunk)) => {
+                // The main thread is behind: this thread prepares more.
+                let s = ends.share.load(Ordering::Relaxed);
+                ends.share.store((s + STEP).min(CHUNK), Ordering::Relaxed);
+                ends.tx.send(chunk).map_err(drop)
+            }
+            Err(TrySendError::Disconnected(_)) => Err(()),
+        };
+        if sent.is_err() || last {
+            return;
+        }
+    }
+}
