@@ -1,7 +1,7 @@
 //! JSON parsers compared on tally's field extraction (BENCHMARKS.md §1.1).
-//! `fast` and `pointer` are tally's own `src/model/input/{fast,pointer}.rs`; every
-//! serde parser drives the same `fast::walk`. `Val`, `Vals`, `MAX_FIELDS` and
-//! `FieldSpec` below stand in for `src/model/input/mod.rs`'s.
+//! `fast`, `scan` and `pointer` are tally's own `src/model/input/{fast,scan,pointer}.rs`;
+//! every serde parser drives the same `fast::walk`. `Val`, `Vals`, `MAX_FIELDS`,
+//! `absent`, `FieldSpec` and `model::same` below stand in for tally's.
 
 use std::borrow::Cow;
 
@@ -11,6 +11,16 @@ use serde::Deserialize;
 pub mod fast;
 #[path = "../../../src/model/input/pointer.rs"]
 pub mod pointer;
+#[path = "../../../src/model/input/scan.rs"]
+pub mod scan;
+
+pub mod model {
+    /// Stands in for tally's inline short compare (`src/model/mod.rs`).
+    #[inline]
+    pub fn same(a: &[u8], b: &[u8]) -> bool {
+        a == b
+    }
+}
 
 // ---- stand-ins copied from /work/main/src/model/input/mod.rs ----
 
@@ -37,6 +47,10 @@ pub enum Val<'a> {
 }
 
 pub type Vals<'a> = [Val<'a>; MAX_FIELDS];
+
+pub fn absent<'a>() -> Vals<'a> {
+    Vals::default()
+}
 
 // ---- shapes ----
 
@@ -165,9 +179,20 @@ pub fn a_serde_slice<'a>(plan: &fast::Plan, b: &'a [u8]) -> Option<Vals<'a>> {
     Some(v)
 }
 
-/// (b) from_utf8 then serde_json::Deserializer::from_str (what fast.rs does now).
+/// (b) from_utf8 then serde_json::Deserializer::from_str (fast.rs's second tier).
 #[inline]
 pub fn b_serde_str<'a>(plan: &fast::Plan, b: &'a [u8]) -> Option<Vals<'a>> {
+    let text = std::str::from_utf8(b).ok()?;
+    let mut de = serde_json::Deserializer::from_str(text);
+    let v = walk_vals(plan, &mut de).ok()?;
+    de.end().ok()?;
+    Some(v)
+}
+
+/// (g) what tally does now: from_utf8, the hand-written scanner, and (b) where it
+/// gives up (`fast::extract`).
+#[inline]
+pub fn g_scan<'a>(plan: &fast::Plan, b: &'a [u8]) -> Option<Vals<'a>> {
     let mut v = Vals::default();
     fast::extract(plan, b, &mut v).then_some(v)
 }

@@ -16,6 +16,7 @@ enum P {
     D,
     E,
     F,
+    G,
 }
 
 impl P {
@@ -28,6 +29,7 @@ impl P {
             P::D => "(d) simd-json serde (copy incl.)",
             P::E => "(e) old derive Wire, serde_json::from_slice",
             P::F => "(f) sonic-rs get_many (non-serde)",
+            P::G => "(g) from_utf8 + tally's scanner (then (b))",
         }
     }
 }
@@ -88,6 +90,7 @@ fn run(p: P, shape: Shape, recs: &Recs, range: (usize, usize)) -> (u64, u64, f64
     let (c, s) = match p {
         P::A => lp(recs, range, |b| summarize(shape, &a_serde_slice(&plan, b)?)),
         P::B => lp(recs, range, |b| summarize(shape, &b_serde_str(&plan, b)?)),
+        P::G => lp(recs, range, |b| summarize(shape, &g_scan(&plan, b)?)),
         P::C => lp(recs, range, |b| summarize(shape, &c_sonic_slice(&plan, b)?)),
         P::C2 => lp(recs, range, |b| summarize(shape, &c2_sonic_str(&plan, b)?)),
         P::D => {
@@ -190,7 +193,7 @@ fn main() {
         if !shapes.split(',').any(|s| s == label) {
             continue;
         }
-        let mut ps = vec![P::A, P::B, P::C, P::C2, P::D];
+        let mut ps = vec![P::A, P::B, P::G, P::C, P::C2, P::D];
         if shape == Shape::Default {
             ps.push(P::E);
         }

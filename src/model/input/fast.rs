@@ -1,6 +1,7 @@
-//! The fast parser: one pass over the record with serde_json's borrowing
-//! deserializer, descending only into the members on a mapped path (a trie of the
-//! pointers) and skipping everything else without building it.
+//! The fast parser: one pass over the record, descending only into the members on
+//! a mapped path (a trie of the pointers) and skipping everything else without
+//! building it. Two tiers: the hand-written `scan`, and where it gives up, a walk
+//! with serde_json's borrowing deserializer.
 //!
 //! Invariants:
 //! - Extracts exactly the `Val` that `reference` finds for every field, or gives up
@@ -21,25 +22,25 @@ use crate::model::same;
 /// The pointers as a trie; the root is the record's object.
 #[derive(Debug, Clone, Default)]
 pub struct Plan {
-    root: Node,
+    pub(super) root: Node,
 }
 
 #[derive(Debug, Clone, Default)]
-struct Node {
-    children: Vec<Child>,
+pub(super) struct Node {
+    pub(super) children: Vec<Child>,
     /// Slot of the bit in `Walk::seen` for this node (the root has none).
-    id: usize,
+    pub(super) id: usize,
 }
 
 #[derive(Debug, Clone)]
-struct Child {
-    name: Box<str>,
-    index: Option<usize>,
-    next: Next,
+pub(super) struct Child {
+    pub(super) name: Box<str>,
+    pub(super) index: Option<usize>,
+    pub(super) next: Next,
 }
 
 #[derive(Debug, Clone)]
-enum Next {
+pub(super) enum Next {
     Leaf(usize),
     Node(Node),
 }
@@ -126,6 +127,11 @@ pub fn extract<'a>(plan: &Plan, bytes: &'a [u8], vals: &mut Vals<'a>) -> bool {
     let Ok(text) = std::str::from_utf8(bytes) else {
         return false;
     };
+    // The hand-written scanner first; where it gives up, serde_json's walk.
+    if super::scan::extract(plan, text, vals) {
+        return true;
+    }
+    *vals = super::absent();
     let mut de = serde_json::Deserializer::from_str(text);
     walk(plan, &mut de, vals).is_ok() && de.end().is_ok()
 }

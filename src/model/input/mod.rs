@@ -32,6 +32,7 @@ mod fast;
 pub mod pointer;
 mod reference;
 pub mod render;
+mod scan;
 
 #[cfg(test)]
 mod proptests;

@@ -1,0 +1,523 @@
+//! The fast parser's first tier: a hand-written scanner over the record's bytes for
+//! the records seen most (members without escapes, integer fields), in one pass with
+//! no serde machinery. Measured: serde_json's walk was half of the file mode's CPU
+//! (BENCHMARKS.md §1.1).
+//!
+//! Invariants:
+//! - It accepts a record only if serde_json accepts it, and then extracts exactly
+//!   the values the serde walk (`fast::walk`) extracts. Anything else it gives up
+//!   (`false`), and the serde walk reads the record: a key or a string on a mapped
+//!   path with an escape, a number on a mapped path that is not an integer within
+//!   `i64`/`u64` (`-0`, a fraction, an exponent, an overflow: serde_json reads those
+//!   as floats, or refuses them), nesting deeper than `MAX_DEPTH` (serde_json
+//!   stops at 128), any syntax error.
+//! - Values no pointer reaches are checked as serde_json skips them: the grammar
+//!   only (any `\uXXXX` escape, numbers of any size).
+//! - The caller has checked that the record is UTF-8 (`text`), so a string's
+//!   contents are `&str` slices of it, cut at ASCII quotes.
+
+use std::borrow::Cow;
+
+use super::fast::{Child, Next, Node, Plan};
+use super::{Val, Vals};
+use crate::model::same;
+
+/// Nesting at which the scanner gives up (serde_json's limit is 128).
+const MAX_DEPTH: u32 = 64;
+
+/// `Err(GiveUp)`: the serde walk decides.
+struct GiveUp;
+
+type R<T> = Result<T, GiveUp>;
+
+/// Extracts every field's value into `vals` (all `Absent` before); `false`: gave
+/// up, and `vals` is to be reset before another parser fills it.
+#[inline]
+pub fn extract<'a>(plan: &Plan, text: &'a str, vals: &mut Vals<'a>) -> bool {
+    let mut s = Scan {
+        text,
+        b: text.as_bytes(),
+        i: 0,
+        seen: 0,
+    };
+    let done = (|| {
+        s.ws();
+        if s.peek()? != b'{' {
+            return Err(GiveUp);
+        }
+        s.object(&plan.root, vals, 1)?;
+        s.ws();
+        if s.i == s.b.len() {
+            Ok(())
+        } else {
+            Err(GiveUp)
+        }
+    })();
+    done.is_ok()
+}
+
+/// The index of the first byte from `i` on that ends or interrupts a string's
+/// plain run (`"`, `\\`, or a control character), or the length: eight bytes at
+/// a time, as serde_json's own string reader does.
+#[inline(always)]
+fn special(b: &[u8], mut i: usize) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    while let Some(word) = b.get(i..i + 8) {
+        let x = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+        let quote = x ^ (ONES * u64::from(b'"'));
+        let slash = x ^ (ONES * u64::from(b'\\'));
+        // A byte's high bit is set where it is zero (or below 0x20): the lowest
+        // one found is exact, later ones may be borrows (the first is all we use).
+        let found = (quote.wrapping_sub(ONES) & !quote)
+            | (slash.wrapping_sub(ONES) & !slash)
+            | (x.wrapping_sub(ONES * 0x20) & !x);
+        let found = found & HIGH;
+        if found != 0 {
+            return i + (found.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while let Some(&c) = b.get(i) {
+        if c == b'"' || c == b'\\' || c < 0x20 {
+            return i;
+        }
+        i += 1;
+    }
+    i
+}
+
+struct Scan<'a> {
+    text: &'a str,
+    b: &'a [u8],
+    i: usize,
+    /// Bit `slot` or node id: already met (as `fast::Walk::seen`).
+    seen: u64,
+}
+
+impl<'a> Scan<'a> {
+    #[inline(always)]
+    fn ws(&mut self) {
+        let mut i = self.i;
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.b.get(i) {
+            i += 1;
+        }
+        self.i = i;
+    }
+
+    #[inline(always)]
+    fn peek(&self) -> R<u8> {
+        self.b.get(self.i).copied().ok_or(GiveUp)
+    }
+
+    #[inline(always)]
+    fn eat(&mut self, c: u8) -> R<()> {
+        if self.peek()? == c {
+            self.i += 1;
+            Ok(())
+        } else {
+            Err(GiveUp)
+        }
+    }
+
+    /// A string without escapes, from its opening quote: its contents.
+    #[inline(always)]
+    fn plain_str(&mut self) -> R<&'a str> {
+        self.eat(b'"')?;
+        let start = self.i;
+        let end = special(self.b, start);
+        if self.b.get(end) != Some(&b'"') {
+            return Err(GiveUp);
+        }
+        self.i = end + 1;
+        self.text.get(start..end).ok_or(GiveUp)
+    }
+
+    /// Any string, from its opening quote, checked as serde_json skips one.
+    fn skip_str(&mut self) -> R<()> {
+        self.eat(b'"')?;
+        loop {
+            self.i = special(self.b, self.i);
+            let c = self.peek()?;
+            self.i += 1;
+            match c {
+                b'"' => return Ok(()),
+                b'\\' => match self.peek()? {
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.i += 1,
+                    b'u' => {
+                        let hex = self.b.get(self.i + 1..self.i + 5).ok_or(GiveUp)?;
+                        if !hex.iter().all(u8::is_ascii_hexdigit) {
+                            return Err(GiveUp);
+                        }
+                        self.i += 5;
+                    }
+                    _ => return Err(GiveUp),
+                },
+                _ => return Err(GiveUp),
+            }
+        }
+    }
+
+    // The loops below count in a local: `self.i` in memory made each step wait on
+    // the store of the one before.
+    #[inline(always)]
+    fn digits(&mut self) -> usize {
+        let (start, mut i) = (self.i, self.i);
+        while self.b.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        self.i = i;
+        i - start
+    }
+
+    /// A number by the grammar of RFC 8259 §6, of any size.
+    fn skip_number(&mut self) -> R<()> {
+        if self.peek()? == b'-' {
+            self.i += 1;
+        }
+        match self.peek()? {
+            b'0' => self.i += 1,
+            b'1'..=b'9' => {
+                self.digits();
+            }
+            _ => return Err(GiveUp),
+        }
+        if self.b.get(self.i) == Some(&b'.') {
+            self.i += 1;
+            if self.digits() == 0 {
+                return Err(GiveUp);
+            }
+        }
+        if let Some(b'e' | b'E') = self.b.get(self.i) {
+            self.i += 1;
+            if let Some(b'+' | b'-') = self.b.get(self.i) {
+                self.i += 1;
+            }
+            if self.digits() == 0 {
+                return Err(GiveUp);
+            }
+        }
+        // A digit right after a lone leading zero ("01") is no number.
+        if self.b.get(self.i).is_some_and(u8::is_ascii_digit) {
+            return Err(GiveUp);
+        }
+        Ok(())
+    }
+
+    fn literal(&mut self, word: &[u8]) -> R<()> {
+        if self.b.get(self.i..self.i + word.len()) == Some(word) {
+            self.i += word.len();
+            Ok(())
+        } else {
+            Err(GiveUp)
+        }
+    }
+
+    /// Any value, checked as serde_json skips one.
+    fn skip_value(&mut self, depth: u32) -> R<()> {
+        match self.peek()? {
+            b'"' => self.skip_str(),
+            b'{' | b'[' => self.skip_container(depth + 1),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            b'-' | b'0'..=b'9' => self.skip_number(),
+            _ => Err(GiveUp),
+        }
+    }
+
+    /// An object or an array no pointer reaches.
+    fn skip_container(&mut self, depth: u32) -> R<()> {
+        if depth > MAX_DEPTH {
+            return Err(GiveUp);
+        }
+        let close = if self.peek()? == b'{' { b'}' } else { b']' };
+        self.i += 1;
+        self.ws();
+        if self.peek()? == close {
+            self.i += 1;
+            return Ok(());
+        }
+        loop {
+            if close == b'}' {
+                self.skip_str()?;
+                self.ws();
+                self.eat(b':')?;
+                self.ws();
+            }
+            self.skip_value(depth)?;
+            self.ws();
+            match self.peek()? {
+                b',' => {
+                    self.i += 1;
+                    self.ws();
+                }
+                c if c == close => {
+                    self.i += 1;
+                    return Ok(());
+                }
+                _ => return Err(GiveUp),
+            }
+        }
+    }
+
+    /// An integer on a mapped path, as serde_json's `deserialize_any` gives it.
+    fn integer(&mut self) -> R<Val<'a>> {
+        let negative = self.peek()? == b'-';
+        if negative {
+            self.i += 1;
+        }
+        let start = self.i;
+        let n = self.digits();
+        let digits = &self.b[start..self.i];
+        // Nineteen digits cannot overflow a u64 (no check per digit: a dependent
+        // checked multiply per digit was most of a record's integers' cost).
+        let (head, tail) = digits.split_at(n.min(19));
+        let mut v = head.iter().fold(0u64, |v, &c| v * 10 + u64::from(c - b'0'));
+        for &c in tail {
+            v = v
+                .checked_mul(10)
+                .and_then(|v| v.checked_add(u64::from(c - b'0')))
+                .ok_or(GiveUp)?;
+        }
+        let leading_zero = n > 1 && self.b[start] == b'0';
+        if n == 0 || leading_zero || matches!(self.b.get(self.i), Some(b'.' | b'e' | b'E')) {
+            return Err(GiveUp);
+        }
+        match negative {
+            false => Ok(Val::U64(v)),
+            // serde_json reads `-0`, and anything below i64::MIN, as a float.
+            true if v == 0 || v > 1 << 63 => Err(GiveUp),
+            true => Ok(Val::I64((v as i64).wrapping_neg())),
+        }
+    }
+
+    /// A mapped field's value (a scalar, or a container as `Other`).
+    fn leaf(&mut self, depth: u32) -> R<Val<'a>> {
+        Ok(match self.peek()? {
+            b'"' => Val::Str(Cow::Borrowed(self.plain_str()?)),
+            b'-' | b'0'..=b'9' => self.integer()?,
+            b'{' | b'[' => {
+                self.skip_container(depth + 1)?;
+                Val::Other
+            }
+            b't' => {
+                self.literal(b"true")?;
+                Val::Other
+            }
+            b'f' => {
+                self.literal(b"false")?;
+                Val::Other
+            }
+            b'n' => {
+                self.literal(b"null")?;
+                Val::Null
+            }
+            _ => return Err(GiveUp),
+        })
+    }
+
+    /// The members of an object on a mapped path (from its `{`).
+    fn object(&mut self, node: &Node, vals: &mut Vals<'a>, depth: u32) -> R<()> {
+        if depth > MAX_DEPTH {
+            return Err(GiveUp);
+        }
+        self.eat(b'{')?;
+        self.ws();
+        if self.peek()? == b'}' {
+            self.i += 1;
+            return Ok(());
+        }
+        // Producers write their members in one order: the child after the last one
+        // met is tried first, which a branch predictor learns.
+        let mut guess = 0;
+        loop {
+            let key = self.plain_str()?;
+            self.ws();
+            self.eat(b':')?;
+            self.ws();
+            let is = |c: &Child| same(c.name.as_bytes(), key.as_bytes());
+            let found = match node.children.get(guess) {
+                Some(c) if is(c) => Some(guess),
+                _ => node.children.iter().position(is),
+            };
+            match found {
+                None => self.skip_value(depth)?,
+                Some(k) => {
+                    guess = k + 1;
+                    self.member(&node.children[k].next, vals, depth)?;
+                }
+            }
+            self.ws();
+            match self.peek()? {
+                b',' => {
+                    self.i += 1;
+                    self.ws();
+                }
+                b'}' => {
+                    self.i += 1;
+                    return Ok(());
+                }
+                _ => return Err(GiveUp),
+            }
+        }
+    }
+
+    /// The elements of an array on a mapped path (from its `[`): element `i` is
+    /// the child whose index is `i`.
+    fn array(&mut self, node: &Node, vals: &mut Vals<'a>, depth: u32) -> R<()> {
+        if depth > MAX_DEPTH {
+            return Err(GiveUp);
+        }
+        self.eat(b'[')?;
+        self.ws();
+        if self.peek()? == b']' {
+            self.i += 1;
+            return Ok(());
+        }
+        let mut i = 0usize;
+        loop {
+            match node.children.iter().find(|c| c.index == Some(i)) {
+                None => self.skip_value(depth)?,
+                Some(child) => self.member(&child.next, vals, depth)?,
+            }
+            self.ws();
+            match self.peek()? {
+                b',' => {
+                    self.i += 1;
+                    self.ws();
+                }
+                b']' => {
+                    self.i += 1;
+                    return Ok(());
+                }
+                _ => return Err(GiveUp),
+            }
+            i += 1;
+        }
+    }
+
+    /// A member on a mapped path: a field's value, or a node's.
+    fn member(&mut self, next: &Next, vals: &mut Vals<'a>, depth: u32) -> R<()> {
+        let bit = match next {
+            Next::Leaf(slot) => *slot,
+            Next::Node(n) => n.id,
+        };
+        let mask = 1u64 << bit;
+        if self.seen & mask != 0 {
+            return Err(GiveUp); // a repeated key: the reference names it
+        }
+        self.seen |= mask;
+        match next {
+            Next::Leaf(slot) => vals[*slot] = self.leaf(depth)?,
+            Next::Node(n) => match self.peek()? {
+                b'{' => self.object(n, vals, depth + 1)?,
+                b'[' => self.array(n, vals, depth + 1)?,
+                // A scalar where the mapping expects a container: read as the
+                // serde walk reads it, and the fields below are absent.
+                _ => {
+                    self.leaf(depth)?;
+                }
+            },
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{absent, InputConfig, InputFormat, InputMapping};
+    use super::*;
+
+    fn scan<'a>(m: &InputMapping, text: &'a str) -> Option<Vals<'a>> {
+        let mut vals = absent();
+        extract(&m.plan, text, &mut vals).then_some(vals)
+    }
+
+    fn s(v: &str) -> Val<'_> {
+        Val::Str(Cow::Borrowed(v))
+    }
+
+    /// The shapes `tally gen` writes, as users' gateways write them: the scanner
+    /// reads them itself (the serde walk is the slow tier).
+    #[test]
+    fn the_usual_records_are_read_by_the_scanner() {
+        let m = InputMapping::default();
+        let v = scan(&m, r#"{"request_id":"r-1","tenant_id":"acme","model":"large","prompt_tokens":1000,"completion_tokens":500,"started_ts":1767261643000,"completed_ts":1767261644000}"#).unwrap();
+        assert_eq!(v[0], s("r-1"));
+        assert_eq!(v[1], s("acme"));
+        assert_eq!(v[3], Val::U64(1000));
+        assert_eq!(v[6], Val::U64(1767261644000));
+        let nested: InputConfig = toml::from_str(
+            "tenant_id = \"/customer/id\"\nstarted_ts = \"/spans/1/at\"\ncompleted_ts = \"/time\"\ncompleted_ts_format = \"rfc3339\"",
+        )
+        .unwrap();
+        let m = InputMapping::new(&nested).unwrap();
+        let v = scan(&m, " {\"customer\": {\"id\": \"acme\", \"tier\": [1, 2.5e3, null]},\n \"spans\": [{\"at\": -7}, {\"at\": 12}], \"time\": \"2026-01-01T10:00:44Z\", \"x\": {\"y\": \"\\u00e9\\n\"}} ").unwrap();
+        assert_eq!(v[1], s("acme"));
+        assert_eq!(v[5], Val::U64(12));
+        assert_eq!(v[6], s("2026-01-01T10:00:44Z"));
+        let ce = InputMapping::new(&InputConfig {
+            format: InputFormat::Cloudevents,
+            ..Default::default()
+        })
+        .unwrap();
+        let v = scan(&ce, r#"{"specversion":"1.0","id":"e-1","source":"/gw","type":"usage","subject":"acme","time":"2026-01-01T10:00:44Z","data":{"model":"small","prompt_tokens":1,"completion_tokens":0}}"#).unwrap();
+        assert_eq!((&v[7], &v[8], &v[4]), (&s("/gw"), &s("1.0"), &Val::U64(0)));
+    }
+
+    proptest::proptest! {
+        /// `special` finds what a byte-by-byte search finds, wherever the word
+        /// boundaries fall.
+        #[test]
+        fn special_finds_the_first_quote_backslash_or_control_byte(
+            bytes in proptest::collection::vec(proptest::sample::select(
+                vec![b'a', b'"', b'\\', 0x1f, 0x20, 0x00, 0x7f, 0x80, 0xe9, 0xff, 0x21, 0x5b, 0x5d],
+            ), 0..40),
+            from in 0usize..40,
+        ) {
+            let from = from.min(bytes.len());
+            let naive = bytes[from..]
+                .iter()
+                .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
+                .map_or(bytes.len(), |p| from + p);
+            proptest::prop_assert_eq!(special(&bytes, from), naive);
+        }
+    }
+
+    /// What the scanner leaves to the serde walk, on a mapped path and off it.
+    #[test]
+    fn the_scanner_gives_up_where_serde_json_reads_floats_or_refuses() {
+        let m = InputMapping::default();
+        for text in [
+            r#"{"tenant_id":"a\u0063me"}"#,
+            r#"{"tenant\u005fid":"acme"}"#,
+            r#"{"prompt_tokens":-0}"#,
+            r#"{"prompt_tokens":1.0}"#,
+            r#"{"prompt_tokens":1e3}"#,
+            r#"{"prompt_tokens":18446744073709551616}"#,
+            r#"{"prompt_tokens":-9223372036854775809}"#,
+            r#"{"prompt_tokens":01}"#,
+            r#"{"tenant_id":"a","tenant_id":"b"}"#,
+            r#"{"other":"\x"}"#,
+            "{\"other\":\"\t\"}",
+            r#"{"other":[1,]}"#,
+            r#"{"other":tru}"#,
+            r#"{"a":1,}"#,
+            r#"{"a":1} x"#,
+            r#"["a"]"#,
+            r#"{"a":1"#,
+        ] {
+            assert!(scan(&m, text).is_none(), "{text}");
+        }
+        let deep = format!("{{\"other\":{}{}}}", "[".repeat(70), "]".repeat(70));
+        assert!(scan(&m, &deep).is_none());
+        // Off a mapped path, what serde_json skips: any \u escape, any number.
+        let v = scan(&m, r#"{"o":"\ud800","n":-1.5E+400,"tenant_id":"acme","big":123456789012345678901234567890}"#).unwrap();
+        assert_eq!(v[1], s("acme"));
+        assert_eq!(
+            scan(&m, r#"{"prompt_tokens":-9223372036854775808}"#).unwrap()[3],
+            Val::I64(i64::MIN)
+        );
+    }
+}
