@@ -80,6 +80,10 @@ impl Cold {
 
     /// Whether `fp` is a cold id live at `watermark` (expiring above it).
     pub fn is_live(&mut self, fp: Fp, watermark: i64) -> bool {
+        // Nothing moved out (no budget, or not yet): no division on the hot path.
+        if self.buckets.is_empty() {
+            return false;
+        }
         let first = self.bucket(watermark);
         if !self.buckets.range(first..).any(|(_, b)| b.maybe(fp)) {
             return false;
