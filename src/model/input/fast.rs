@@ -37,6 +37,9 @@ pub(super) struct Child {
     pub(super) name: Box<str>,
     pub(super) index: Option<usize>,
     pub(super) next: Next,
+    /// `"name":` as a producer writes it, for `scan` to match in one compare;
+    /// `None` if the name needs escapes in JSON.
+    pub(super) quoted: Option<Box<[u8]>>,
 }
 
 #[derive(Debug, Clone)]
@@ -73,10 +76,12 @@ impl Plan {
                                 id: ids,
                             })
                         };
+                        let plain = !t.name.bytes().any(|c| c == b'"' || c == b'\\' || c < 0x20);
                         node.children.push(Child {
                             name: t.name.clone(),
                             index: t.index,
                             next,
+                            quoted: plain.then(|| format!("\"{}\":", t.name).into_bytes().into()),
                         });
                         node.children.len() - 1
                     }

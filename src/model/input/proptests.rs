@@ -97,6 +97,9 @@ const KEYS: &[&str] = &[
     "at",
     "other",
     "tenant\\u005fid",
+    // Longer names a mapped one begins (the scanner matches `"name":` whole).
+    "request_idx",
+    "timex",
 ];
 
 fn value(depth: u32) -> BoxedStrategy<String> {
