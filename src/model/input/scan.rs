@@ -247,14 +247,9 @@ impl<'a> Scan<'a> {
 
     /// An object or an array no pointer reaches.
     fn skip_container(&mut self, depth: u32) -> R<()> {
-        if depth > MAX_DEPTH {
-            return Err(GiveUp);
-        }
-        let close = if self.peek()? == b'{' { b'}' } else { b']' };
-        self.i += 1;
-        self.ws();
-        if self.peek()? == close {
-            self.i += 1;
+        let open = self.peek()?;
+        let close = if open == b'{' { b'}' } else { b']' };
+        if self.open(open, close, depth)? {
             return Ok(());
         }
         loop {
@@ -265,18 +260,41 @@ impl<'a> Scan<'a> {
                 self.ws();
             }
             self.skip_value(depth)?;
-            self.ws();
-            match self.peek()? {
-                b',' => {
-                    self.i += 1;
-                    self.ws();
-                }
-                c if c == close => {
-                    self.i += 1;
-                    return Ok(());
-                }
-                _ => return Err(GiveUp),
+            if self.closes(close)? {
+                return Ok(());
             }
+        }
+    }
+
+    /// Opens a container at its `open` byte; `true` if it is empty (and closed).
+    fn open(&mut self, open: u8, close: u8, depth: u32) -> R<bool> {
+        if depth > MAX_DEPTH {
+            return Err(GiveUp);
+        }
+        self.eat(open)?;
+        self.ws();
+        if self.peek()? == close {
+            self.i += 1;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// After a member or an element: `false` past the `,` before another,
+    /// `true` past the container's `close`.
+    fn closes(&mut self, close: u8) -> R<bool> {
+        self.ws();
+        match self.peek()? {
+            b',' => {
+                self.i += 1;
+                self.ws();
+                Ok(false)
+            }
+            c if c == close => {
+                self.i += 1;
+                Ok(true)
+            }
+            _ => Err(GiveUp),
         }
     }
 
@@ -349,13 +367,7 @@ impl<'a> Scan<'a> {
 
     /// The members of an object on a mapped path (from its `{`).
     fn object(&mut self, node: &Node, vals: &mut Vals<'a>, depth: u32) -> R<()> {
-        if depth > MAX_DEPTH {
-            return Err(GiveUp);
-        }
-        self.eat(b'{')?;
-        self.ws();
-        if self.peek()? == b'}' {
-            self.i += 1;
+        if self.open(b'{', b'}', depth)? {
             return Ok(());
         }
         // Producers write their members in one order: the child after the last one
@@ -389,17 +401,8 @@ impl<'a> Scan<'a> {
                     self.member(&node.children[k].next, vals, depth)?;
                 }
             }
-            self.ws();
-            match self.peek()? {
-                b',' => {
-                    self.i += 1;
-                    self.ws();
-                }
-                b'}' => {
-                    self.i += 1;
-                    return Ok(());
-                }
-                _ => return Err(GiveUp),
+            if self.closes(b'}')? {
+                return Ok(());
             }
         }
     }
@@ -407,13 +410,7 @@ impl<'a> Scan<'a> {
     /// The elements of an array on a mapped path (from its `[`): element `i` is
     /// the child whose index is `i`.
     fn array(&mut self, node: &Node, vals: &mut Vals<'a>, depth: u32) -> R<()> {
-        if depth > MAX_DEPTH {
-            return Err(GiveUp);
-        }
-        self.eat(b'[')?;
-        self.ws();
-        if self.peek()? == b']' {
-            self.i += 1;
+        if self.open(b'[', b']', depth)? {
             return Ok(());
         }
         let mut i = 0usize;
@@ -422,17 +419,8 @@ impl<'a> Scan<'a> {
                 None => self.skip_value(depth)?,
                 Some(child) => self.member(&child.next, vals, depth)?,
             }
-            self.ws();
-            match self.peek()? {
-                b',' => {
-                    self.i += 1;
-                    self.ws();
-                }
-                b']' => {
-                    self.i += 1;
-                    return Ok(());
-                }
-                _ => return Err(GiveUp),
+            if self.closes(b']')? {
+                return Ok(());
             }
             i += 1;
         }
@@ -505,6 +493,21 @@ mod tests {
         assert_eq!(v[1], s("acme"));
         assert_eq!(v[5], Val::U64(12));
         assert_eq!(v[6], s("2026-01-01T10:00:44Z"));
+        // The nested shape of `tally gen` (BENCHMARKS.md §1.2).
+        let gen: InputConfig = toml::from_str(
+            "request_id = \"/meta/request/id\"\ntenant_id = \"/customer/id\"\nmodel = \"/usage/model\"\nprompt_tokens = \"/usage/input_tokens\"\ncompletion_tokens = \"/usage/output_tokens\"\ncompleted_ts = \"/time\"\nstarted_ts = \"/spans/0/start\"\ncompleted_ts_format = \"rfc3339\"\nstarted_ts_format = \"epoch_us\"",
+        )
+        .unwrap();
+        let m = InputMapping::new(&gen).unwrap();
+        let v = scan(&m, r#"{"meta":{"request":{"id":"req-1-000000000"}},"customer":{"id":"tenant-010"},"usage":{"model":"small","input_tokens":3885,"output_tokens":889},"spans":[{"start":1767261594990000}],"time":"2026-01-01T09:59:56.490Z"}"#).unwrap();
+        assert_eq!(
+            (&v[0], &v[1], &v[2]),
+            (&s("req-1-000000000"), &s("tenant-010"), &s("small"))
+        );
+        assert_eq!(
+            (&v[3], &v[4], &v[5]),
+            (&Val::U64(3885), &Val::U64(889), &Val::U64(1767261594990000))
+        );
         let ce = InputMapping::new(&InputConfig {
             format: InputFormat::Cloudevents,
             ..Default::default()
