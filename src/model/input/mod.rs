@@ -7,7 +7,8 @@
 //!   milliseconds): records, reasons and their messages are what they were before
 //!   mappings existed.
 //! - Two parsers, one meaning. `fast` walks the record once, looking only at the
-//!   members on a mapped path; `reference` reads the whole record into a tree first.
+//!   members on a mapped path (first with the hand-written `scan`, then, where that
+//!   gives up, with serde_json); `reference` reads the whole record into a tree first.
 //!   Both only *extract* a `Val` per field; `decide` turns the values into the event
 //!   or the dead-letter reason, so the reasons cannot drift apart. Whenever `fast`
 //!   cannot extract (malformed JSON, a key repeated on a mapped path, not an object)
