@@ -1,7 +1,7 @@
 //! Step 1 of the rules done ahead, on another thread: a batch of records validated,
 //! priced and fingerprinted, owning nothing of the bytes they were read from.
 //!
-//! `Prepared::push` runs exactly `validate` and `Fingerprint::of` on a record and
+//! `Prepared::push` runs exactly the task's `check` (validate, fingerprint) on a record and
 //! keeps what the rest of the rules need: the outcome (a dead-letter reason, or the
 //! event's numbers), with the request id and the tenant id copied into one string
 //! of the batch. `PartitionTask::process_prepared` then applies steps 2–4 to it,
@@ -16,7 +16,7 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 use super::dedup::Fingerprint;
-use super::task::{validate, Checked, Valid};
+use super::task::{check, Checked, Valid};
 use super::{EngineConfig, RecordIn};
 use crate::model::{DeadLetterReason, Event, Pico};
 use crate::time::Window;
@@ -61,8 +61,7 @@ impl Prepared {
 
     /// Step 1 of the rules on `rec`, appended to the batch.
     pub fn push(&mut self, cfg: &EngineConfig, rec: RecordIn<'_>) {
-        let item = validate(cfg, rec).map(|v| {
-            let fp = Fingerprint::of(&v.ev.request_id);
+        let item = check(cfg, rec).map(|Checked { valid: v, fp }| {
             let mut keep = |s: &str| {
                 let start = self.strs.len();
                 self.strs.push_str(s);

@@ -479,9 +479,7 @@ impl PartitionTask {
 
     /// Step 1 of the rules, and the request id's dedup fingerprint.
     fn check<'a>(&self, rec: RecordIn<'a>) -> Result<Checked<'a>, DeadLetterReason> {
-        let valid = validate(&self.cfg, rec)?;
-        let fp = Fingerprint::of(&valid.ev.request_id);
-        Ok(Checked { valid, fp })
+        check(&self.cfg, rec)
     }
 
     fn count(
@@ -850,6 +848,17 @@ pub struct StateDelta {
     pub watermark: Watermark,
     pub counters: Counters,
     pub high_water: Option<i64>,
+}
+
+/// Step 1 of the rules and the request id's dedup fingerprint: what a task, or
+/// `Prepared` on another thread, decides before the record meets the task's state.
+pub(super) fn check<'a>(
+    cfg: &EngineConfig,
+    rec: RecordIn<'a>,
+) -> Result<Checked<'a>, DeadLetterReason> {
+    let valid = validate(cfg, rec)?;
+    let fp = Fingerprint::of(&valid.ev.request_id);
+    Ok(Checked { valid, fp })
 }
 
 /// Step 1 of the rules: everything that makes a record a dead letter. Returns the

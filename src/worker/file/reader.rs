@@ -76,17 +76,19 @@ impl Chunk {
 
     /// The `i`-th record's bytes.
     pub fn record(&self, i: usize) -> &[u8] {
+        &self.bytes[self.span(i)]
+    }
+
+    fn span(&self, i: usize) -> std::ops::Range<usize> {
         let start = if i == 0 { 0 } else { self.ends[i - 1] };
-        &self.bytes[start..self.ends[i]]
+        start..self.ends[i]
     }
 
     /// Step 1 on the records not yet prepared, up to the first `n`.
     fn prepare_up_to(&mut self, n: usize, cfg: &EngineConfig, now_ms: i64) {
-        let bytes = &self.bytes;
         for i in self.prepared.len()..n.min(self.ends.len()) {
-            let start = if i == 0 { 0 } else { self.ends[i - 1] };
             let rec = RecordIn {
-                payload: &bytes[start..self.ends[i]],
+                payload: &self.bytes[self.span(i)],
                 kafka_ts: None,
                 now_ms,
             };
