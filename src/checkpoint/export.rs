@@ -4,15 +4,22 @@
 //! partition's segment — a base (the whole partition) or a delta (the keys its
 //! changes name, `state::Changes`), as the coordinator planned — is uploaded part
 //! by part, in order (`mid_upload` after the first data object), then — after
-//! every part (`before_manifest`) — the manifest, whose chains reference the new
-//! segments and the earlier ones they build on.
+//! every part of every partition (`before_manifest`) — the manifest, whose chains
+//! reference the new segments and the earlier ones they build on.
+//!
+//! Up to `UPLOADERS` partitions are written at a time: a part's write is mostly
+//! waiting (an fsync, an HTTP round trip), and a partition's parts depend on no
+//! other partition's. The manifest lists the partitions in the cut's order
+//! whatever order they finished in; the first failure stops the others' next
+//! partitions and fails the checkpoint.
 //!
 //! Invariant: nothing but the exporter writes the state store while an export
 //! runs (the worker joins the previous export before its next barrier, spill or
 //! restore, and evicts nothing until then), so the exporter reads the exact cut
 //! taken at the barrier.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -117,14 +124,17 @@ pub fn spawn(job: ExportJob, started: Instant) -> std::io::Result<PendingExport>
     })
 }
 
+/// Partitions written at the same time.
+const UPLOADERS: usize = 4;
+
 /// Uploads one partition's parts, in order.
 struct Uploader<'a> {
     checkpoints: &'a CheckpointStore,
     name: &'a str,
     partition: Partition,
     parts: Vec<PartRef>,
-    /// Data objects written by this checkpoint so far.
-    written: &'a mut usize,
+    /// Data objects written by this checkpoint so far (all partitions).
+    written: &'a AtomicUsize,
 }
 
 impl Uploader<'_> {
@@ -135,8 +145,7 @@ impl Uploader<'_> {
             bytes: bytes.len() as u64,
             sha256: Sha256::digest(&bytes).into(),
         });
-        *self.written += 1;
-        if *self.written == 1 {
+        if self.written.fetch_add(1, Ordering::Relaxed) == 0 {
             crate::failpoint::hit("mid_upload");
         }
         Ok(())
@@ -146,63 +155,43 @@ impl Uploader<'_> {
 fn run(mut job: ExportJob) -> Result<Manifest, CheckpointError> {
     job.store.commit(std::mem::take(&mut job.commits))?;
     let name = job.checkpoints.name_for(job.id);
-    let mut entries = Vec::with_capacity(job.partitions.len());
-    let mut written = 0usize;
-    for cut in job.partitions {
-        let p = cut.partition;
-        let mut up = Uploader {
-            checkpoints: &job.checkpoints,
-            name: &name,
-            partition: p,
-            parts: Vec::new(),
-            written: &mut written,
-        };
-        let mut w = PartWriter::new(p);
-        let mut failed: Option<CheckpointError> = None;
-        let mut visit = |k: &[u8], v: &[u8]| match w.entry(k, v) {
-            Some(done) => up.put(done).map_err(|e| {
-                let io = std::io::Error::other(e.to_string());
-                failed = Some(e);
-                io
-            }),
-            None => Ok(()),
-        };
-        let plan = plan_segment(cut.chain.as_deref(), job.store.take_changes(p));
-        let (exported, mut segments, kind) = match &plan {
-            SegmentPlan::Base => (
-                job.store.export_partition(p, &mut visit),
-                Vec::new(),
-                SegmentKind::Base,
-            ),
-            SegmentPlan::Delta { chain, changes } => (
-                job.store.export_changes(p, changes, &mut visit),
-                chain.clone(),
-                SegmentKind::Delta {
-                    windows_through: changes.windows_through,
-                    dedup_through: changes.dedup_through,
-                },
-            ),
-        };
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        exported?;
-        up.put(w.finish())?;
-        segments.push(Segment {
-            checkpoint: name.clone(),
-            kind,
-            parts: up.parts,
-        });
-        entries.push(PartitionEntry {
-            partition: p,
-            next_offset: cut.next_offset,
-            watermark: cut.watermark,
-            high_water: cut.high_water,
-            counters: cut.counters,
-            offsets: cut.offsets,
-            segments,
-        });
+    let written = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let cuts = std::mem::take(&mut job.partitions);
+    let count = cuts.len();
+    let todo = Mutex::new(cuts.into_iter().enumerate());
+    let next = || todo.lock().ok().and_then(|mut t| t.next());
+    let mut done: Vec<(usize, Result<PartitionEntry, CheckpointError>)> = std::thread::scope(|s| {
+        let uploaders: Vec<_> = (0..UPLOADERS.min(count))
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    while !failed.load(Ordering::Relaxed) {
+                        let Some((i, cut)) = next() else { break };
+                        let entry = export_partition(&job, &name, cut, &written);
+                        failed.fetch_or(entry.is_err(), Ordering::Relaxed);
+                        mine.push((i, entry));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        uploaders
+            .into_iter()
+            .flat_map(|u| u.join().unwrap_or_default())
+            .collect()
+    });
+    done.sort_by_key(|(i, _)| *i);
+    if done.len() < count && !failed.load(Ordering::Relaxed) {
+        return Err(CheckpointError::Refused(format!(
+            "checkpoint {}: an upload thread panicked",
+            job.id.0
+        )));
     }
+    let entries = done
+        .into_iter()
+        .map(|(_, entry)| entry)
+        .collect::<Result<Vec<_>, _>>()?;
     crate::failpoint::hit("before_manifest");
     let manifest = Manifest {
         format: VERSION,
@@ -217,4 +206,66 @@ fn run(mut job: ExportJob) -> Result<Manifest, CheckpointError> {
     };
     job.checkpoints.write_manifest(&name, &manifest)?;
     Ok(manifest)
+}
+
+/// Writes one partition's segment; returns its manifest entry.
+fn export_partition(
+    job: &ExportJob,
+    name: &str,
+    cut: ExportPartition,
+    written: &AtomicUsize,
+) -> Result<PartitionEntry, CheckpointError> {
+    let p = cut.partition;
+    let mut up = Uploader {
+        checkpoints: &job.checkpoints,
+        name,
+        partition: p,
+        parts: Vec::new(),
+        written,
+    };
+    let mut w = PartWriter::new(p);
+    let mut failed: Option<CheckpointError> = None;
+    let mut visit = |k: &[u8], v: &[u8]| match w.entry(k, v) {
+        Some(done) => up.put(done).map_err(|e| {
+            let io = std::io::Error::other(e.to_string());
+            failed = Some(e);
+            io
+        }),
+        None => Ok(()),
+    };
+    let plan = plan_segment(cut.chain.as_deref(), job.store.take_changes(p));
+    let (exported, mut segments, kind) = match &plan {
+        SegmentPlan::Base => (
+            job.store.export_partition(p, &mut visit),
+            Vec::new(),
+            SegmentKind::Base,
+        ),
+        SegmentPlan::Delta { chain, changes } => (
+            job.store.export_changes(p, changes, &mut visit),
+            chain.clone(),
+            SegmentKind::Delta {
+                windows_through: changes.windows_through,
+                dedup_through: changes.dedup_through,
+            },
+        ),
+    };
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    exported?;
+    up.put(w.finish())?;
+    segments.push(Segment {
+        checkpoint: name.to_string(),
+        kind,
+        parts: up.parts,
+    });
+    Ok(PartitionEntry {
+        partition: p,
+        next_offset: cut.next_offset,
+        watermark: cut.watermark,
+        high_water: cut.high_water,
+        counters: cut.counters,
+        offsets: cut.offsets,
+        segments,
+    })
 }
