@@ -296,7 +296,15 @@ impl DedupStore for StateStore {
 
 impl StateStore {
     pub fn open(dir: &Path) -> Result<Self, StateError> {
-        let mut opts = Options::default();
+        let path = dir.display().to_string();
+        // A working copy: what a shutdown would flush is in the checkpoint store
+        // (or belongs to no checkpoint), and the next start wipes the store anyway.
+        let mut opts = Options::default()
+            .get_options_from_string("avoid_flush_during_shutdown=true")
+            .map_err(|source| StateError::Open {
+                path: path.clone(),
+                source,
+            })?;
         opts.create_if_missing(true);
         opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
         opts.set_max_open_files(256);
@@ -318,7 +326,6 @@ impl StateStore {
                 _ => Decision::Keep,
             }
         });
-        let path = dir.display().to_string();
         let db = DB::open(&opts, dir).map_err(|source| {
             if source.kind() == rocksdb::ErrorKind::IOError && source.as_ref().contains("lock") {
                 StateError::Locked { path }
