@@ -9,8 +9,10 @@
 //! routes, panes and state (a property test holds the two equal).
 //!
 //! Invariant: a batch is applied by a task running the configuration it was
-//! prepared with (the model's index refers to that price table); the file mode,
-//! the only user, has one configuration for the whole run.
+//! prepared with (the model's index refers to that price table). The file mode
+//! has one configuration for the whole run; the Kafka worker compares the two
+//! (`Arc::ptr_eq`) and runs step 1 again on the records of a batch prepared under
+//! a price table a reload has replaced since.
 
 use std::borrow::Cow;
 use std::ops::Range;

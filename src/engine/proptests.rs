@@ -281,7 +281,7 @@ proptest! {
                 prepared.push(&config, RecordIn { payload: r.as_bytes(), kafka_ts: None, now_ms: T0 });
             }
             prop_assert_eq!(prepared.len(), now.len());
-            batched.process_prepared(&prepared, T0, &mut got_panes, &mut got_routes);
+            batched.process_prepared(&prepared, 0..prepared.len(), T0, &mut got_panes, &mut got_routes);
             rest = later;
         }
         prop_assert_eq!(got_routes, routes);

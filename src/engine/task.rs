@@ -18,6 +18,7 @@
 //! applies to them unchanged.
 
 use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -222,6 +223,11 @@ impl PartitionTask {
     /// that only prices effective after `high_water` differ).
     pub fn set_config(&mut self, cfg: Arc<EngineConfig>) {
         self.cfg = cfg;
+    }
+
+    /// The configuration the task runs (`Prepared` batches must come from it).
+    pub fn config(&self) -> &Arc<EngineConfig> {
+        &self.cfg
     }
 
     pub fn watermark(&self) -> EventTime {
@@ -441,13 +447,14 @@ impl PartitionTask {
         }
     }
 
-    /// Routes a batch that went through step 1 ahead (`Prepared`, under this
-    /// task's configuration), in order, exactly as `process_batch` would route its
-    /// records; `routes` gets one entry per record. Each record's dedup slot is
-    /// prefetched `AHEAD` records before it is routed.
+    /// Routes the records `range` of a batch that went through step 1 ahead
+    /// (`Prepared`, under this task's configuration), in order, exactly as
+    /// `process_batch` would route them; `routes` gets one entry per record. Each
+    /// record's dedup slot is prefetched `AHEAD` records before it is routed.
     pub fn process_prepared(
         &mut self,
         batch: &Prepared,
+        range: Range<usize>,
         now_ms: i64,
         out: &mut Vec<ResultRecord>,
         routes: &mut Vec<Route>,
@@ -459,11 +466,12 @@ impl PartitionTask {
             now_ms,
         };
         let cfg = self.cfg.clone();
-        for fp in (0..batch.len().min(AHEAD)).filter_map(|i| batch.fingerprint(i)) {
+        let end = range.end;
+        for fp in (range.start..end.min(range.start + AHEAD)).filter_map(|i| batch.fingerprint(i)) {
             self.dedup.prefetch(fp);
         }
-        for i in 0..batch.len() {
-            if let Some(fp) = (i + AHEAD < batch.len())
+        for i in range {
+            if let Some(fp) = (i + AHEAD < end)
                 .then(|| batch.fingerprint(i + AHEAD))
                 .flatten()
             {

@@ -1,5 +1,9 @@
-//! The worker's partitions, shared between the poll loop and the rebalance
-//! callback (both on the poll thread, one at a time). Checkpoints go through the
+//! The worker's partitions, shared between the loop (main thread) and the
+//! rebalance callback (poll thread), one at a time behind one lock. A chunk the
+//! poll thread prepared is applied run by run; a run is applied only while its
+//! partition is assigned under the epoch it was polled in or an earlier one
+//! (`kafka::poller`), and only from the partition's next offset on (a gap before
+//! it goes through the offset ledger). Checkpoints go through the
 //! one checkpoint coordinator (`checkpoint::coordinator`, docs/DESIGN.md §7.2);
 //! restores follow `checkpoint::restore`'s decision over the facts the Kafka
 //! adapter gathered (`kafka::source`), so nothing here calls the consumer from
@@ -15,15 +19,16 @@
 //! working copy).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rdkafka::consumer::{Consumer, RebalanceProtocol};
-use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use tracing::{debug, error, info, warn};
 
 use super::clock;
+use super::kafka::poller::{Polled, Run};
 use super::report::Publisher;
 use super::WorkerError;
 use crate::checkpoint::coordinator::{Completed, Coordinator, Cut, OffsetCommitter, Ports};
@@ -56,6 +61,8 @@ pub struct Slot {
     pub last_record: i64,
     /// Where the offsets before `next` went (checkpointed with the state).
     pub offsets: OffsetLedger,
+    /// The assignment epoch (`Core::epoch`) that assigned the partition.
+    pub assigned_at: u64,
 }
 
 /// A gap of deleted offsets: refused, or with `--allow-truncated-log` accepted
@@ -94,6 +101,11 @@ fn log_accepted_gap(p: Partition, gap: &Gap, how: &str) {
 
 pub struct Core {
     pub engine: Arc<EngineConfig>,
+    /// `engine`, as the poll thread reads it for step 1 (`kafka::poller`).
+    pub shared_engine: Arc<Mutex<Arc<EngineConfig>>>,
+    /// Raised by every assignment, read by the poll thread after each poll: the
+    /// runs polled before a partition was assigned again are not applied.
+    pub epoch: Arc<AtomicU64>,
     /// Worker name, group, input topic and config fingerprint.
     pub job: JobIdentity,
     pub store: Arc<StateStore>,
@@ -173,84 +185,81 @@ fn send_panes(
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Core {
-    /// Routes a batch of polled records (any partitions, poll order) and produces
+    /// Routes a chunk of polled records (any partitions, poll order) and produces
     /// what they caused: the same outcome as `process` on each, faster (see
-    /// `PartitionTask::process_batch`). Per partition, records keep their order;
+    /// `PartitionTask::process_prepared`). Per partition, records keep their order;
     /// results, late events and dead letters go to different topics, so their
     /// relative order across topics is not part of the contract.
-    pub fn process_batch(
+    pub fn process_polled(
         &mut self,
         consumer: &Source,
-        msgs: &[BorrowedMessage<'_>],
+        polled: &Polled,
     ) -> Result<(), WorkerError> {
-        let mut start = 0;
-        while start < msgs.len() {
-            let p = msgs[start].partition();
-            let run = msgs[start..]
-                .iter()
-                .take_while(|m| m.partition() == p)
-                .count();
-            self.process_run(consumer, Partition(p), &msgs[start..start + run])?;
-            start += run;
+        for run in &polled.runs {
+            self.process_run(consumer, polled, run)?;
         }
         Ok(())
     }
 
-    /// Consecutive records of partition `p`.
+    /// Consecutive records of one partition (see `kafka::poller` for which runs
+    /// are applied).
     fn process_run(
         &mut self,
         consumer: &Source,
-        p: Partition,
-        msgs: &[BorrowedMessage<'_>],
+        polled: &Polled,
+        run: &Run,
     ) -> Result<(), WorkerError> {
-        let Some(slot) = self.slots.get_mut(&p) else {
-            warn!(
-                partition = p.0,
-                records = msgs.len(),
-                "records from an unassigned partition; skipped"
-            );
-            return Ok(());
+        let p = run.partition;
+        let slot = match self.slots.get_mut(&p) {
+            Some(slot) if run.epoch >= slot.assigned_at => slot,
+            // Polled before the partition was revoked (and maybe assigned again):
+            // its owner now reads these records from the checkpoint.
+            _ => {
+                debug!(
+                    partition = p.0,
+                    records = run.len(),
+                    "records polled before a rebalance; skipped"
+                );
+                return Ok(());
+            }
         };
         // Already applied (a fetch racing a seek), or past a bounded run's end.
         let end = if self.bounded { slot.end } else { i64::MAX };
-        let msgs: Vec<&BorrowedMessage<'_>> = msgs
-            .iter()
-            .filter(|m| m.offset() >= slot.next.0 && m.offset() < end)
-            .collect();
-        let Some(last) = msgs.last() else {
+        let range = run.within(slot.next.0, end);
+        if range.is_empty() {
             return Ok(());
-        };
+        }
         // Offsets the records skip (see `checkpoint::ledger`): empty ones in the
         // retained log, or — below the log start — deleted ones.
         let mut expected = slot.next.0;
-        for m in &msgs {
-            if m.offset() > expected {
+        for offset in range.clone().map(|i| run.offset(i)) {
+            if offset > expected {
                 let low = cached_log_start(consumer, &self.job.topic, p);
-                let skip = ledger::classify(expected, m.offset(), low, now_ms());
+                let skip = ledger::classify(expected, offset, low, now_ms());
                 if let Some(gap) = skip.deleted {
                     let how = "the records after them arrived without them";
                     accept_gap(self.policy, &self.job.topic, p, gap, &mut slot.offsets, how)?;
                 }
                 slot.offsets.empty(skip.empty);
             }
-            expected = m.offset() + 1;
+            expected = offset + 1;
         }
-        let now = clock::wall_ms();
-        let recs: Vec<RecordIn<'_>> = msgs
-            .iter()
-            .map(|m| RecordIn {
-                payload: m.payload().unwrap_or_default(),
-                kafka_ts: m.timestamp().to_millis(),
-                now_ms: now,
-            })
-            .collect();
-        let mut routes = Vec::with_capacity(recs.len());
+        let now = polled.now_ms;
+        let mut routes = Vec::with_capacity(range.len());
         let mut dead_letters = slot.task.counters().dead_letter;
-        slot.task.process_batch(&recs, &mut self.panes, &mut routes);
+        if Arc::ptr_eq(&polled.cfg, slot.task.config()) {
+            let panes = &mut self.panes;
+            slot.task
+                .process_prepared(&run.prepared, range.clone(), now, panes, &mut routes);
+        } else {
+            // Prepared under a configuration a price reload has replaced since.
+            let recs: Vec<RecordIn<'_>> = range.clone().map(|i| run.record_in(i, now)).collect();
+            slot.task.process_batch(&recs, &mut self.panes, &mut routes);
+        }
         if let Some(e) = slot.task.take_spill_error() {
             return Err(WorkerError::Refused(e));
         }
-        slot.next = NextOffset(last.offset() + 1);
+        slot.next = NextOffset(run.offset(range.end - 1) + 1);
         slot.last_record = clock::mono_ms();
         send_panes(
             &self.outputs,
@@ -259,28 +268,28 @@ impl Core {
             self.progress_to,
             self.engine.generation,
         )?;
-        self.since_memory_check += msgs.len() as u32 - 1;
+        self.since_memory_check += range.len() as u32 - 1;
         self.check_memory();
-        for (m, route) in msgs.iter().zip(routes) {
-            let payload = m.payload().unwrap_or_default();
+        for (i, route) in range.zip(routes) {
+            let (key, payload, offset) = (run.key(i), run.payload(i), run.offset(i));
             match route {
                 Route::Window | Route::Duplicate => {}
                 Route::TooLate {
                     window_end,
                     watermark,
                 } => {
-                    let src = source_coords(&self.job.topic, p, m.offset());
+                    let src = source_coords(&self.job.topic, p, offset);
                     self.outputs.late(
-                        m.key(),
+                        key,
                         payload,
                         window_end,
                         watermark,
                         &src,
-                        m.timestamp().to_millis(),
+                        run.kafka_ts(i),
                     )?;
                 }
                 Route::DeadLetter(reason) => {
-                    let src = source_coords(&self.job.topic, p, m.offset());
+                    let src = source_coords(&self.job.topic, p, offset);
                     dead_letters += 1;
                     // The first dead letters of a partition are logged one by one,
                     // then every 1000th: a flood of poison must not flood the log.
@@ -288,7 +297,7 @@ impl Core {
                     if n <= 10 || n % 1000 == 0 {
                         warn!(source = %src, reason = %reason, dead_letters = n, "dead letter");
                     }
-                    self.outputs.dead_letter(m.key(), payload, &reason, &src)?;
+                    self.outputs.dead_letter(key, payload, &reason, &src)?;
                 }
             }
         }
@@ -514,6 +523,7 @@ impl Core {
                     end: f.log_end,
                     last_record: clock::mono_ms(),
                     offsets: start.offsets,
+                    assigned_at: self.epoch.load(Ordering::Acquire),
                 },
             );
             starts.push((p, start.next));
@@ -774,6 +784,7 @@ impl RebalanceHandler for Core {
             self.completed(c, None);
         }
         self.assigned_once = true;
+        self.epoch.fetch_add(1, Ordering::AcqRel);
         self.publisher
             .service()
             .set_not_ready(format!("restoring {} partition(s)", facts.len()));

@@ -64,6 +64,9 @@ impl Core {
             warn!(change = %change, "price table reloaded: compatible change");
         }
         self.engine = engine.clone();
+        if let Ok(mut shared) = self.shared_engine.lock() {
+            *shared = engine.clone();
+        }
         for s in self.slots.values_mut() {
             s.task.set_config(engine.clone());
         }

@@ -203,7 +203,13 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
         }
         let mut chunk = reader.next();
         routes.clear();
-        task.process_prepared(&chunk.prepared, now, &mut panes, &mut routes);
+        task.process_prepared(
+            &chunk.prepared,
+            0..chunk.prepared.len(),
+            now,
+            &mut panes,
+            &mut routes,
+        );
         if let Some(e) = task.take_spill_error() {
             return Err(WorkerError::Refused(e));
         }

@@ -1,14 +1,23 @@
-//! The Kafka worker loop: poll → partition tasks → producers, with a checkpoint
-//! every `checkpoint.interval`, on revoke (inside the rebalance callback) and on
-//! shutdown. The protocol itself lives in `core.rs`.
+//! The Kafka worker loop: chunks from the poll thread (`poller`: consume, step 1)
+//! → partition tasks → producers, with a checkpoint every `checkpoint.interval`,
+//! on revoke (inside the rebalance callback, on the poll thread) and on shutdown.
+//! The protocol itself lives in `core.rs`.
+//!
+//! The loop and the rebalance callback take turns on the worker's state (`Core`,
+//! behind one lock). Before the final checkpoint the poll thread is stopped and
+//! joined: from then on nothing polls but the loop's own leaving of the group.
+
+pub mod poller;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::Consumer;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use tracing::{info, warn};
+
+use self::poller::{Poller, Shared};
 
 use super::core::Core;
 use super::report::Publisher;
@@ -35,12 +44,8 @@ pub struct RunOptions {
 /// How often the report (report.json, /metrics) is refreshed between checkpoints.
 const REPORT_EVERY: Duration = Duration::from_millis(500);
 
-/// Records per engine batch (see `PartitionTask::process_batch`).
-const BATCH: usize = 32;
-
-/// Records between two rounds of the loop's housekeeping (idleness, export completion, report, checkpoint timer). At 10^5 records/s that
-/// is under a millisecond; a quiet input runs it on every poll timeout.
-const HOUSEKEEPING_EVERY: u32 = 64;
+/// How long the loop waits for a chunk before its housekeeping runs anyway.
+const QUIET: Duration = Duration::from_millis(100);
 
 fn lock(core: &Mutex<Core>) -> Result<MutexGuard<'_, Core>, WorkerError> {
     core.lock()
@@ -75,9 +80,13 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         worker,
     };
     let coord = Coordinator::new(store.clone(), checkpoints, job.clone())?;
+    let shared_engine = Arc::new(Mutex::new(engine.clone()));
+    let epoch = Arc::new(AtomicU64::new(0));
     let core = Arc::new(Mutex::new(Core {
         job,
         engine,
+        shared_engine: shared_engine.clone(),
+        epoch: epoch.clone(),
         store,
         coord,
         outputs: Outputs::new(&cfg.kafka, &cfg.topics)?,
@@ -97,9 +106,11 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         checkpoint_stats: Default::default(),
         progress_to: None,
     }));
-    let consumer: Source = consumer_config(&cfg.kafka)
-        .create_with_context(SourceContext::new(core.clone()))
-        .map_err(KafkaIoError::client("creating the consumer"))?;
+    let consumer: Arc<Source> = Arc::new(
+        consumer_config(&cfg.kafka)
+            .create_with_context(SourceContext::new(core.clone()))
+            .map_err(KafkaIoError::client("creating the consumer"))?,
+    );
     crate::kafka::await_cluster(&consumer, &cfg.kafka, &cfg.topics.input)?;
     consumer
         .subscribe(&[&cfg.topics.input])
@@ -122,44 +133,35 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
     let interval = Duration::from_millis(cfg.checkpoint.interval.0 as u64);
     let mut last_checkpoint = Instant::now();
     let mut last_report = Instant::now();
-    let mut since_housekeeping = 0u32;
+    let mut poller = Poller::start(Shared {
+        consumer: consumer.clone(),
+        engine: shared_engine,
+        epoch,
+    })
+    .map_err(|e| WorkerError::Io {
+        path: "poll thread".into(),
+        source: e,
+    })?;
     loop {
         if shutdown::requested() {
             info!("shutdown requested");
             break;
         }
-        // Up to BATCH records: one waiting poll, then whatever is already fetched.
-        // Polled before the core is locked: a rebalance callback may run in poll.
-        let mut batch = Vec::with_capacity(BATCH);
-        let mut wait = Duration::from_millis(100);
-        let mut out_of_range = false;
-        while batch.len() < BATCH {
-            match consumer.poll(wait) {
-                Some(Ok(m)) => batch.push(m),
-                // A fetch position outside the log (`auto.offset.reset=error`):
-                // handled after the records polled before it.
-                Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset))) => {
-                    out_of_range = true;
-                    break;
-                }
-                Some(Err(e)) => {
-                    tracing::warn!(error = %e, "consumer error");
-                    break;
-                }
-                None => break,
-            }
-            wait = Duration::ZERO;
-        }
+        let polled = poller.next(QUIET).map_err(|_| {
+            WorkerError::Refused("the poll thread ended unexpectedly (a panic; see above)".into())
+        })?;
         if let Some(fatal) = consumer.context().take_fatal() {
             return Err(WorkerError::Refused(fatal));
         }
         let mut c = lock(&core)?;
-        let idle = batch.is_empty();
-        c.process_batch(&consumer, &batch)?;
-        drop(batch);
-        if out_of_range {
-            c.out_of_range(&consumer)?;
+        if let Some(polled) = &polled {
+            c.process_polled(&consumer, polled)?;
+            // A fetch position outside the log: handled after the records polled before it.
+            if polled.out_of_range {
+                c.out_of_range(&consumer)?;
+            }
         }
+        drop(polled);
         if c.spill_due {
             c.spill(&consumer)?;
         }
@@ -167,13 +169,6 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
             info!("reached the log end of every assigned partition");
             break;
         }
-        // The rest every HOUSEKEEPING_EVERY records, or when the input is quiet:
-        // each step reads a clock or takes a librdkafka lock.
-        since_housekeeping += 1;
-        if !idle && since_housekeeping < HOUSEKEEPING_EVERY / BATCH as u32 {
-            continue;
-        }
-        since_housekeeping = 0;
         c.publisher.service().beat(crate::kafka::now_ms());
         if crate::worker::shutdown::take_reload() {
             c.reload_prices(opts.config_path.as_deref());
@@ -203,6 +198,8 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
             last_waiting_log = Instant::now();
         }
     }
+    // No poll (nor rebalance callback) from here on but the loop's own.
+    poller.stop();
     let mut c = lock(&core)?;
     c.checkpoint(&consumer, true)?;
     c.closed = true;
