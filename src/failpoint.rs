@@ -3,6 +3,11 @@
 //! `TALLY_CRASH_AT=<name>[:<n>]` makes the process abort like SIGKILL (no
 //! unwinding, no flush, no destructor) the `n`-th time (default 1st) execution
 //! reaches `hit("<name>")`. Unset, `hit` costs one relaxed atomic load.
+//!
+//! `TALLY_PAUSE_AT=<name>:<ms>` makes every `pause("<name>")` sleep `ms`
+//! milliseconds: a test slows one step down to hold a race window open (the
+//! Kafka loop's `apply_chunk`, so that a rebalance finds chunks queued). Unset,
+//! `pause` costs the same load.
 
 #![allow(unsafe_code)] // FFI: raise(SIGKILL) at a crash point.
 
@@ -11,6 +16,7 @@ use std::sync::OnceLock;
 
 static TARGET: OnceLock<Option<(String, u64)>> = OnceLock::new();
 static HITS: AtomicU64 = AtomicU64::new(0);
+static PAUSE: OnceLock<Option<(String, u64)>> = OnceLock::new();
 
 fn target() -> &'static Option<(String, u64)> {
     TARGET.get_or_init(|| {
@@ -34,6 +40,20 @@ pub fn hit(name: &str) {
                 libc::kill(libc::getpid(), libc::SIGKILL);
             }
             std::process::abort();
+        }
+    }
+}
+
+/// Sleeps if this pause point is armed (`TALLY_PAUSE_AT`).
+pub fn pause(name: &str) {
+    let armed = PAUSE.get_or_init(|| {
+        let v = std::env::var("TALLY_PAUSE_AT").ok()?;
+        let (name, ms) = v.split_once(':')?;
+        Some((name.to_string(), ms.parse().ok()?))
+    });
+    if let Some((armed, ms)) = armed {
+        if armed == name {
+            std::thread::sleep(std::time::Duration::from_millis(*ms));
         }
     }
 }

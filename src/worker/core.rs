@@ -215,10 +215,11 @@ impl Core {
             // Polled before the partition was revoked (and maybe assigned again):
             // its owner now reads these records from the checkpoint.
             _ => {
-                debug!(
+                info!(
                     partition = p.0,
                     records = run.len(),
-                    "records polled before a rebalance; skipped"
+                    from_offset = run.offset(0),
+                    "records polled before a rebalance are left to the partition's owner"
                 );
                 return Ok(());
             }

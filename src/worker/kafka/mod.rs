@@ -155,6 +155,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         }
         let mut c = lock(&core)?;
         if let Some(polled) = &polled {
+            crate::failpoint::pause("apply_chunk");
             c.process_polled(&consumer, polled)?;
             // A fetch position outside the log: handled after the records polled before it.
             if polled.out_of_range {
