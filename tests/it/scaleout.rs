@@ -61,12 +61,7 @@ fn chaos_run_with_kills_is_exact() {
 #[test]
 fn rebalances_while_a_backlog_drains_lose_and_double_nothing() {
     let dir = TempDir::new("drain-rebalance");
-    let broker = DevBroker::start(&[
-        ("requests", 32),
-        ("tenant-cost", 2),
-        ("requests.late", 2),
-        ("requests.dlq", 2),
-    ]);
+    let broker = broker(32);
     let cfg = write_config(dir.path(), &broker, "drain", "");
     let c = cfg.to_str().unwrap();
     let expected = generate(
@@ -153,6 +148,16 @@ fn rebalances_while_a_backlog_drains_lose_and_double_nothing() {
     assert_eq!(view_rows(&db), expected_rows(&expected));
 }
 
+/// A dev broker with `requests` input partitions and two of each output topic.
+fn broker(requests: i32) -> DevBroker {
+    DevBroker::start(&[
+        ("requests", requests),
+        ("tenant-cost", 2),
+        ("requests.late", 2),
+        ("requests.dlq", 2),
+    ])
+}
+
 fn spawn_worker(cfg: &Path, state: &Path) -> Child {
     spawn_worker_with(cfg, state, &[])
 }
@@ -173,12 +178,7 @@ fn owned(state: &Path) -> Vec<i32> {
 #[test]
 fn a_zombie_worker_cannot_corrupt_anything() {
     let dir = TempDir::new("zombie");
-    let broker = DevBroker::start(&[
-        ("requests", 6),
-        ("tenant-cost", 2),
-        ("requests.late", 2),
-        ("requests.dlq", 2),
-    ]);
+    let broker = broker(6);
     let cfg = write_config(
         dir.path(),
         &broker,
@@ -302,12 +302,7 @@ fn wait_for(what: &str, cond: &dyn Fn() -> bool) {
 #[test]
 fn static_members_regain_their_partitions_without_moving_the_others() {
     let dir = TempDir::new("static");
-    let broker = DevBroker::start(&[
-        ("requests", 12),
-        ("tenant-cost", 2),
-        ("requests.late", 2),
-        ("requests.dlq", 2),
-    ]);
+    let broker = broker(12);
     let cfg = write_config(dir.path(), &broker, "static", "");
     // Under KIP-848 the session timeout is the broker's (dev-broker: 6 s).
     let text = std::fs::read_to_string(&cfg).unwrap().replace(
