@@ -120,16 +120,7 @@ fn rebalances_while_a_backlog_drains_lose_and_double_nothing() {
         logs.contains("records polled before a rebalance are left to the partition's owner"),
         "no rebalance met prepared chunks; the test did not exercise them:\n{logs}"
     );
-    // Whatever is left, a bounded run finishes from the workers' checkpoints.
-    tally_ok(
-        &["run", "--config", c, "--until-end"],
-        &[(
-            "TALLY_STATE__DIR",
-            dir.path().join("final").to_str().unwrap(),
-        )],
-        Duration::from_secs(300),
-    );
-    let report = tally::worker::report::read(&dir.path().join("final")).unwrap();
+    let report = finish_from_checkpoints(c, dir.path());
     let total = |f: fn(&tally::engine::Counters) -> u64| -> u64 {
         report.partitions.iter().map(|p| f(&p.counters)).sum()
     };
@@ -146,6 +137,18 @@ fn rebalances_while_a_backlog_drains_lose_and_double_nothing() {
         Duration::from_secs(300),
     );
     assert_eq!(view_rows(&db), expected_rows(&expected));
+}
+
+/// Whatever the workers left, a bounded run finishes from their checkpoints (in
+/// `dir/final`); its report.
+fn finish_from_checkpoints(cfg: &str, dir: &Path) -> tally::metrics::WorkerReport {
+    let state = dir.join("final");
+    tally_ok(
+        &["run", "--config", cfg, "--until-end"],
+        &[("TALLY_STATE__DIR", state.to_str().unwrap())],
+        Duration::from_secs(300),
+    );
+    tally::worker::report::read(&state).unwrap()
 }
 
 /// A dev broker with `requests` input partitions and two of each output topic.
@@ -266,14 +269,7 @@ fn a_zombie_worker_cannot_corrupt_anything() {
         &[],
         Duration::from_secs(60),
     );
-    tally_ok(
-        &["run", "--config", c, "--until-end"],
-        &[(
-            "TALLY_STATE__DIR",
-            dir.path().join("final").to_str().unwrap(),
-        )],
-        Duration::from_secs(300),
-    );
+    let report = finish_from_checkpoints(c, dir.path());
     let db = fresh_database("zombie");
     tally_ok(
         &["sink", "--config", c, "--until-end"],
@@ -283,7 +279,6 @@ fn a_zombie_worker_cannot_corrupt_anything() {
     let view = view_rows(&db);
     let want = expected_rows(&expected);
     assert_eq!(view, want);
-    let report = tally::worker::report::read(&dir.path().join("final")).unwrap();
     let consumed: u64 = report.partitions.iter().map(|p| p.counters.consumed).sum();
     assert_eq!(consumed, expected.records);
 }
