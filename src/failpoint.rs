@@ -5,9 +5,9 @@
 //! reaches `hit("<name>")`. Unset, `hit` costs one relaxed atomic load.
 //!
 //! `TALLY_PAUSE_AT=<name>:<ms>` makes every `pause("<name>")` sleep `ms`
-//! milliseconds: a test slows one step down to hold a race window open (the
-//! Kafka loop's `apply_chunk`, so that a rebalance finds chunks queued). Unset,
-//! `pause` costs the same load.
+//! milliseconds (0 without `:<ms>`): a test slows one step down to hold a race
+//! window open (the Kafka loop's `apply_chunk`, so that a rebalance finds chunks
+//! queued). Unset, `pause` costs the same load.
 
 #![allow(unsafe_code)] // FFI: raise(SIGKILL) at a crash point.
 
@@ -18,15 +18,18 @@ static TARGET: OnceLock<Option<(String, u64)>> = OnceLock::new();
 static HITS: AtomicU64 = AtomicU64::new(0);
 static PAUSE: OnceLock<Option<(String, u64)>> = OnceLock::new();
 
-fn target() -> &'static Option<(String, u64)> {
-    TARGET.get_or_init(|| {
-        let v = std::env::var("TALLY_CRASH_AT").ok()?;
-        let (name, n) = match v.split_once(':') {
-            Some((name, n)) => (name.to_string(), n.parse().unwrap_or(1)),
-            None => (v, 1),
-        };
-        Some((name, n.max(1)))
+/// `<name>[:<n>]` from the environment variable `var`; `n` is `default` when
+/// absent or not a number.
+fn armed(var: &str, default: u64) -> Option<(String, u64)> {
+    let v = std::env::var(var).ok()?;
+    Some(match v.split_once(':') {
+        Some((name, n)) => (name.to_string(), n.parse().unwrap_or(default)),
+        None => (v, default),
     })
+}
+
+fn target() -> &'static Option<(String, u64)> {
+    TARGET.get_or_init(|| armed("TALLY_CRASH_AT", 1).map(|(name, n)| (name, n.max(1))))
 }
 
 /// Aborts the process if this crash point is armed and its count is reached.
@@ -46,12 +49,7 @@ pub fn hit(name: &str) {
 
 /// Sleeps if this pause point is armed (`TALLY_PAUSE_AT`).
 pub fn pause(name: &str) {
-    let armed = PAUSE.get_or_init(|| {
-        let v = std::env::var("TALLY_PAUSE_AT").ok()?;
-        let (name, ms) = v.split_once(':')?;
-        Some((name.to_string(), ms.parse().ok()?))
-    });
-    if let Some((armed, ms)) = armed {
+    if let Some((armed, ms)) = PAUSE.get_or_init(|| armed("TALLY_PAUSE_AT", 0)) {
         if armed == name {
             std::thread::sleep(std::time::Duration::from_millis(*ms));
         }
