@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use crate::model::{Event, Pico};
+use crate::model::Pico;
 
 /// The accumulator of one `(tenant, window)`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -50,10 +50,15 @@ impl WindowAcc {
     /// Folds one priced request of `model` (the price table's shared name) in;
     /// `None` on overflow (then nothing changed). Returns whether a line was added
     /// to `others`.
-    pub(super) fn fold(&mut self, model: &Arc<str>, ev: &Event<'_>, cost: Pico) -> Option<bool> {
+    pub(super) fn fold(
+        &mut self,
+        model: &Arc<str>,
+        (prompt_tokens, completion_tokens): (u64, u64),
+        cost: Pico,
+    ) -> Option<bool> {
         let total_cost = self.cost.checked_add(cost).ok()?;
-        let prompt = self.prompt_tokens.checked_add(ev.prompt_tokens)?;
-        let completion = self.completion_tokens.checked_add(ev.completion_tokens)?;
+        let prompt = self.prompt_tokens.checked_add(prompt_tokens)?;
+        let completion = self.completion_tokens.checked_add(completion_tokens)?;
         let mut added = false;
         if self.version == 0 {
             self.first_model = model.clone();
@@ -61,7 +66,7 @@ impl WindowAcc {
             if *self.first_model == **model {
                 self.first_model = model.clone();
             } else {
-                added = self.fold_other(model, ev, cost);
+                added = self.fold_other(model, (prompt_tokens, completion_tokens), cost);
             }
         }
         self.cost = total_cost;
@@ -72,7 +77,12 @@ impl WindowAcc {
         Some(added)
     }
 
-    fn fold_other(&mut self, model: &Arc<str>, ev: &Event<'_>, cost: Pico) -> bool {
+    fn fold_other(
+        &mut self,
+        model: &Arc<str>,
+        (prompt_tokens, completion_tokens): (u64, u64),
+        cost: Pico,
+    ) -> bool {
         let found = self
             .others
             .iter()
@@ -86,8 +96,8 @@ impl WindowAcc {
             Some(i) => {
                 let l = &mut self.others[i];
                 l.requests += 1;
-                l.prompt_tokens += ev.prompt_tokens;
-                l.completion_tokens += ev.completion_tokens;
+                l.prompt_tokens += prompt_tokens;
+                l.completion_tokens += completion_tokens;
                 l.cost = Pico(l.cost.0 + cost.0);
                 false
             }
@@ -95,8 +105,8 @@ impl WindowAcc {
                 self.others.push(Line {
                     model: model.clone(),
                     requests: 1,
-                    prompt_tokens: ev.prompt_tokens,
-                    completion_tokens: ev.completion_tokens,
+                    prompt_tokens,
+                    completion_tokens,
                     cost,
                 });
                 true

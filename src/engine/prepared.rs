@@ -14,29 +14,26 @@
 //! (`Arc::ptr_eq`) and runs step 1 again on the records of a batch prepared under
 //! a price table a reload has replaced since.
 
-use std::borrow::Cow;
-use std::ops::Range;
-
 use super::dedup::Fingerprint;
-use super::task::{check, Checked, Valid};
+use super::task::{check, Checked, Folding};
 use super::{EngineConfig, RecordIn};
-use crate::model::{DeadLetterReason, Event, Pico};
+use crate::model::{DeadLetterReason, Pico};
 use crate::time::Window;
 
-/// A record that passed step 1, by its numbers; its ids are ranges of `Prepared::strs`.
+/// A record that passed step 1, by the numbers steps 2–4 read; its ids are
+/// ranges of `Prepared::strs`.
 #[derive(Debug, Clone)]
 struct Fields {
     fp: Fingerprint,
     ts: i64,
     window: Window,
     cost: Pico,
-    model_index: usize,
     prompt_tokens: u64,
     completion_tokens: u64,
-    started_ts: Option<i64>,
     completed_ts: i64,
-    request_id: Range<usize>,
-    tenant_id: Range<usize>,
+    model_index: u32,
+    /// The request id is `strs[ids.0..ids.1]`, the tenant id `strs[ids.1..ids.2]`.
+    ids: (u32, u32, u32),
 }
 
 /// A batch of records after step 1, in input order (reused: `clear`).
@@ -44,13 +41,17 @@ struct Fields {
 pub struct Prepared {
     /// The request and tenant ids of the valid records, back to back.
     strs: String,
-    items: Vec<Result<Fields, DeadLetterReason>>,
+    /// A record that failed step 1 is the index of its reason in `reasons` (kept
+    /// apart: the valid records, nearly all, stay small to copy).
+    items: Vec<Result<Fields, u32>>,
+    reasons: Vec<DeadLetterReason>,
 }
 
 impl Prepared {
     pub fn clear(&mut self) {
         self.strs.clear();
         self.items.clear();
+        self.reasons.clear();
     }
 
     pub fn len(&self) -> usize {
@@ -63,28 +64,35 @@ impl Prepared {
 
     /// Step 1 of the rules on `rec`, appended to the batch.
     pub fn push(&mut self, cfg: &EngineConfig, rec: RecordIn<'_>) {
-        let item = check(cfg, rec).map(|Checked { valid: v, fp }| {
-            let mut keep = |s: &str| {
-                let start = self.strs.len();
-                self.strs.push_str(s);
-                start..self.strs.len()
-            };
-            let request_id = keep(&v.ev.request_id);
-            let tenant_id = keep(&v.ev.tenant_id);
-            Fields {
-                fp,
-                ts: v.ts,
-                window: v.window,
-                cost: v.cost,
-                model_index: v.model_index,
-                prompt_tokens: v.ev.prompt_tokens,
-                completion_tokens: v.ev.completion_tokens,
-                started_ts: v.ev.started_ts,
-                completed_ts: v.ev.completed_ts,
-                request_id,
-                tenant_id,
+        let item = match check(cfg, rec) {
+            Ok(Checked { valid: v, fp }) => {
+                let request_start = self.strs.len();
+                self.strs.push_str(&v.ev.request_id);
+                let request_end = self.strs.len();
+                self.strs.push_str(&v.ev.tenant_id);
+                // A batch holds at most a few thousand records of bounded size.
+                let offset = |n: usize| u32::try_from(n).expect("a batch's ids fit in u32");
+                Ok(Fields {
+                    fp,
+                    ts: v.ts,
+                    window: v.window,
+                    cost: v.cost,
+                    prompt_tokens: v.ev.prompt_tokens,
+                    completion_tokens: v.ev.completion_tokens,
+                    completed_ts: v.ev.completed_ts,
+                    model_index: offset(v.model_index),
+                    ids: (
+                        offset(request_start),
+                        offset(request_end),
+                        offset(self.strs.len()),
+                    ),
+                })
             }
-        });
+            Err(reason) => {
+                self.reasons.push(reason);
+                Err(self.reasons.len() as u32 - 1)
+            }
+        };
         self.items.push(item);
     }
 
@@ -93,30 +101,25 @@ impl Prepared {
         self.items[i].as_ref().ok().map(|f| f.fp)
     }
 
-    /// The `i`-th record as `PartitionTask` checks it; the model's name is the
-    /// price table's (the fold finds the model by its index).
-    pub(super) fn checked<'a>(
-        &'a self,
-        cfg: &'a EngineConfig,
-        i: usize,
-    ) -> Result<Checked<'a>, &'a DeadLetterReason> {
-        let f = self.items[i].as_ref()?;
-        Ok(Checked {
-            valid: Valid {
-                ev: Event {
-                    request_id: Cow::Borrowed(&self.strs[f.request_id.clone()]),
-                    tenant_id: Cow::Borrowed(&self.strs[f.tenant_id.clone()]),
-                    model: Cow::Borrowed(&**cfg.prices.model_at(f.model_index)),
-                    prompt_tokens: f.prompt_tokens,
-                    completion_tokens: f.completion_tokens,
-                    started_ts: f.started_ts,
-                    completed_ts: f.completed_ts,
-                },
-                ts: f.ts,
-                window: f.window,
-                cost: f.cost,
-                model_index: f.model_index,
-            },
+    /// The `i`-th record as steps 2–4 of `PartitionTask` read it, or why it
+    /// failed step 1.
+    pub(super) fn folding(&self, i: usize) -> Result<Folding<'_>, &DeadLetterReason> {
+        let f = match &self.items[i] {
+            Ok(f) => f,
+            Err(r) => return Err(&self.reasons[*r as usize]),
+        };
+        let (start, mid, end) = (f.ids.0 as usize, f.ids.1 as usize, f.ids.2 as usize);
+        let (request_id, tenant_id) = (&self.strs[start..mid], &self.strs[mid..end]);
+        Ok(Folding {
+            request_id,
+            tenant_id,
+            prompt_tokens: f.prompt_tokens,
+            completion_tokens: f.completion_tokens,
+            completed_ts: f.completed_ts,
+            ts: f.ts,
+            window: f.window,
+            cost: f.cost,
+            model_index: f.model_index as usize,
             fp: f.fp,
         })
     }

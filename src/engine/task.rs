@@ -70,6 +70,49 @@ pub(super) struct Checked<'a> {
     pub(super) fp: Fingerprint,
 }
 
+impl Checked<'_> {
+    /// What steps 2–4 read of it.
+    fn folding(&self) -> Folding<'_> {
+        let Valid {
+            ev,
+            ts,
+            window,
+            cost,
+            model_index,
+        } = &self.valid;
+        Folding {
+            request_id: &ev.request_id,
+            tenant_id: &ev.tenant_id,
+            prompt_tokens: ev.prompt_tokens,
+            completion_tokens: ev.completion_tokens,
+            completed_ts: ev.completed_ts,
+            ts: *ts,
+            window: *window,
+            cost: *cost,
+            model_index: *model_index,
+            fp: self.fp,
+        }
+    }
+}
+
+/// What steps 2–4 of the rules read of a record that passed step 1: borrowed ids
+/// and plain numbers, built from a `Checked` or straight from a `Prepared` batch.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Folding<'a> {
+    pub(super) request_id: &'a str,
+    pub(super) tenant_id: &'a str,
+    pub(super) prompt_tokens: u64,
+    pub(super) completion_tokens: u64,
+    pub(super) completed_ts: i64,
+    /// The event time (per the time source).
+    pub(super) ts: i64,
+    pub(super) window: Window,
+    pub(super) cost: Pico,
+    /// The model's index in the price table (`PriceTable::model_at`).
+    pub(super) model_index: usize,
+    pub(super) fp: Fingerprint,
+}
+
 /// A record that passed `validate`: its event, event time, window and cost.
 #[derive(Debug)]
 pub struct Valid<'a> {
@@ -460,12 +503,6 @@ impl PartitionTask {
         routes: &mut Vec<Route>,
     ) {
         const AHEAD: usize = 16;
-        let rec = RecordIn {
-            payload: &[],
-            kafka_ts: None,
-            now_ms,
-        };
-        let cfg = self.cfg.clone();
         let end = range.end;
         for fp in (range.start..end.min(range.start + AHEAD)).filter_map(|i| batch.fingerprint(i)) {
             self.dedup.prefetch(fp);
@@ -477,8 +514,8 @@ impl PartitionTask {
             {
                 self.dedup.prefetch(fp);
             }
-            let route = match batch.checked(&cfg, i) {
-                Ok(c) => self.count_valid(rec, &c, out),
+            let route = match batch.folding(i) {
+                Ok(f) => self.count_valid(now_ms, &f, out),
                 Err(reason) => self.count_route(Route::DeadLetter(reason.clone())),
             };
             routes.push(route);
@@ -497,20 +534,15 @@ impl PartitionTask {
         out: &mut Vec<ResultRecord>,
     ) -> Route {
         match checked {
-            Ok(c) => self.count_valid(rec, c, out),
+            Ok(c) => self.count_valid(rec.now_ms, &c.folding(), out),
             Err(reason) => self.count_route(Route::DeadLetter(reason.clone())),
         }
     }
 
-    fn count_valid(
-        &mut self,
-        rec: RecordIn<'_>,
-        c: &Checked<'_>,
-        out: &mut Vec<ResultRecord>,
-    ) -> Route {
-        let t = c.valid.ev.completed_ts;
+    fn count_valid(&mut self, now_ms: i64, f: &Folding<'_>, out: &mut Vec<ResultRecord>) -> Route {
+        let t = f.completed_ts;
         self.high_water = Some(self.high_water.map_or(t, |h| h.max(t)));
-        let route = self.route(rec, c, out);
+        let route = self.route(now_ms, f, out);
         self.count_route(route)
     }
 
@@ -526,20 +558,9 @@ impl PartitionTask {
         route
     }
 
-    fn route(&mut self, rec: RecordIn<'_>, c: &Checked<'_>, out: &mut Vec<ResultRecord>) -> Route {
-        let Checked {
-            valid:
-                Valid {
-                    ev,
-                    ts,
-                    window,
-                    cost,
-                    model_index,
-                },
-            fp,
-        } = c;
-        let (ts, window, cost, fp) = (*ts, *window, *cost, *fp);
-        self.delay.record(rec.now_ms.saturating_sub(ts));
+    fn route(&mut self, now_ms: i64, f: &Folding<'_>, out: &mut Vec<ResultRecord>) -> Route {
+        let (ts, window, cost, fp) = (f.ts, f.window, f.cost, f.fp);
+        self.delay.record(now_ms.saturating_sub(ts));
         self.disorder
             .record(self.watermark.max_ts().map_or(0, |m| m.saturating_sub(ts)));
         let cfg = &self.cfg;
@@ -558,7 +579,7 @@ impl PartitionTask {
         }
         let lateness = cfg.allowed_lateness_ms;
         if w >= (window.end - 1).saturating_add(lateness) {
-            self.dedup.check_and_insert(fp, &ev.request_id, expiry, w);
+            self.dedup.check_and_insert(fp, f.request_id, expiry, w);
             return Route::TooLate {
                 window_end: window.end,
                 watermark: w,
@@ -574,35 +595,34 @@ impl PartitionTask {
             WindowPhase::Open => &mut self.open,
         };
         let tenants = map.entry(window.end).or_default();
-        let acc = match tenants.get_mut(ev.tenant_id.as_ref()) {
+        let acc = match tenants.get_mut(f.tenant_id) {
             Some(acc) => acc,
             None => {
                 let stored = self
                     .spilled
-                    .take_one(self.partition, phase, window.end, &ev.tenant_id)
+                    .take_one(self.partition, phase, window.end, f.tenant_id)
                     .unwrap_or_default();
-                self.held_bytes += acc_bytes(&ev.tenant_id, &stored);
-                tenants
-                    .entry(ev.tenant_id.as_ref().into())
-                    .or_insert(stored)
+                self.held_bytes += acc_bytes(f.tenant_id, &stored);
+                tenants.entry(f.tenant_id.into()).or_insert(stored)
             }
         };
         let was_dirty = acc.dirty;
-        match acc.fold(cfg.prices.model_at(*model_index), ev, cost) {
+        let tokens = (f.prompt_tokens, f.completion_tokens);
+        match acc.fold(cfg.prices.model_at(f.model_index), tokens, cost) {
             None => return Route::DeadLetter(DeadLetterReason::Overflow),
             Some(true) => self.held_bytes += LINE_BYTES,
             Some(false) => {}
         }
-        self.dedup.check_and_insert(fp, &ev.request_id, expiry, w);
+        self.dedup.check_and_insert(fp, f.request_id, expiry, w);
         if !was_dirty {
-            self.dirty.push((window.end, ev.tenant_id.as_ref().into()));
+            self.dirty.push((window.end, f.tenant_id.into()));
         }
         if phase == WindowPhase::Fired {
             let pane = Self::pane(
                 self.partition,
                 cfg,
                 window.end,
-                &ev.tenant_id,
+                f.tenant_id,
                 acc,
                 PaneKind::Late,
             );
