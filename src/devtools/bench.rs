@@ -220,7 +220,7 @@ pub struct BenchEngineArgs {
     /// JSON lines to process (e.g. from `tally gen --output-file`).
     #[arg(long)]
     pub input_file: std::path::PathBuf,
-    /// Alternate baseline and engine runs this many times; report the best of each.
+    /// Alternate the baseline, step 1 and engine runs this many times; report the best of each.
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
 }
