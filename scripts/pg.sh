@@ -14,6 +14,7 @@ set -euo pipefail
 
 cmd=${1:?usage: pg.sh start|stop|restart DIR}
 dir=${2:?usage: pg.sh start|stop|restart DIR}
+case "$dir" in /*) ;; *) dir=$PWD/$dir ;; esac
 PGBIN=${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)}
 [ -x "$PGBIN/initdb" ] || { echo "pg.sh: no PostgreSQL binaries found (run scripts/bootstrap.sh)" >&2; exit 1; }
 
@@ -26,12 +27,28 @@ as_pg() {
   fi
 }
 
-free_port() {
-  local p
+# Ports are claimed, not just probed: tests start clusters concurrently, and a
+# port that is free when probed may be bound by a sibling's postmaster a moment
+# later (or during a sibling's `restart`). A claim is a file named for the port
+# in $claims, created with noclobber (atomic), holding the cluster's directory; a
+# claim whose directory is gone is stale and taken over. `stop` drops the claim.
+claims=${TMPDIR:-/tmp}/tally-pg-ports
+claim_port() {
+  local p owner
+  mkdir -p "$claims"
+  chmod 1777 "$claims" 2>/dev/null || true
   for p in $(seq 55432 55999); do
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
+    if ! (set -o noclobber; echo "$dir" >"$claims/$p") 2>/dev/null; then
+      owner=$(cat "$claims/$p" 2>/dev/null || true)
+      [ -n "$owner" ] && [ -d "$owner" ] && continue
+      rm -f "$claims/$p"
+      (set -o noclobber; echo "$dir" >"$claims/$p") 2>/dev/null || continue
+    fi
+    # Something other than our clusters may listen there.
+    if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then rm -f "$claims/$p"; continue; fi
+    echo "$p"; return 0
   done
-  echo "pg.sh: no free port" >&2; return 1
+  echo "pg.sh: no free port in 55432-55999" >&2; return 1
 }
 
 case "$cmd" in
@@ -50,10 +67,23 @@ case "$cmd" in
       printf 'local all all trust\nhostssl all all 127.0.0.1/32 scram-sha-256\n' >"$dir/data/pg_hba.conf"
       opts="$opts -c ssl=on -c password_encryption=scram-sha-256"
     fi
-    port=$(free_port)
-    as_pg "$PGBIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start \
-      -o "-p $port $opts" \
-      >/dev/null || { cat "$dir/server.log" >&2; exit 1; }
+    # A process outside the claims may still bind the port between the probe
+    # and the postmaster's bind: then the next claimed port is tried.
+    for attempt in 1 2 3 4 5; do
+      port=$(claim_port)
+      rm -f "$dir/server.log"
+      if as_pg "$PGBIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start \
+        -o "-p $port $opts" >/dev/null; then
+        break
+      fi
+      if [ "$attempt" -lt 5 ] && grep -q "Address already in use" "$dir/server.log"; then
+        echo "pg.sh: port $port was taken meanwhile; trying another" >&2
+        rm -f "$claims/$port"
+        continue
+      fi
+      rm -f "$claims/$port"
+      cat "$dir/server.log" >&2; exit 1
+    done
     if [ -n "${PG_TLS_DIR:-}" ]; then
       # From stdin: psql interpolates :'pw' (quoted as a literal) there, not in -c.
       echo "ALTER USER postgres PASSWORD :'pw';" | as_pg "$PGBIN/psql" -q -h "$dir" -p "$port" \
@@ -69,6 +99,10 @@ case "$cmd" in
   stop)
     if [ -d "$dir/data" ]; then
       as_pg "$PGBIN/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1 || true
+    fi
+    if [ -f "$dir/url" ]; then
+      port=$(sed -n 's|.*:\([0-9]*\)/postgres$|\1|p' "$dir/url")
+      [ -n "$port" ] && [ "$(cat "$claims/$port" 2>/dev/null)" = "$dir" ] && rm -f "$claims/$port"
     fi
     rm -rf "$dir"
     ;;
