@@ -9,6 +9,7 @@ mod endpoints;
 mod evolution;
 mod file_mode;
 mod finality;
+mod harness;
 mod input_mapping;
 mod late;
 mod object_store;
