@@ -32,12 +32,15 @@ as_pg() {
 # later (or during a sibling's `restart`). A claim is a file named for the port
 # in $claims, created with noclobber (atomic), holding the cluster's directory; a
 # claim whose directory is gone is stale and taken over. `stop` drops the claim.
+# The range lies below Linux's ephemeral ports (32768-60999 by default): a port
+# there may be the local end of some outgoing connection, which no probe sees
+# but which makes the postmaster's bind fail.
 claims=${TMPDIR:-/tmp}/tally-pg-ports
 claim_port() {
   local p owner
   mkdir -p "$claims"
   chmod 1777 "$claims" 2>/dev/null || true
-  for p in $(seq 55432 55999); do
+  for p in $(seq "$1" 25999); do
     if ! (set -o noclobber; echo "$dir" >"$claims/$p") 2>/dev/null; then
       owner=$(cat "$claims/$p" 2>/dev/null || true)
       [ -n "$owner" ] && [ -d "$owner" ] && continue
@@ -48,7 +51,7 @@ claim_port() {
     if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then rm -f "$claims/$p"; continue; fi
     echo "$p"; return 0
   done
-  echo "pg.sh: no free port in 55432-55999" >&2; return 1
+  echo "pg.sh: no free port in 25432-25999" >&2; return 1
 }
 
 case "$cmd" in
@@ -68,9 +71,10 @@ case "$cmd" in
       opts="$opts -c ssl=on -c password_encryption=scram-sha-256"
     fi
     # A process outside the claims may still bind the port between the probe
-    # and the postmaster's bind: then the next claimed port is tried.
+    # and the postmaster's bind: then a port after it is tried.
+    port=25431
     for attempt in 1 2 3 4 5; do
-      port=$(claim_port)
+      port=$(claim_port $((port + 1)))
       rm -f "$dir/server.log"
       if as_pg "$PGBIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start \
         -o "-p $port $opts" >/dev/null; then
