@@ -315,14 +315,25 @@ fn pg_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/pg.sh")
 }
 
-/// A loopback port free at the time of asking.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// Where a tally process listens that was given `127.0.0.1:0` (the kernel picks
+/// the port as it binds, so no other test can take it between choosing and
+/// binding): the `addr=` of the first line in its log `log` (text format, at
+/// least `info`) that contains `what`.
+pub fn bound_addr(log: &Path, what: &str) -> String {
+    wait_until(
+        &format!("\"{what}\" in {}", log.display()),
+        Duration::from_secs(60),
+        || {
+            let text = std::fs::read_to_string(log).ok()?;
+            let line = text.lines().find(|l| l.contains(what))?;
+            let at = line.find(" addr=")? + " addr=".len();
+            line[at..].split_whitespace().next().map(str::to_string)
+        },
+    )
 }
+
+/// The log line of the metrics endpoints (`run`, `sink`, `reprocess-late`).
+pub const METRICS_SERVING: &str = "serving /metrics, /healthz and /readyz";
 
 /// `GET path` on `addr` over a fresh connection: (status, body); `None` while
 /// nothing listens there.

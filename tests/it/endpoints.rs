@@ -33,14 +33,13 @@ fn readiness_idle_connections_404_and_consumer_lag() {
         &["--initial-rebalance-delay".as_ref(), "3s".as_ref()],
     )
     .unwrap();
-    let addr = format!("127.0.0.1:{}", free_port());
     // Small fetches: the backlog drains over seconds, not milliseconds.
     let cfg = d.join("w.toml");
     std::fs::write(
         &cfg,
         format!(
             "[kafka]\nbootstrap_servers = \"{}\"\ngroup_id = \"ep\"\n\
-             \"max.partition.fetch.bytes\" = \"20000\"\n[metrics]\nlisten = \"{addr}\"\n\
+             \"max.partition.fetch.bytes\" = \"20000\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n\
              [checkpoint]\ndir = \"{}/cp\"\ninterval = \"1s\"\n[state]\ndir = \"{}/state\"\n{PRICES}",
             broker.bootstrap,
             d.display(),
@@ -69,6 +68,7 @@ fn readiness_idle_connections_404_and_consumer_lag() {
         .stderr(std::fs::File::create(d.join("worker.log")).unwrap())
         .spawn()
         .unwrap();
+    let addr = bound_addr(&d.join("worker.log"), METRICS_SERVING);
     let deadline = Instant::now() + Duration::from_secs(60);
     let (mut saw_503, mut ready_at) = (None, None);
     let lag = "tally_consumer_lag_records{partition=\"0\"}";

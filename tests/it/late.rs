@@ -295,8 +295,8 @@ fn the_late_backlog_metric_drains_to_zero_as_the_service_catches_up() {
     };
     produce(&broker, "requests.late", 0, "acme", &late(0, 3_000));
     produce(&broker, "requests.late", 1, "acme", &late(3_000, 2_000));
-    let addr = format!("127.0.0.1:{}", free_port());
-    let child = std::process::Command::new(tally_bin())
+    let log = dir.path().join("reprocess.log");
+    let mut child = std::process::Command::new(tally_bin())
         .args([
             "reprocess-late",
             "--config",
@@ -305,11 +305,12 @@ fn the_late_backlog_metric_drains_to_zero_as_the_service_catches_up() {
             "--from",
             "group",
         ])
-        .env("TALLY_METRICS__LISTEN", &addr)
-        .env("TALLY_LOG", "warn")
-        .stderr(std::process::Stdio::piped())
+        .env("TALLY_METRICS__LISTEN", "127.0.0.1:0")
+        .env("TALLY_LOG", "info")
+        .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
+    let addr = bound_addr(&log, METRICS_SERVING);
     let wait_for = |what: &str, ok: &dyn Fn(u64) -> bool| {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         loop {
@@ -339,13 +340,9 @@ fn the_late_backlog_metric_drains_to_zero_as_the_service_catches_up() {
     }
     assert_eq!(backlog(&addr), Some(0));
     signal(child.id(), libc::SIGTERM);
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stderr);
+    let status = child.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{text}");
     assert!(text.contains("adjustments 5700"), "{text}");
     // Its position is committed: a second run from the group has nothing to do.
     let again = tally_ok(

@@ -171,25 +171,23 @@ fn secrets_never_reach_an_output() {
     );
     let mut seen = String::new();
     // The metrics of a worker waiting for its cluster.
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
+    let waiting_log = d.join("waiting.log");
     let mut waiting = std::process::Command::new(tally_bin())
         .args(["run", "--config", &plain])
-        .env("TALLY_METRICS__LISTEN", &listen)
+        .env("TALLY_METRICS__LISTEN", "127.0.0.1:0")
+        .env("TALLY_LOG", "info")
         .env("TALLY_STATE__DIR", format!("{}/state-metrics", d.display()))
-        .stderr(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&waiting_log).unwrap())
         .spawn()
         .unwrap();
-    let mut metrics = String::new();
-    for _ in 0..100 {
-        if let Some((_, body)) = http_get(&listen, "/metrics") {
-            metrics = body;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let listen = bound_addr(&waiting_log, METRICS_SERVING);
+    let metrics = wait_until("a scrape", Duration::from_secs(10), || {
+        http_get(&listen, "/metrics").map(|(_, body)| body)
+    });
     let _ = waiting.kill();
     let _ = waiting.wait();
+    // Its log is an output too.
+    seen.push_str(&std::fs::read_to_string(&waiting_log).unwrap());
     assert!(
         metrics.contains("tally_build_info"),
         "no metrics scraped: {metrics}"

@@ -277,15 +277,16 @@ impl Client {
 }
 
 fn start_api(dir: &Path, cfg: &str, db: &str, name: &str) -> (Service, String) {
-    let addr = format!("127.0.0.1:{}", free_port());
     let svc = Service::start(
         &["api", "--config", cfg],
         &[
             ("TALLY_SINK__DATABASE_URL", db),
-            ("TALLY_API__LISTEN", &addr),
+            ("TALLY_API__LISTEN", "127.0.0.1:0"),
+            ("TALLY_LOG", "info"),
         ],
         dir.join(format!("{name}.log")),
     );
+    let addr = bound_addr(&svc.log, "usage API: serving");
     wait_until("the API listens", Duration::from_secs(30), || {
         http_get(&addr, "/healthz")
     });
