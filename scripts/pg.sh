@@ -80,12 +80,11 @@ case "$cmd" in
         -o "-p $port $opts" >/dev/null; then
         break
       fi
+      rm -f "$claims/$port"
       if [ "$attempt" -lt 5 ] && grep -q "Address already in use" "$dir/server.log"; then
         echo "pg.sh: port $port was taken meanwhile; trying another" >&2
-        rm -f "$claims/$port"
         continue
       fi
-      rm -f "$claims/$port"
       cat "$dir/server.log" >&2; exit 1
     done
     if [ -n "${PG_TLS_DIR:-}" ]; then
