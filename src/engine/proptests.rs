@@ -369,23 +369,24 @@ proptest! {
     }
 }
 
-/// Issue 19, defect 9: the memory budget is bytes, so 10 KB tenant ids get
-/// about 100 windows into 1 MiB, not the 6,500 a window count would allow.
+/// Issue 19, defect 9: the memory budget is bytes, so the longest tenant ids (256
+/// bytes, the id rule's limit) get about 2,300 windows into 1 MiB, not the 6,500 a
+/// window count would allow; longer ones are dead letters (issue 33).
 #[test]
 fn the_memory_budget_holds_for_long_tenant_ids() {
     let budget = 1 << 20;
     let store = Arc::new(MirrorStore::default());
     let mut t = PartitionTask::new(Partition(0), cfg(60_000));
     t.attach_spill(store.clone());
-    let long = |i: usize| format!("{i:05}{}", "t".repeat(10_000));
-    let recs: Vec<String> = (0..2_000)
-        .map(|i| {
-            format!(
-                r#"{{"request_id":"r{i}","tenant_id":"{}","model":"a","prompt_tokens":1,"completion_tokens":1,"completed_ts":{T0}}}"#,
-                long(i)
-            )
-        })
-        .collect();
+    let record = |i: usize, len: usize| {
+        format!(
+            r#"{{"request_id":"r{i}","tenant_id":"{i:05}{}","model":"a","prompt_tokens":1,"completion_tokens":1,"completed_ts":{T0}}}"#,
+            "t".repeat(len - 5)
+        )
+    };
+    let (routes, _) = run(&mut t, &[record(0, 257), record(1, 10_000)]);
+    assert!(routes.iter().all(|r| matches!(r, Route::DeadLetter(_))));
+    let recs: Vec<String> = (0..5_000).map(|i| record(i, 256)).collect();
     for chunk in recs.chunks(500) {
         let (routes, _) = run(&mut t, chunk);
         assert!(routes.iter().all(|r| *r == Route::Window));
@@ -398,6 +399,7 @@ fn the_memory_budget_holds_for_long_tenant_ids() {
         );
         assert_eq!(t.memory_bytes(), t.recount_bytes());
     }
-    assert!(t.windows_in_memory() <= budget / 10_000);
-    assert_eq!(t.open_windows(), 2_000, "evicted windows are still held");
+    assert!(t.windows_in_memory() <= budget / 256);
+    assert!(t.windows_in_memory() < 5_000, "nothing was evicted");
+    assert_eq!(t.open_windows(), 5_000, "evicted windows are still held");
 }

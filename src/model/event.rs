@@ -64,6 +64,8 @@ pub enum DeadLetterReason {
     MalformedJson(String),
     MissingField(Field),
     InvalidField(Field),
+    /// An id outside the id rule (`model::id`): code `invalid_field`.
+    InvalidId(Field, super::id::IdProblem),
     NegativeTokens(Field),
     UnknownModel(String),
     /// The model is known but has no price in effect at the event time.
@@ -90,7 +92,7 @@ impl DeadLetterReason {
         match self {
             Self::MalformedJson(_) => "malformed_json",
             Self::MissingField(_) => "missing_field",
-            Self::InvalidField(_) => "invalid_field",
+            Self::InvalidField(_) | Self::InvalidId(..) => "invalid_field",
             Self::NegativeTokens(_) => "negative_tokens",
             Self::UnknownModel(_) => "unknown_model",
             Self::NoPriceInEffect(_) => "no_price_in_effect",
@@ -112,6 +114,7 @@ impl fmt::Display for DeadLetterReason {
             Self::InvalidField(k) => {
                 write!(f, "field {k} has the wrong type or an invalid value")
             }
+            Self::InvalidId(k, why) => write!(f, "field {k} is not a valid id: it {why}"),
             Self::NegativeTokens(k) => write!(f, "field {k} is negative"),
             Self::UnknownModel(m) => write!(f, "model {m:?} is not in the price table"),
             Self::NoPriceInEffect(m) => {

@@ -2,6 +2,7 @@
 //! reads events. Pure; no I/O.
 
 pub mod event;
+pub mod id;
 pub mod input;
 pub mod money;
 pub mod partition;

@@ -16,7 +16,8 @@
 //!   `proptests` checks that both agree on random and hostile records.
 //! - Reasons, in this order: malformed JSON (syntax, a byte-order mark, not an
 //!   object); a field of the wrong type, in field order; a key repeated on a mapped
-//!   path; a missing field (absent or `null`) or an empty id, in field order.
+//!   path; a missing field (absent or `null`), an empty id or an id outside the id
+//!   rule (`model::id`: length, control characters), in field order.
 //! - No float on the money path: tokens must be non-negative JSON integers within
 //!   u64, epoch timestamps integers within i64 (after scaling to ms); a number with a
 //!   fraction or an exponent is the wrong type.
@@ -379,6 +380,11 @@ fn decide<'a>(
             }
             Val::Str(s) if s.is_empty() && matches!(f.kind, Kind::Str { non_empty: true }) => {
                 return Err(DeadLetterReason::InvalidField(f.field.clone()))
+            }
+            Val::Str(s) if matches!(f.kind, Kind::Str { .. }) => {
+                if let Err(why) = super::id::check(s, super::id::MAX_ID_BYTES) {
+                    return Err(DeadLetterReason::InvalidId(f.field.clone(), why));
+                }
             }
             _ => {}
         }
