@@ -1,6 +1,7 @@
 //! Every parser of untrusted bytes, fed arbitrary and mutated input (issue 19):
 //! the input record parser (and the engine's validation), the config loader, the
-//! manifest decoder and the partition-file decoder. Each must return a value or
+//! manifest decoder, the partition-file decoder, and the sink's decoding and check
+//! of results records (issue 33). Each must return a value or
 //! a reason — never panic, abort or allocate without bound.
 //!
 //! Mutations start from valid encodings (a record, the example config, a
@@ -49,6 +50,7 @@ fn engine() -> std::sync::Arc<crate::engine::EngineConfig> {
 
 fn all_parsers(bytes: &[u8]) {
     let _ = event::parse(bytes);
+    sink(bytes);
     let _ = validate(
         &engine(),
         RecordIn {
@@ -62,6 +64,49 @@ fn all_parsers(bytes: &[u8]) {
     // The body decoder behind the checksum too.
     let _ = decode_manifest(&seal(bytes));
     snapshot(bytes);
+}
+
+/// The results records of the current formats, one of each kind, as the worker and
+/// `reprocess-late` write them.
+const RESULTS: &[&str] = &[
+    r#"{"kind":"window","tenant_id":"acme","window_start":1767261600000,"window_end":1767261660000,"cost_pico":"400000000000","usd":"0.400000000000","requests":4,"prompt_tokens":4000,"completion_tokens":2000,"source_partition":0,"version":4,"pane":"late","pane_index":2,"generation":1,"lines":[{"model":"large","requests":3,"prompt_tokens":3000,"completion_tokens":1500,"cost_pico":"300000000000"},{"model":"small","requests":1,"prompt_tokens":1000,"completion_tokens":500,"cost_pico":"100000000000"}]}"#,
+    r#"{"kind":"adjustment","request_id":"r-103","tenant_id":"acme","model":"large","window_start":1767261600000,"window_end":1767261660000,"cost_pico":"100000000000","usd":"0.100000000000","prompt_tokens":1000,"completion_tokens":500,"generation":1,"source":"requests/0/3"}"#,
+    r#"{"kind":"progress","source_partition":0,"source_partitions":4,"results_partitions":4,"final_through":1767261660000,"watermark":1767261695000,"generation":1}"#,
+];
+
+/// The sink's decoding and check: never a panic; and what it accepts fits the
+/// columns it is bound to (the conversions `apply` makes cannot fail).
+fn sink(bytes: &[u8]) {
+    use crate::engine::SinkRecord;
+    let Ok(r) = SinkRecord::parse(bytes) else {
+        return;
+    };
+    if crate::sink::check::storable(&r).is_err() {
+        return;
+    }
+    let fits = |v: u64| i64::try_from(v).is_ok();
+    let no_nul = |s: &str| !s.contains('\0') && s.len() <= 520;
+    match &r {
+        SinkRecord::Window(w) => {
+            assert!(
+                fits(w.version) && fits(w.requests) && fits(w.generation),
+                "{w:?}"
+            );
+            assert!(i32::try_from(w.pane_index).is_ok() && w.window_start < w.window_end);
+            assert!(
+                no_nul(&w.tenant_id)
+                    && w.lines.iter().all(|l| no_nul(&l.model) && fits(l.requests))
+            );
+            assert_eq!(w.usd, w.cost_pico.usd_string());
+        }
+        SinkRecord::Adjustment(a) => {
+            assert!(fits(a.generation) && no_nul(&a.request_id) && no_nul(&a.tenant_id));
+            assert!(no_nul(&a.model) && no_nul(&a.source) && a.window_start < a.window_end);
+        }
+        SinkRecord::Progress(p) => {
+            assert!(fits(p.generation) && (0..p.source_partitions).contains(&p.source_partition));
+        }
+    }
 }
 
 fn snapshot(bytes: &[u8]) {
@@ -171,6 +216,10 @@ fn the_corpus_of_crashers_is_handled() {
 #[test]
 fn the_valid_encodings_decode() {
     assert!(event::parse(RECORD.as_bytes()).is_ok());
+    for r in RESULTS {
+        let rec = crate::engine::SinkRecord::parse(r.as_bytes()).unwrap();
+        assert_eq!(crate::sink::check::storable(&rec), Ok(()), "{r}");
+    }
     assert!(decode_manifest(&seal(&manifest_body())).is_ok());
     let snap = snapshot_bytes();
     let entries = parse_part(&snap, Partition(0), 0).unwrap();
@@ -207,6 +256,42 @@ proptest! {
     #[test]
     fn mutated_manifests_never_break_the_decoder(edits in vec((any::<usize>(), any::<u8>(), any::<u8>()), 1..6)) {
         let _ = decode_manifest(&seal(&mutate(&manifest_body(), &edits)));
+    }
+
+    /// Longer runs: `PROPTEST_CASES=1000000 cargo test --lib mutated_results`.
+    #[test]
+    fn mutated_results_never_break_the_sink(which in 0..RESULTS.len(), edits in vec((any::<usize>(), any::<u8>(), any::<u8>()), 1..8)) {
+        sink(&mutate(RESULTS[which].as_bytes(), &edits));
+    }
+
+    /// Numbers and strings swapped in whole: integers at and past every edge, ids
+    /// with NUL and control characters, long ids.
+    #[test]
+    fn results_with_edge_values_never_break_the_sink(
+        which in 0..RESULTS.len(),
+        field in 0usize..24,
+        value in prop_oneof![
+            Just("18446744073709551615".to_string()),
+            Just("9223372036854775808".to_string()),
+            Just("9223372036854775807".to_string()),
+            Just("4294967295".to_string()),
+            Just("-1".to_string()),
+            Just("340282366920938463463374607431768211456".to_string()),
+            Just("\"\\u0000\"".to_string()),
+            Just("\"a\\nb\"".to_string()),
+            Just("\"\"".to_string()),
+            Just("null".to_string()),
+            (0usize..3000).prop_map(|n| format!("\"{}\"", "x".repeat(n))),
+            any::<i64>().prop_map(|n| n.to_string()),
+        ],
+    ) {
+        // Replace the `field`-th value (after a colon) of the record.
+        let text = RESULTS[which];
+        let colons: Vec<usize> = text.match_indices(':').map(|(i, _)| i + 1).collect();
+        let at = colons[field % colons.len()];
+        let end = text[at..].find([',', '}']).map_or(text.len(), |e| at + e);
+        let edited = format!("{}{}{}", &text[..at], value, &text[end..]);
+        sink(edited.as_bytes());
     }
 
     #[test]

@@ -16,6 +16,7 @@
 
 pub mod params;
 pub mod usage;
+pub mod whole;
 
 use std::collections::HashSet;
 use std::convert::Infallible;

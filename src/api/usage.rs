@@ -1,8 +1,10 @@
 //! The usage API's reads: rows of `tally_usage` (migration 2) as JSON pages or a
 //! CSV stream, and a month's invoice.
 //!
-//! Invariants: money is read as text and kept an integer (`Pico`) to the output —
-//! `cost_pico` a string of digits, `usd` exactly 12 places — never a float. Rows
+//! Invariants: money and counts are read as text and kept whole numbers of any size
+//! (`Whole`: a month of sums can pass `u64` and `u128`) to the output — `cost_pico` a
+//! string of digits, `usd` exactly 12 places — never a float, never a fixed width
+//! that one tenant's sums could overflow for every tenant's answer. Rows
 //! come in `(window_start, tenant_id, model)` order, the order pages resume in.
 //! The buckets are PostgreSQL's: `date_trunc` in the IANA zone of its own tzdata.
 
@@ -10,7 +12,7 @@ use serde::Serialize;
 use tokio_postgres::{Client, Row};
 
 use super::params::{next_page, Cursor, InvoiceQuery, UsageQuery};
-use crate::model::Pico;
+use super::whole::Whole;
 use crate::time::utc::format_rfc3339_ms;
 
 /// What a read can fail on.
@@ -40,9 +42,9 @@ pub struct UsageRow {
     pub model: Option<String>,
     pub cost_pico: String,
     pub usd: String,
-    pub requests: u64,
-    pub prompt_tokens: u64,
-    pub completion_tokens: u64,
+    pub requests: Whole,
+    pub prompt_tokens: Whole,
+    pub completion_tokens: Whole,
     #[serde(rename = "final")]
     pub is_final: bool,
     #[serde(skip)]
@@ -57,7 +59,7 @@ pub struct Page {
 }
 
 const SELECT: &str = "
-SELECT window_start, window_end, tenant_id, model, cost_pico::TEXT, requests,
+SELECT window_start, window_end, tenant_id, model, cost_pico::TEXT, requests::TEXT,
        prompt_tokens::TEXT, completion_tokens::TEXT, final, aligned
 FROM tally_usage($1, $2, $3, $4, $5, $6)";
 
@@ -70,11 +72,6 @@ LIMIT $10";
 /// Byte order of the ids (the "C" collation), whatever the database's locale.
 const ORDER: &str = r#"ORDER BY window_start, tenant_id COLLATE "C", model COLLATE "C""#;
 
-fn int<T: std::str::FromStr>(text: &str, what: &str) -> Result<T, ReadError> {
-    text.parse()
-        .map_err(|_| ReadError::Data(format!("{what} {text:?} is not a whole number in range")))
-}
-
 fn unaligned(q: &UsageQuery) -> ReadError {
     ReadError::Unaligned(format!(
         "a window of the job crosses a {} boundary in {}: the window size must divide the {} in that zone's offsets",
@@ -86,20 +83,18 @@ fn unaligned(q: &UsageQuery) -> ReadError {
 
 fn row(r: &Row) -> Result<(UsageRow, bool), ReadError> {
     let start: i64 = r.get(0);
-    let cost = Pico(int(r.get::<_, &str>(4), "cost_pico")?);
-    let requests: i64 = r.get(5);
+    let cost = Whole::parse(r.get(4), "cost_pico")?;
     Ok((
         UsageRow {
             tenant_id: r.get(2),
             window_start: format_rfc3339_ms(start),
             window_end: format_rfc3339_ms(r.get(1)),
             model: r.get(3),
+            usd: cost.usd(),
             cost_pico: cost.to_string(),
-            usd: cost.usd_string(),
-            requests: u64::try_from(requests)
-                .map_err(|_| ReadError::Data("negative requests".into()))?,
-            prompt_tokens: int(r.get::<_, &str>(6), "prompt_tokens")?,
-            completion_tokens: int(r.get::<_, &str>(7), "completion_tokens")?,
+            requests: Whole::parse(r.get(5), "requests")?,
+            prompt_tokens: Whole::parse(r.get(6), "prompt_tokens")?,
+            completion_tokens: Whole::parse(r.get(7), "completion_tokens")?,
             is_final: r.get(8),
             start_ms: start,
         },
@@ -230,16 +225,16 @@ pub struct Invoice {
 #[derive(Debug, Serialize)]
 pub struct InvoiceLine {
     pub model: String,
-    pub requests: u64,
-    pub prompt_tokens: u64,
-    pub completion_tokens: u64,
+    pub requests: Whole,
+    pub prompt_tokens: Whole,
+    pub completion_tokens: Whole,
     pub cost_pico: String,
     pub usd: String,
 }
 
 #[derive(Debug, Serialize)]
 pub struct Total {
-    pub requests: u64,
+    pub requests: Whole,
     pub cost_pico: String,
     pub usd: String,
 }
@@ -267,7 +262,7 @@ pub async fn invoice(client: &Client, q: &InvoiceQuery) -> Result<Invoice, ReadE
         )
         .await?;
     let mut lines = Vec::with_capacity(rows.len());
-    let (mut requests, mut cost) = (0u64, 0u128);
+    let (mut requests, mut cost) = (Whole::zero(), Whole::zero());
     for r in &rows {
         let (u, aligned) = row(r)?;
         if !aligned {
@@ -276,9 +271,8 @@ pub async fn invoice(client: &Client, q: &InvoiceQuery) -> Result<Invoice, ReadE
                 q.tz
             )));
         }
-        let c: u128 = int(&u.cost_pico, "cost_pico")?;
-        requests += u.requests;
-        cost += c;
+        requests = requests.add(&u.requests);
+        cost = cost.add(&Whole::parse(&u.cost_pico, "cost_pico")?);
         lines.push(InvoiceLine {
             model: u.model.unwrap_or_default(),
             requests: u.requests,
@@ -295,8 +289,8 @@ pub async fn invoice(client: &Client, q: &InvoiceQuery) -> Result<Invoice, ReadE
         lines,
         total: Total {
             requests,
+            usd: cost.usd(),
             cost_pico: cost.to_string(),
-            usd: Pico(cost).usd_string(),
         },
         is_final,
     })

@@ -288,7 +288,7 @@ fn sink_and_show(cfg: &Config, url: &str) -> anyhow::Result<()> {
         let client = crate::sink::connect(url).await?;
         let rows = client
             .query(
-                "SELECT tenant_id, window_end, usd::TEXT, requests FROM tenant_cost_minute \
+                "SELECT tenant_id, window_end, usd::TEXT, requests::TEXT FROM tenant_cost_minute \
                  ORDER BY tenant_id, window_end",
                 &[],
             )
@@ -301,7 +301,8 @@ fn sink_and_show(cfg: &Config, url: &str) -> anyhow::Result<()> {
         "tenant", "minute", "usd", "requests"
     );
     for r in rows {
-        let (t, end, usd, n): (String, i64, String, i64) = (r.get(0), r.get(1), r.get(2), r.get(3));
+        let (t, end, usd, n): (String, i64, String, String) =
+            (r.get(0), r.get(1), r.get(2), r.get(3));
         println!(
             "  {t:<12} {:<8} {:>14} {n:>8}",
             hhmmss(end - 60_000),

@@ -53,6 +53,7 @@ pub const EXPORTED: &[&str] = &[
     // sink
     "tally_sink_applied_records_total",
     "tally_sink_rows_changed_total",
+    "tally_sink_rejected_records_total",
     "tally_sink_lag_records",
     "tally_sink_last_apply_timestamp_seconds",
     // reprocess-late --follow
@@ -76,6 +77,8 @@ pub fn worker(report: &WorkerReport) -> String {
 pub struct SinkFigures {
     pub applied_records: u64,
     pub rows_changed: u64,
+    /// Result records rejected (not storable; kept in `sink_rejected`).
+    pub rejected: u64,
     /// (partition, results-topic log end minus the sink's next offset)
     pub lag: Vec<(i32, i64)>,
     pub last_apply_ms: Option<i64>,
@@ -493,6 +496,12 @@ impl Collector for Sink {
             "Rows inserted or updated (a redelivery changes none).",
             [(Labels::new(), s.rows_changed)],
         )?;
+        counters(
+            &mut e,
+            "tally_sink_rejected_records",
+            "Result records the sink rejected (kept in sink_rejected, not applied).",
+            [(Labels::new(), s.rejected)],
+        )?;
         gauges(
             &mut e,
             "tally_sink_lag",
@@ -586,6 +595,7 @@ mod tests {
         let sink = super::sink(&SinkFigures {
             applied_records: 3,
             rows_changed: 2,
+            rejected: 1,
             lag: vec![(0, 4)],
             last_apply_ms: Some(1_767_261_690_000),
         });

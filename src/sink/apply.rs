@@ -10,8 +10,12 @@
 //!   out. A pane without lines (a tally before line items) gets one line of model `''`.
 //! - Progress records raise `tally_progress` (`GREATEST`): redelivery and replays
 //!   never move finality back.
-//! - The rows and the `sink_offsets` they came from commit in one transaction, so
-//!   the database is exactly-once even without the version rule.
+//! - The rows, the rejected records (`sink_rejected`) and the `sink_offsets` they
+//!   came from commit in one transaction, so the database is exactly-once even
+//!   without the version rule, and every offset is either applied or rejected.
+//! - A record PostgreSQL refuses (`data_error`) never stops the sink: the batch is
+//!   applied again one record at a time under savepoints, and the refused records
+//!   are rejected. Any other error (a lost connection, a missing table) stops it.
 
 use std::collections::BTreeMap;
 
@@ -77,46 +81,167 @@ const UPSERT_OFFSET: &str = "
 INSERT INTO sink_offsets (topic, partition, next_offset) VALUES ($1, $2, $3)
 ON CONFLICT (topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset";
 
+const INSERT_REJECTED: &str = "
+INSERT INTO sink_rejected (topic, partition, record_offset, reason, payload)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (topic, partition, record_offset) DO NOTHING";
+
 fn to_i64(v: u64, what: &str) -> Result<i64, SinkError> {
     i64::try_from(v).map_err(|_| SinkError::Other(format!("{what} {v} does not fit in BIGINT")))
 }
 
 /// Outcome counts of one batch.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Applied {
     pub rows_changed: u64,
     pub stale_ignored: u64,
+    /// Records PostgreSQL refused (a data error only one record causes), moved to
+    /// `sink_rejected` by the isolating retry.
+    pub rejected: Vec<Rejected>,
 }
 
-/// A record read from the results topic, with the partition it came from.
+/// A record read from the results topic, with where it came from.
 pub struct Delivered {
     pub record: SinkRecord,
     pub results_partition: i32,
+    pub offset: i64,
+    /// The original bytes, kept for `sink_rejected` should PostgreSQL refuse it.
+    pub payload: Vec<u8>,
 }
 
-/// Applies `records` and records `offsets` (topic and partition → the next offset to
-/// read there) atomically.
-pub async fn apply_batch(
-    client: &mut Client,
-    records: &[Delivered],
-    offsets: &BTreeMap<(String, Partition), NextOffset>,
-) -> Result<Applied, SinkError> {
-    let tx = client.transaction().await?;
-    let upsert = tx.prepare(UPSERT_PARTIAL).await?;
-    let upsert_lines = tx.prepare(UPSERT_LINES).await?;
-    let insert_adj = tx.prepare(INSERT_ADJUSTMENT).await?;
+/// A record the sink will not store, with why (`sink_rejected`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected {
+    pub partition: i32,
+    pub offset: i64,
+    pub reason: String,
+    pub payload: Vec<u8>,
+}
+
+impl Rejected {
+    /// The reason is kept short and free of NUL, whatever the record held.
+    pub fn new(partition: i32, offset: i64, reason: &str, payload: Vec<u8>) -> Self {
+        const MAX: usize = 1000;
+        let mut end = reason.len().min(MAX);
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        let clipped = end < reason.len();
+        let mut reason = reason[..end].replace('\0', "\\0");
+        if clipped {
+            reason.push('…');
+        }
+        Self {
+            partition,
+            offset,
+            reason,
+            payload,
+        }
+    }
+}
+
+/// One batch: the records to apply, the records rejected before applying, and the
+/// next offset per `(topic, partition)`, all committed in one transaction.
+pub struct Batch {
+    pub topic: String,
+    pub records: Vec<Delivered>,
+    pub rejected: Vec<Rejected>,
+    pub offsets: BTreeMap<(String, Partition), NextOffset>,
+}
+
+/// A PostgreSQL error that one record's data causes, so applying the batch again
+/// without it succeeds: a data exception (class 22: a NUL byte, a number out of
+/// range), an integrity violation (23), a cardinality violation (21: an upsert
+/// touching one row twice) or a program limit (54: an index row too large).
+pub fn data_error(e: &tokio_postgres::Error) -> bool {
+    e.code()
+        .is_some_and(|c| matches!(&c.code()[..2], "21" | "22" | "23" | "54"))
+}
+
+struct Statements {
+    partial: tokio_postgres::Statement,
+    lines: tokio_postgres::Statement,
+    adjustment: tokio_postgres::Statement,
+    progress: tokio_postgres::Statement,
+}
+
+/// Applies `batch` atomically. When PostgreSQL refuses a record's data, the batch
+/// is applied again with each record under a savepoint, and the records it still
+/// refuses are rejected (`Applied::rejected`) instead of stopping the sink.
+pub async fn apply_batch(client: &mut Client, batch: &Batch) -> Result<Applied, SinkError> {
+    match apply(client, batch, false).await {
+        Err(SinkError::Postgres(e)) if data_error(&e) => {
+            tracing::warn!(error = %e, records = batch.records.len(),
+                "PostgreSQL refused a record of the batch; applying it again one record at a time");
+            apply(client, batch, true).await
+        }
+        other => other,
+    }
+}
+
+async fn apply(client: &mut Client, batch: &Batch, isolate: bool) -> Result<Applied, SinkError> {
+    let mut tx = client.transaction().await?;
+    let st = Statements {
+        partial: tx.prepare(UPSERT_PARTIAL).await?,
+        lines: tx.prepare(UPSERT_LINES).await?,
+        adjustment: tx.prepare(INSERT_ADJUSTMENT).await?,
+        progress: tx.prepare(UPSERT_PROGRESS).await?,
+    };
     let mut applied = Applied::default();
-    let windows = records.iter().filter_map(|r| match &r.record {
-        SinkRecord::Window(w) => Some(w),
-        _ => None,
-    });
-    for a in records.iter().filter_map(|r| match &r.record {
-        SinkRecord::Adjustment(a) => Some(a),
-        _ => None,
-    }) {
-        let n = tx
-            .execute(
-                &insert_adj,
+    for d in &batch.records {
+        if !isolate {
+            apply_one(&tx, &st, d, &mut applied).await?;
+            continue;
+        }
+        let sp = tx.savepoint("record").await?;
+        let mut counts = Applied::default();
+        match apply_one(&sp, &st, d, &mut counts).await {
+            Ok(()) => {
+                sp.commit().await?;
+                applied.rows_changed += counts.rows_changed;
+                applied.stale_ignored += counts.stale_ignored;
+            }
+            Err(SinkError::Postgres(e)) if data_error(&e) => {
+                sp.rollback().await?;
+                let why = e
+                    .as_db_error()
+                    .map_or_else(|| e.to_string(), |d| d.message().to_string());
+                applied.rejected.push(Rejected::new(
+                    d.results_partition,
+                    d.offset,
+                    &format!("PostgreSQL refused it: {why}"),
+                    d.payload.clone(),
+                ));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    for r in batch.rejected.iter().chain(&applied.rejected) {
+        tx.execute(
+            INSERT_REJECTED,
+            &[&batch.topic, &r.partition, &r.offset, &r.reason, &r.payload],
+        )
+        .await?;
+    }
+    for ((topic, p), next) in &batch.offsets {
+        tx.execute(UPSERT_OFFSET, &[topic, &p.0, &next.0]).await?;
+    }
+    crate::failpoint::hit("sink_before_commit");
+    tx.commit().await?;
+    Ok(applied)
+}
+
+/// Applies one record inside `tx`, adding to `applied`'s counts.
+async fn apply_one(
+    tx: &tokio_postgres::Transaction<'_>,
+    st: &Statements,
+    d: &Delivered,
+    applied: &mut Applied,
+) -> Result<(), SinkError> {
+    let n = match &d.record {
+        SinkRecord::Adjustment(a) => {
+            tx.execute(
+                &st.adjustment,
                 &[
                     &a.request_id,
                     &a.tenant_id,
@@ -130,108 +255,115 @@ pub async fn apply_batch(
                     &a.model,
                 ],
             )
-            .await?;
-        if n == 0 {
-            applied.stale_ignored += 1;
-        } else {
-            applied.rows_changed += n;
+            .await?
         }
-    }
-    for r in windows {
-        let pane = match r.pane {
-            crate::engine::PaneKind::OnTime => "on_time",
-            crate::engine::PaneKind::Late => "late",
-        };
-        let n = tx
-            .execute(
-                &upsert,
+        SinkRecord::Window(r) => window(tx, st, r).await?,
+        SinkRecord::Progress(p) => {
+            tx.execute(
+                &st.progress,
                 &[
-                    &r.tenant_id,
-                    &r.window_end,
-                    &r.source_partition,
-                    &r.window_start,
-                    &r.cost_pico.to_string(),
-                    &to_i64(r.requests, "requests")?,
-                    &r.prompt_tokens.to_string(),
-                    &r.completion_tokens.to_string(),
-                    &to_i64(r.version, "version")?,
-                    &to_i64(r.generation, "generation")?,
-                    &pane,
-                    &(r.pane_index as i32),
+                    &p.source_partition,
+                    &d.results_partition,
+                    &p.final_through,
+                    &p.watermark,
+                    &p.source_partitions,
+                    &p.results_partitions,
+                    &to_i64(p.generation, "generation")?,
                 ],
             )
             .await?;
-        if n == 0 {
-            applied.stale_ignored += 1;
-            continue;
+            return Ok(());
         }
+    };
+    if n == 0 {
+        applied.stale_ignored += 1;
+    } else {
         applied.rows_changed += n;
-        let fallback;
-        let lines = if r.lines.is_empty() {
-            fallback = [LineItem {
-                model: "".into(),
-                requests: r.requests,
-                prompt_tokens: r.prompt_tokens,
-                completion_tokens: r.completion_tokens,
-                cost_pico: r.cost_pico,
-            }];
-            &fallback[..]
-        } else {
-            &r.lines[..]
-        };
-        let models: Vec<&str> = lines.iter().map(|l| &*l.model).collect();
-        let costs: Vec<String> = lines.iter().map(|l| l.cost_pico.to_string()).collect();
-        let requests = lines
-            .iter()
-            .map(|l| to_i64(l.requests, "requests"))
-            .collect::<Result<Vec<i64>, _>>()?;
-        let prompt: Vec<String> = lines.iter().map(|l| l.prompt_tokens.to_string()).collect();
-        let completion: Vec<String> = lines
-            .iter()
-            .map(|l| l.completion_tokens.to_string())
-            .collect();
-        tx.execute(
-            &upsert_lines,
+    }
+    Ok(())
+}
+
+/// Upserts a pane and, when it replaced the stored one, its lines. Returns the rows
+/// the partial changed (0: stale).
+async fn window(
+    tx: &tokio_postgres::Transaction<'_>,
+    st: &Statements,
+    r: &crate::engine::ResultRecord,
+) -> Result<u64, SinkError> {
+    let pane = match r.pane {
+        crate::engine::PaneKind::OnTime => "on_time",
+        crate::engine::PaneKind::Late => "late",
+    };
+    let pane_index = i32::try_from(r.pane_index).map_err(|_| {
+        SinkError::Other(format!(
+            "pane_index {} does not fit in INTEGER",
+            r.pane_index
+        ))
+    })?;
+    let n = tx
+        .execute(
+            &st.partial,
             &[
                 &r.tenant_id,
                 &r.window_end,
                 &r.source_partition,
                 &r.window_start,
+                &r.cost_pico.to_string(),
+                &to_i64(r.requests, "requests")?,
+                &r.prompt_tokens.to_string(),
+                &r.completion_tokens.to_string(),
                 &to_i64(r.version, "version")?,
                 &to_i64(r.generation, "generation")?,
-                &models,
-                &costs,
-                &requests,
-                &prompt,
-                &completion,
+                &pane,
+                &pane_index,
             ],
         )
         .await?;
+    if n == 0 {
+        return Ok(0);
     }
-    for (p, results_partition) in records.iter().filter_map(|r| match &r.record {
-        SinkRecord::Progress(p) => Some((p, r.results_partition)),
-        _ => None,
-    }) {
-        tx.execute(
-            UPSERT_PROGRESS,
-            &[
-                &p.source_partition,
-                &results_partition,
-                &p.final_through,
-                &p.watermark,
-                &p.source_partitions,
-                &p.results_partitions,
-                &to_i64(p.generation, "generation")?,
-            ],
-        )
-        .await?;
-    }
-    for ((topic, p), next) in offsets {
-        tx.execute(UPSERT_OFFSET, &[topic, &p.0, &next.0]).await?;
-    }
-    crate::failpoint::hit("sink_before_commit");
-    tx.commit().await?;
-    Ok(applied)
+    let fallback;
+    let lines = if r.lines.is_empty() {
+        fallback = [LineItem {
+            model: "".into(),
+            requests: r.requests,
+            prompt_tokens: r.prompt_tokens,
+            completion_tokens: r.completion_tokens,
+            cost_pico: r.cost_pico,
+        }];
+        &fallback[..]
+    } else {
+        &r.lines[..]
+    };
+    let models: Vec<&str> = lines.iter().map(|l| &*l.model).collect();
+    let costs: Vec<String> = lines.iter().map(|l| l.cost_pico.to_string()).collect();
+    let requests = lines
+        .iter()
+        .map(|l| to_i64(l.requests, "requests"))
+        .collect::<Result<Vec<i64>, _>>()?;
+    let prompt: Vec<String> = lines.iter().map(|l| l.prompt_tokens.to_string()).collect();
+    let completion: Vec<String> = lines
+        .iter()
+        .map(|l| l.completion_tokens.to_string())
+        .collect();
+    tx.execute(
+        &st.lines,
+        &[
+            &r.tenant_id,
+            &r.window_end,
+            &r.source_partition,
+            &r.window_start,
+            &to_i64(r.version, "version")?,
+            &to_i64(r.generation, "generation")?,
+            &models,
+            &costs,
+            &requests,
+            &prompt,
+            &completion,
+        ],
+    )
+    .await?;
+    Ok(n)
 }
 
 /// The next offset to read, per partition of `topic`, as the sink last applied it.

@@ -22,6 +22,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "lines_finality_rollups",
         include_str!("../../migrations/0002_lines_finality_rollups.sql"),
     ),
+    (
+        3,
+        "rejected_and_unbounded_sums",
+        include_str!("../../migrations/0003_rejected_and_unbounded_sums.sql"),
+    ),
 ];
 
 const LOCK_ID: i64 = 0x7461_6c6c_7921; // "tally!"

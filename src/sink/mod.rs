@@ -1,10 +1,13 @@
 //! `tally sink`: results topic → PostgreSQL, idempotently (docs/DESIGN.md §6).
 //!
 //! - `migrate`: embedded schema migrations, run automatically at start.
+//! - `check`: what the sink stores (ids, integer ranges, records that agree with
+//!   their totals); anything else is rejected into `sink_rejected`, never retried.
 //! - `apply`: the upsert rule and the applied-offsets table, in one transaction.
 //! - `run`: the consume loop.
 
 pub mod apply;
+pub mod check;
 pub mod connect;
 pub mod migrate;
 pub mod run;

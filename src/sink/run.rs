@@ -6,8 +6,10 @@
 //! commit replays exactly the uncommitted batch. The consumer group's offsets are
 //! not used for resuming.
 //!
-//! A record that is not a valid result is logged with its coordinates, counted in
-//! `rejected`, and skipped (a poison record must not stop billing).
+//! A record that is not a valid result, or that the sink cannot store (`check`, or
+//! PostgreSQL refusing its data), is rejected: logged with its coordinates and
+//! reason, counted in `rejected`, kept in `sink_rejected` with its bytes, and its
+//! offset is committed with the batch (a poison record must not stop billing).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,8 +20,8 @@ use rdkafka::message::Message;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use tracing::{error, info, warn};
 
-use super::apply::{applied_offsets, apply_batch, Delivered};
-use super::{connect, migrate, SinkError};
+use super::apply::{applied_offsets, apply_batch, Batch, Delivered, Rejected};
+use super::{check, connect, migrate, SinkError};
 use crate::config::Config;
 use crate::engine::SinkRecord;
 use crate::kafka::logging::Logged;
@@ -144,6 +146,7 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
             service.set_metrics(exposition::sink(&SinkFigures {
                 applied_records: summary.records,
                 rows_changed: summary.rows_changed,
+                rejected: summary.rejected,
                 lag: next
                     .iter()
                     .filter_map(|(p, n)| {
@@ -158,44 +161,15 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
         if shutdown::requested() || (opts.until_end && next.iter().all(|(p, n)| *n >= ends[p])) {
             break;
         }
-        let mut records = Vec::new();
-        let mut offsets = BTreeMap::new();
-        let mut timeout = Duration::from_millis(100);
-        while records.len() < MAX_BATCH {
-            let Some(msg) = consumer.poll(timeout) else {
-                break;
-            };
-            timeout = Duration::ZERO;
-            let m = match msg {
-                Ok(m) => m,
-                Err(e) => {
-                    error!(error = %e, "results consumer error");
-                    continue;
-                }
-            };
-            summary.records += 1;
-            let (p, o) = (m.partition(), m.offset());
-            match SinkRecord::parse(m.payload().unwrap_or_default()) {
-                Ok(record) => records.push(Delivered {
-                    record,
-                    results_partition: p,
-                }),
-                Err(e) => {
-                    summary.rejected += 1;
-                    error!(source = %format!("{topic}/{p}/{o}"), error = %e, "not a result record; skipped");
-                }
-            }
-            offsets.insert((topic.to_string(), Partition(p)), NextOffset(o + 1));
-            next.insert(p, o + 1);
-        }
-        if offsets.is_empty() {
+        let batch = poll_batch(&consumer, topic, &mut summary, &mut next);
+        if batch.offsets.is_empty() {
             continue;
         }
         // One budget for the batch, however often the reconnect succeeds and the
         // apply fails again.
         let mut deadline = None;
         let a = loop {
-            match apply_batch(&mut client, &records, &offsets).await {
+            match apply_batch(&mut client, &batch).await {
                 Ok(a) => break a,
                 Err(SinkError::Postgres(e)) if transient(&e) => {
                     warn!(error = %e, "PostgreSQL lost; reconnecting to apply the batch again");
@@ -207,7 +181,7 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
                     tokio::time::sleep(Duration::from_millis(200)).await;
                     client = reconnect(&cfg.sink.database_url, until, &service).await?;
                     info!(
-                        records = records.len(),
+                        records = batch.records.len(),
                         "reconnected to PostgreSQL; applying the batch again"
                     );
                     service.set_ready();
@@ -215,6 +189,15 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
                 Err(e) => return Err(e),
             }
         };
+        for r in batch.rejected.iter().chain(&a.rejected) {
+            summary.rejected += 1;
+            // The first ten, then every 1000th: a flood of bad records must not
+            // flood the log (each is in sink_rejected, and counted).
+            if summary.rejected <= 10 || summary.rejected % 1000 == 0 {
+                error!(source = %format!("{topic}/{}/{}", r.partition, r.offset), reason = %r.reason,
+                    rejected = summary.rejected, "result record rejected: kept in sink_rejected, not applied");
+            }
+        }
         last_apply_ms = Some(now_ms());
         summary.rows_changed += a.rows_changed;
         summary.stale_ignored += a.stale_ignored;
@@ -225,6 +208,59 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
     }
     summary.log("sink stopped");
     Ok(summary)
+}
+
+/// Polls up to `MAX_BATCH` records (waiting 100 ms for the first), checking each:
+/// what the sink can store is to be applied, the rest rejected; every offset read
+/// moves `next`.
+fn poll_batch(
+    consumer: &BaseConsumer<Logged>,
+    topic: &str,
+    summary: &mut SinkSummary,
+    next: &mut BTreeMap<i32, i64>,
+) -> Batch {
+    let mut batch = Batch {
+        topic: topic.to_string(),
+        records: Vec::new(),
+        rejected: Vec::new(),
+        offsets: BTreeMap::new(),
+    };
+    let mut timeout = Duration::from_millis(100);
+    while batch.records.len() + batch.rejected.len() < MAX_BATCH {
+        let Some(msg) = consumer.poll(timeout) else {
+            break;
+        };
+        timeout = Duration::ZERO;
+        let m = match msg {
+            Ok(m) => m,
+            Err(e) => {
+                error!(error = %e, "results consumer error");
+                continue;
+            }
+        };
+        summary.records += 1;
+        let (p, o) = (m.partition(), m.offset());
+        let payload = m.payload().unwrap_or_default();
+        let checked = SinkRecord::parse(payload)
+            .map_err(|e| format!("not a result record: {e}"))
+            .and_then(|r| check::storable(&r).map(|()| r));
+        match checked {
+            Ok(record) => batch.records.push(Delivered {
+                record,
+                results_partition: p,
+                offset: o,
+                payload: payload.to_vec(),
+            }),
+            Err(why) => batch
+                .rejected
+                .push(Rejected::new(p, o, &why, payload.to_vec())),
+        }
+        batch
+            .offsets
+            .insert((topic.to_string(), Partition(p)), NextOffset(o + 1));
+        next.insert(p, o + 1);
+    }
+    batch
 }
 
 impl SinkSummary {

@@ -14,6 +14,7 @@ mod input_mapping;
 mod late;
 mod object_store;
 mod pipeline;
+mod poison;
 mod producer;
 mod recovery;
 mod scaleout;

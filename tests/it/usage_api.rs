@@ -276,7 +276,7 @@ impl Client {
     }
 }
 
-fn start_api(dir: &Path, cfg: &str, db: &str, name: &str) -> (Service, String) {
+pub(crate) fn start_api(dir: &Path, cfg: &str, db: &str, name: &str) -> (Service, String) {
     let svc = Service::start(
         &["api", "--config", cfg],
         &[

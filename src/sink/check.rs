@@ -1,0 +1,178 @@
+//! What the sink stores (docs/DESIGN.md §6): a result record is applied only when
+//! PostgreSQL can hold it and it agrees with itself; anything else is rejected by
+//! the sink's loop (counted, logged, kept in `sink_rejected`), never retried.
+//!
+//! Invariants:
+//! - Ids follow the engine's id rule (`model::id`): whatever the worker bills passes,
+//!   so only a record no tally wrote (or a tally before the rule) is rejected here.
+//! - Integers fit their columns (`BIGINT`, `INTEGER`): no silent wrap, no SQL error.
+//! - A record's derived fields agree with its totals: `usd` is `cost_pico` in USD, a
+//!   window ends after it starts, the lines are sorted by model, each model once, and
+//!   sum to the totals. The invoice (lines) and usage (totals) cannot then disagree.
+//! - Pure: no I/O.
+
+use crate::engine::{AdjustmentRecord, LineItem, ProgressRecord, ResultRecord, SinkRecord};
+use crate::model::id::{self, MAX_ID_BYTES, MAX_KEY_BYTES};
+use crate::model::Pico;
+
+/// Why a record cannot be stored: a sentence naming the field.
+pub type Rejection = String;
+
+/// Checks `r` before it is applied.
+pub fn storable(r: &SinkRecord) -> Result<(), Rejection> {
+    match r {
+        SinkRecord::Window(w) => window(w),
+        SinkRecord::Adjustment(a) => adjustment(a),
+        SinkRecord::Progress(p) => progress(p),
+    }
+}
+
+fn ident(field: &str, s: &str, max: usize, non_empty: bool) -> Result<(), Rejection> {
+    if non_empty && s.is_empty() {
+        return Err(format!("{field} is empty"));
+    }
+    id::check(s, max).map_err(|why| format!("{field} is not a valid id: it {why}"))
+}
+
+fn bigint(field: &str, v: u64) -> Result<(), Rejection> {
+    match i64::try_from(v) {
+        Ok(_) => Ok(()),
+        Err(_) => Err(format!("{field} {v} does not fit in BIGINT")),
+    }
+}
+
+fn bounds(start: i64, end: i64) -> Result<(), Rejection> {
+    if start < end {
+        Ok(())
+    } else {
+        Err(format!(
+            "window_start {start} is not before window_end {end}"
+        ))
+    }
+}
+
+fn usd(cost: Pico, usd: &str) -> Result<(), Rejection> {
+    let want = cost.usd_string();
+    if usd == want {
+        Ok(())
+    } else {
+        Err(format!(
+            "usd {usd:?} contradicts cost_pico {cost} (which is {want} USD)"
+        ))
+    }
+}
+
+fn window(w: &ResultRecord) -> Result<(), Rejection> {
+    ident("tenant_id", &w.tenant_id, MAX_ID_BYTES, true)?;
+    bounds(w.window_start, w.window_end)?;
+    usd(w.cost_pico, &w.usd)?;
+    bigint("requests", w.requests)?;
+    bigint("version", w.version)?;
+    bigint("generation", w.generation)?;
+    if w.source_partition < 0 {
+        return Err(format!(
+            "source_partition {} is negative",
+            w.source_partition
+        ));
+    }
+    if i32::try_from(w.pane_index).is_err() {
+        return Err(format!(
+            "pane_index {} does not fit in INTEGER",
+            w.pane_index
+        ));
+    }
+    lines(w)
+}
+
+/// The lines: sorted by model, each once, summing to the totals (none: a tally
+/// before line items; the sink stores one line of model `""`).
+fn lines(w: &ResultRecord) -> Result<(), Rejection> {
+    if w.lines.is_empty() {
+        return Ok(());
+    }
+    let mut sum = LineItem {
+        model: "".into(),
+        requests: 0,
+        prompt_tokens: 0,
+        completion_tokens: 0,
+        cost_pico: Pico(0),
+    };
+    let mut prev: Option<&str> = None;
+    for l in &w.lines {
+        ident("a line's model", &l.model, MAX_ID_BYTES, false)?;
+        if prev.is_some_and(|p| p >= &*l.model) {
+            return Err(format!(
+                "the lines are not sorted by model, each once (model {:?} after {:?})",
+                &*l.model,
+                prev.unwrap_or_default()
+            ));
+        }
+        prev = Some(&l.model);
+        bigint("a line's requests", l.requests)?;
+        let overflow = || "the lines' sums overflow".to_string();
+        sum.requests = sum.requests.checked_add(l.requests).ok_or_else(overflow)?;
+        sum.prompt_tokens = sum
+            .prompt_tokens
+            .checked_add(l.prompt_tokens)
+            .ok_or_else(overflow)?;
+        sum.completion_tokens = sum
+            .completion_tokens
+            .checked_add(l.completion_tokens)
+            .ok_or_else(overflow)?;
+        sum.cost_pico = Pico(
+            sum.cost_pico
+                .0
+                .checked_add(l.cost_pico.0)
+                .ok_or_else(overflow)?,
+        );
+    }
+    let totals = (
+        w.requests,
+        w.prompt_tokens,
+        w.completion_tokens,
+        w.cost_pico,
+    );
+    let summed = (
+        sum.requests,
+        sum.prompt_tokens,
+        sum.completion_tokens,
+        sum.cost_pico,
+    );
+    if totals != summed {
+        return Err(format!(
+            "the lines sum to requests {}, prompt_tokens {}, completion_tokens {}, cost_pico {}, \
+             but the totals say {}, {}, {}, {}",
+            summed.0, summed.1, summed.2, summed.3, totals.0, totals.1, totals.2, totals.3
+        ));
+    }
+    Ok(())
+}
+
+fn adjustment(a: &AdjustmentRecord) -> Result<(), Rejection> {
+    ident("request_id", &a.request_id, MAX_KEY_BYTES, true)?;
+    ident("tenant_id", &a.tenant_id, MAX_ID_BYTES, true)?;
+    ident("model", &a.model, MAX_ID_BYTES, false)?;
+    ident("source", &a.source, MAX_KEY_BYTES, false)?;
+    bounds(a.window_start, a.window_end)?;
+    usd(a.cost_pico, &a.usd)?;
+    bigint("generation", a.generation)
+}
+
+fn progress(p: &ProgressRecord) -> Result<(), Rejection> {
+    if p.source_partitions < 1 || p.results_partitions < 1 {
+        return Err(format!(
+            "source_partitions {} and results_partitions {} must be at least 1",
+            p.source_partitions, p.results_partitions
+        ));
+    }
+    if !(0..p.source_partitions).contains(&p.source_partition) {
+        return Err(format!(
+            "source_partition {} is not one of the {} source partitions",
+            p.source_partition, p.source_partitions
+        ));
+    }
+    bigint("generation", p.generation)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,159 @@
+use super::*;
+use crate::engine::{PaneKind, ResultKind};
+
+fn line(model: &str, requests: u64, cost: u128) -> LineItem {
+    LineItem {
+        model: model.into(),
+        requests,
+        prompt_tokens: requests * 10,
+        completion_tokens: requests * 5,
+        cost_pico: Pico(cost),
+    }
+}
+
+fn pane() -> ResultRecord {
+    let lines = vec![line("large", 1, 7), line("small", 2, 5)];
+    ResultRecord {
+        kind: ResultKind::Window,
+        tenant_id: "acme".into(),
+        window_start: 0,
+        window_end: 60_000,
+        cost_pico: Pico(12),
+        usd: Pico(12).usd_string(),
+        requests: 3,
+        prompt_tokens: 30,
+        completion_tokens: 15,
+        source_partition: 0,
+        version: 3,
+        pane: PaneKind::OnTime,
+        pane_index: 0,
+        generation: 1,
+        lines,
+    }
+}
+
+fn adjustment() -> AdjustmentRecord {
+    AdjustmentRecord {
+        kind: ResultKind::Adjustment,
+        request_id: "r-1".into(),
+        tenant_id: "acme".into(),
+        model: "small".into(),
+        window_start: 0,
+        window_end: 60_000,
+        cost_pico: Pico(5),
+        usd: Pico(5).usd_string(),
+        prompt_tokens: 1,
+        completion_tokens: 1,
+        generation: 1,
+        source: "requests/0/7".into(),
+    }
+}
+
+fn rejected(r: ResultRecord) -> String {
+    storable(&SinkRecord::Window(r)).unwrap_err()
+}
+
+#[test]
+fn what_the_engine_writes_is_stored() {
+    assert_eq!(storable(&SinkRecord::Window(pane())), Ok(()));
+    assert_eq!(storable(&SinkRecord::Adjustment(adjustment())), Ok(()));
+    // A pane of a tally before line items.
+    let mut old = pane();
+    old.lines.clear();
+    assert_eq!(storable(&SinkRecord::Window(old)), Ok(()));
+}
+
+#[test]
+fn ids_postgresql_cannot_store_or_index_are_rejected() {
+    let mut r = pane();
+    r.tenant_id = "evil\0tenant".into();
+    assert_eq!(
+        rejected(r),
+        "tenant_id is not a valid id: it holds the control character U+0000 at byte 4"
+    );
+    let mut r = pane();
+    r.tenant_id = "t".repeat(10 << 20);
+    assert!(rejected(r).contains("is 10485760 bytes long, at most 256"));
+    let mut r = pane();
+    r.lines[0].model = "lar\0ge".into();
+    assert!(rejected(r).starts_with("a line's model is not a valid id"));
+    let mut a = adjustment();
+    a.request_id = "r\0".into();
+    assert!(storable(&SinkRecord::Adjustment(a)).is_err());
+    let mut a = adjustment();
+    a.model = "m\0".into();
+    assert!(storable(&SinkRecord::Adjustment(a)).is_err());
+}
+
+#[test]
+fn integers_past_their_columns_are_rejected() {
+    for set in [
+        |r: &mut ResultRecord| r.version = u64::MAX,
+        |r: &mut ResultRecord| r.generation = 1 << 63,
+        |r: &mut ResultRecord| r.pane_index = u32::MAX,
+        |r: &mut ResultRecord| r.source_partition = -1,
+    ] {
+        let mut r = pane();
+        set(&mut r);
+        assert!(storable(&SinkRecord::Window(r.clone())).is_err(), "{r:?}");
+    }
+    let mut r = pane();
+    r.requests = u64::MAX;
+    r.lines = vec![LineItem {
+        requests: u64::MAX,
+        ..line("small", 3, 12)
+    }];
+    assert_eq!(
+        rejected(r),
+        format!("requests {} does not fit in BIGINT", u64::MAX)
+    );
+    let mut a = adjustment();
+    a.generation = u64::MAX;
+    assert!(storable(&SinkRecord::Adjustment(a)).is_err());
+}
+
+#[test]
+fn records_that_contradict_their_totals_are_rejected() {
+    let mut r = pane();
+    r.usd = "1.000000000000".into();
+    assert!(rejected(r).starts_with("usd \"1.000000000000\" contradicts cost_pico 12"));
+    let mut r = pane();
+    r.window_end = r.window_start;
+    assert!(rejected(r).contains("is not before window_end"));
+    let mut r = pane();
+    r.lines[1].cost_pico = Pico(6);
+    assert!(rejected(r).starts_with("the lines sum to"));
+    let mut r = pane();
+    r.lines.swap(0, 1);
+    assert!(rejected(r).contains("not sorted by model"));
+    // The same model twice would make the line upsert touch one row twice.
+    let mut r = pane();
+    r.lines[1].model = "large".into();
+    assert!(rejected(r).contains("each once"));
+    let mut r = pane();
+    r.lines = vec![line("a", 1, u128::MAX), line("b", 2, 1)];
+    assert_eq!(rejected(r), "the lines' sums overflow");
+    let mut a = adjustment();
+    a.usd = "0".into();
+    assert!(storable(&SinkRecord::Adjustment(a)).is_err());
+}
+
+#[test]
+fn progress_must_name_a_partition_it_counts() {
+    let p = |source_partition, source_partitions, results_partitions| {
+        storable(&SinkRecord::Progress(ProgressRecord {
+            kind: ResultKind::Progress,
+            source_partition,
+            source_partitions,
+            results_partitions,
+            final_through: 60_000,
+            watermark: 90_000,
+            generation: 1,
+        }))
+    };
+    assert_eq!(p(3, 4, 1), Ok(()));
+    assert!(p(4, 4, 1).is_err());
+    assert!(p(-1, 4, 1).is_err());
+    assert!(p(0, 0, 1).is_err());
+    assert!(p(0, 1, 0).is_err());
+}
