@@ -98,6 +98,21 @@ pub enum CheckpointError {
     Refused(String),
 }
 
+impl CheckpointError {
+    /// Whether this failure of a candidate's load is damage of the checkpoint
+    /// (a restore falls back to an older one), rather than the store or the
+    /// local state failing (a restore stops: falling back would hide an outage
+    /// behind an older checkpoint, or end in "none usable").
+    pub fn is_damage(&self) -> bool {
+        match self {
+            CheckpointError::Corrupt { .. } => true,
+            CheckpointError::Store(e) => e.is_damage(),
+            CheckpointError::State(e) => matches!(e, crate::state::StateError::Corrupt { .. }),
+            _ => false,
+        }
+    }
+}
+
 pub fn io_err(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
     move |source| CheckpointError::Io {
         path: path.display().to_string(),

@@ -16,6 +16,7 @@ mod object_store;
 mod pipeline;
 mod producer;
 mod recovery;
+mod s3_proxy;
 mod scaleout;
 mod semantics;
 mod service;

@@ -151,7 +151,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
             WorkerError::Refused("the poll thread ended unexpectedly (a panic; see above)".into())
         })?;
         if let Some(fatal) = consumer.context().take_fatal() {
-            return Err(WorkerError::Refused(fatal));
+            return Err(fatal);
         }
         let mut c = lock(&core)?;
         if let Some(polled) = &polled {
