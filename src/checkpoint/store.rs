@@ -563,6 +563,8 @@ impl CheckpointStore {
     }
 }
 
+#[cfg(test)]
+mod fault_tests;
 mod load;
 #[cfg(test)]
 mod tests;

@@ -21,5 +21,6 @@ mod scaleout;
 mod semantics;
 mod service;
 mod state_budget;
+mod store_faults;
 mod tls;
 mod usage_api;
