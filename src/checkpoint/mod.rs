@@ -111,6 +111,15 @@ impl CheckpointError {
             _ => false,
         }
     }
+
+    /// Whether a stop request ended it (a restore waiting on the object store):
+    /// a stop, not a failure.
+    pub fn is_interrupted(&self) -> bool {
+        matches!(
+            self,
+            CheckpointError::Store(objects::ObjectError::Interrupted { .. })
+        )
+    }
 }
 
 pub fn io_err(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {

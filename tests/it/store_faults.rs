@@ -73,7 +73,8 @@ fn on_s3_answering_500_a_restore_exits_4_and_the_run_is_exact_after() {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert!(status.code().is_some(), "{status:?}");
+    // A stop, not a failure: the partitions restored before it are checkpointed.
+    assert_eq!(status.code(), Some(0), "{status:?}");
     proxy
         .hanging
         .store(false, std::sync::atomic::Ordering::SeqCst);
