@@ -287,3 +287,45 @@ fn a_restore_holds_one_wave_of_parts_not_the_chain() {
     assert_eq!(r.snapshot.open.len(), 300_000);
     assert_eq!(load::PEAK_HELD.with(|p| p.get()), largest);
 }
+
+/// Issue 33: a checkpoint resuming at `next_offset = i64::MAX` (its ledger made
+/// to fit) is damage when the partition's log ends below it: the restore of an
+/// assignment falls back to the older good checkpoint instead of restoring it
+/// and refusing with "Refusing to guess"; with none left it refuses naming the
+/// way out.
+#[test]
+fn a_checkpoint_past_the_log_end_falls_back_to_an_older_one() {
+    let f = Fixture::new("pastend", 100);
+    let good = f.checkpoint(1, &[0], 10, 2);
+    let part = first_part(&f, 1);
+    let mut max = good.clone();
+    max.partitions[0].next_offset = NextOffset(i64::MAX);
+    max.partitions[0].offsets = OffsetLedger::without_gaps(0, NextOffset(i64::MAX));
+    let name = write_edited(&f, 2, &max, &part);
+    let fresh = StateStore::open_fresh(&f.dir.join("fresh")).unwrap();
+    let policy = StartPolicy::default();
+    let restored = f
+        .store
+        .restore_many(&[(Partition(0), Some(100))], &opaque(), policy, &fresh)
+        .unwrap();
+    let r = restored.into_iter().next().unwrap().unwrap().unwrap();
+    assert_eq!(r.checkpoint, checkpoint_name(CheckpointId(1), "w"));
+    assert_eq!((r.next_offset, r.skipped), (NextOffset(10), 1));
+    // The log ends below both: a refusal naming each and the way out.
+    let restored = f
+        .store
+        .restore_many(&[(Partition(0), Some(5))], &opaque(), policy, &fresh)
+        .unwrap();
+    let e = restored
+        .into_iter()
+        .next()
+        .unwrap()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&name)
+            && e.contains("past the log end 5")
+            && e.contains("--reset-state earliest"),
+        "{e}"
+    );
+}
