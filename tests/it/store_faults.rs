@@ -146,3 +146,47 @@ fn fifos_in_the_store_are_damage_found_without_blocking() {
     );
     job.check_db(&db, &expected);
 }
+
+/// Issue 33: a local `checkpoint.dir` that cannot be written is local I/O —
+/// exit 1 (restart me, after fixing the disk), not 4 (a dependency down). Here
+/// it lies under a regular file (the process runs as root, so a read-only mode
+/// would not stop it).
+#[test]
+fn a_local_checkpoint_dir_that_cannot_be_written_exits_1() {
+    let dir = TempDir::new("ckptlocal");
+    let d = dir.path();
+    let blocker = d.join("not-a-dir");
+    std::fs::write(&blocker, b"x").unwrap();
+    let cfg = d.join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[kafka]\ngroup_id = \"file-in\"\n[checkpoint]\ndir = \"{}/checkpoints\"\n[state]\ndir = \"{}/state\"\n{PRICES}",
+            blocker.display(),
+            d.display()
+        ),
+    )
+    .unwrap();
+    let input = d.join("in.jsonl");
+    std::fs::write(
+        &input,
+        event("r1", "acme", "small", 1_767_261_600_000) + "\n",
+    )
+    .unwrap();
+    let out = tally(
+        &[
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--input-file",
+            input.to_str().unwrap(),
+            "--output-file",
+            d.join("out.jsonl").to_str().unwrap(),
+        ],
+        &[],
+        Duration::from_secs(60),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("not-a-dir/checkpoints"), "{err}");
+}
