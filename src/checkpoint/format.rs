@@ -39,7 +39,8 @@
 //!   checkpoint; its parts are format-4 parts with another version number.
 //! - Formats 1 and 2 (a bincode manifest without magic, `TALLYPS1`/`TALLYPS2`
 //!   partition files) are recognised and refused by name, with the way out
-//!   (`LEGACY_WAY_OUT`): this tally does not convert them.
+//!   (`legacy_way_out`, its text built from `OLDEST_READ` and `VERSION`): this
+//!   tally does not convert them.
 //! - Any change to a stored struct here or in `state::stored` is a new format:
 //!   bump `VERSION`, keep decoding the previous version (add its structs under a
 //!   versioned name and upgrade them in memory, as `ManifestBodyV3`) or refuse it
@@ -75,12 +76,15 @@ pub const MAX_MANIFEST_BYTES: u64 = 16 << 20;
 /// The largest part read: parts close at `part::PART_TARGET` (8 MiB) plus one entry.
 pub const MAX_PART_BYTES: u64 = 256 << 20;
 
-/// What to do with a checkpoint of format 1 or 2.
-pub const LEGACY_WAY_OUT: &str =
-    "this tally reads formats 3 to 5 and does not convert older ones. Either \
-     keep running the tally that wrote them until a re-bill, or start this one from the log with \
-     `tally run --reset-state earliest` (the topic must still hold every record), or point \
-     `checkpoint.dir` at an empty store with a new `kafka.group_id`";
+/// What to do with a checkpoint of a format older than `OLDEST_READ`.
+pub fn legacy_way_out() -> String {
+    format!(
+        "this tally reads formats {OLDEST_READ} to {VERSION} and does not convert older ones. Either \
+         keep running the tally that wrote them until a re-bill, or start this one from the log with \
+         `tally run --reset-state earliest` (the topic must still hold every record), or point \
+         `checkpoint.dir` at an empty store with a new `kafka.group_id`"
+    )
+}
 
 /// The framing header of `magic`.
 pub fn header(magic: &[u8; 8]) -> [u8; HEADER] {
@@ -137,8 +141,9 @@ fn versioned_body<'b>(
 ) -> Result<(u16, &'b [u8]), Unreadable> {
     if buf.len() >= 8 && (&buf[..8] == b"TALLYPS1" || &buf[..8] == b"TALLYPS2") {
         return Err(Unreadable::OtherFormat(format!(
-            "a partition file of checkpoint format {} (before object storage); {LEGACY_WAY_OUT}",
-            if buf[7] == b'1' { 1 } else { 2 }
+            "a partition file of checkpoint format {} (before object storage); {}",
+            if buf[7] == b'1' { 1 } else { 2 },
+            legacy_way_out()
         )));
     }
     if buf.len() < HEADER || &buf[..8] != magic {
@@ -151,7 +156,8 @@ fn versioned_body<'b>(
     match version {
         OLDEST_READ..=VERSION => Ok((version, &buf[HEADER..])),
         v if v < OLDEST_READ => Err(Unreadable::OtherFormat(format!(
-            "{what} of checkpoint format {v}, written by an older tally; {LEGACY_WAY_OUT}"
+            "{what} of checkpoint format {v}, written by an older tally; {}",
+            legacy_way_out()
         ))),
         v => Err(Unreadable::OtherFormat(format!(
             "{what} of checkpoint format {v}, written by a newer tally (this one reads format \
@@ -402,8 +408,9 @@ pub fn decode_manifest(buf: &[u8]) -> Result<Manifest, Unreadable> {
     }
     if !buf.starts_with(MANIFEST_MAGIC) && matches!(buf.first(), Some(1 | 2)) {
         return Err(Unreadable::OtherFormat(format!(
-            "a manifest of checkpoint format {} (bincode, before object storage); {LEGACY_WAY_OUT}",
-            buf[0]
+            "a manifest of checkpoint format {} (bincode, before object storage); {}",
+            buf[0],
+            legacy_way_out()
         )));
     }
     let (version, _) = versioned_body(buf, MANIFEST_MAGIC, "manifest")?;
@@ -506,7 +513,43 @@ fn check_manifest(m: &Manifest) -> Result<(), String> {
                 e.next_offset.0
             ));
         }
+        check_ledger(p, e)?;
         check_chain(p, &e.segments)?;
+    }
+    Ok(())
+}
+
+/// The offset ledger can balance for some count of records consumed: its empty
+/// and deleted offsets fit below `next_offset` (checked sums: `u64::MAX` twice
+/// must not wrap to a small number), and so does every gap it keeps. Whether it
+/// balances with the restored counters is checked when the parts are loaded.
+fn check_ledger(p: Partition, e: &PartitionEntry) -> Result<(), String> {
+    let o = &e.offsets;
+    let next = e.next_offset.0;
+    let skipped = o.empty_offsets.checked_add(o.gap_offsets);
+    if skipped.is_none_or(|s| s > next as u64) {
+        return Err(format!(
+            "partition {p}: its offset ledger cannot balance: empty_offsets {} + gap_offsets {} is \
+             more than next_offset {next}",
+            o.empty_offsets, o.gap_offsets
+        ));
+    }
+    if let Some(g) = o
+        .gaps
+        .iter()
+        .find(|g| g.from < 0 || g.from > g.to || g.to > next)
+    {
+        return Err(format!(
+            "partition {p}: its offset ledger keeps a gap {}..{} outside 0..{next}",
+            g.from, g.to
+        ));
+    }
+    if o.gaps.len() > super::ledger::MAX_GAPS {
+        return Err(format!(
+            "partition {p}: its offset ledger keeps {} gaps, more than {}",
+            o.gaps.len(),
+            super::ledger::MAX_GAPS
+        ));
     }
     Ok(())
 }
@@ -700,6 +743,12 @@ mod tests {
             e.contains("format 2") && e.contains("--reset-state earliest"),
             "{e}"
         );
+        // The formats it reads, as this build reads them (issue 33: the text
+        // said "3 to 5" after format 7 came).
+        assert!(
+            e.contains(&format!("reads formats {OLDEST_READ} to {VERSION} ")),
+            "{e}"
+        );
         let e = body(b"TALLYPS2\0\0\0\x01", PART_MAGIC, "part")
             .unwrap_err()
             .to_string();
@@ -708,6 +757,35 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("not a tally manifest"));
+    }
+
+    /// Issue 33, defect 7: a ledger that cannot balance for any count of records
+    /// (`empty_offsets = gap_offsets = u64::MAX`: the sum must not wrap), or that
+    /// keeps a gap outside the offsets it covers, is damage when decoded.
+    #[test]
+    fn a_ledger_that_cannot_balance_is_damage() {
+        type Edit = fn(&mut OffsetLedger);
+        let edits: [(Edit, &str); 5] = [
+            (
+                |o| (o.empty_offsets, o.gap_offsets) = (u64::MAX, u64::MAX),
+                "cannot balance",
+            ),
+            (|o| o.empty_offsets = u64::MAX, "cannot balance"),
+            (|o| o.empty_offsets = 97, "cannot balance"),
+            (|o| o.gaps[0].to = 101, "outside 0..100"),
+            (|o| o.gaps[0].from = -1, "outside 0..100"),
+        ];
+        for (edit, says) in edits {
+            let mut m = sample();
+            edit(&mut m.partitions[0].offsets);
+            let e = decode_manifest(&encode_manifest(&m)).unwrap_err();
+            assert!(matches!(e, Unreadable::Damaged(_)), "{e:?}");
+            assert!(e.to_string().contains(says), "{e}");
+        }
+        // At the edge: every offset below next_offset empty or deleted.
+        let mut m = sample();
+        m.partitions[0].offsets.empty_offsets = 96;
+        decode_manifest(&encode_manifest(&m)).unwrap();
     }
 
     /// A crafted body under a valid checksum: huge lengths allocate nothing,

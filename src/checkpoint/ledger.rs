@@ -46,8 +46,9 @@ pub struct Gap {
 }
 
 impl Gap {
+    /// Its offsets; 0 for a backward range (a crafted ledger may hold any).
     pub fn len(&self) -> u64 {
-        (self.to - self.from).max(0) as u64
+        u64::try_from(i128::from(self.to) - i128::from(self.from)).unwrap_or(0)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -127,7 +128,9 @@ impl OffsetLedger {
         if gap.is_empty() {
             return;
         }
-        self.gap_offsets += gap.len();
+        // Saturating: a restored ledger is checked to fit below its next offset
+        // (`format`), so a saturated sum is already one that cannot balance.
+        self.gap_offsets = self.gap_offsets.saturating_add(gap.len());
         self.gaps.push(gap);
         if self.gaps.len() > MAX_GAPS {
             self.gaps.remove(0);
@@ -135,7 +138,7 @@ impl OffsetLedger {
     }
 
     pub fn empty(&mut self, n: u64) {
-        self.empty_offsets += n;
+        self.empty_offsets = self.empty_offsets.saturating_add(n);
     }
 
     /// `consumed + empty + gaps == next` (see the module header).
@@ -199,6 +202,27 @@ mod tests {
         assert!(l.balanced(105_575, NextOffset(121_000)));
         assert!(!l.balanced(105_578, NextOffset(121_000)));
         assert!(!l.balanced(0, NextOffset(-1)));
+        // Issue 33: sums that would wrap never balance.
+        let max = OffsetLedger {
+            empty_offsets: u64::MAX,
+            gap_offsets: u64::MAX,
+            gaps: Vec::new(),
+        };
+        for consumed in [0, 1, 2, u64::MAX] {
+            assert!(!max.balanced(consumed, NextOffset(i64::MAX)), "{consumed}");
+        }
+        let wide = Gap {
+            from: i64::MIN,
+            to: i64::MAX,
+            at_ms: 0,
+        };
+        assert_eq!(wide.len(), u64::MAX);
+        let back = Gap {
+            from: 5,
+            to: 1,
+            at_ms: 0,
+        };
+        assert_eq!(back.len(), 0);
     }
 
     #[test]

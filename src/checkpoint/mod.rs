@@ -98,6 +98,30 @@ pub enum CheckpointError {
     Refused(String),
 }
 
+impl CheckpointError {
+    /// Whether this failure of a candidate's load is damage of the checkpoint
+    /// (a restore falls back to an older one), rather than the store or the
+    /// local state failing (a restore stops: falling back would hide an outage
+    /// behind an older checkpoint, or end in "none usable").
+    pub fn is_damage(&self) -> bool {
+        match self {
+            CheckpointError::Corrupt { .. } => true,
+            CheckpointError::Store(e) => e.is_damage(),
+            CheckpointError::State(e) => matches!(e, crate::state::StateError::Corrupt { .. }),
+            _ => false,
+        }
+    }
+
+    /// Whether a stop request ended it (a restore waiting on the object store):
+    /// a stop, not a failure.
+    pub fn is_interrupted(&self) -> bool {
+        matches!(
+            self,
+            CheckpointError::Store(objects::ObjectError::Interrupted { .. })
+        )
+    }
+}
+
 pub fn io_err(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
     move |source| CheckpointError::Io {
         path: path.display().to_string(),

@@ -76,6 +76,14 @@ pub fn parse_part(
     partition: Partition,
     index: u32,
 ) -> Result<Vec<EntryRef<'_>>, String> {
+    Ok(entries(buf, partition, index)?.collect())
+}
+
+/// The entries of part `index` of `partition`, checked whole first (framing,
+/// lengths, the end marker) without allocating, then walked as they are
+/// consumed: a reader holds no more than the part itself, however many entries
+/// it lists (a crafted part of empty entries lists one per 8 bytes).
+pub fn entries(buf: &[u8], partition: Partition, index: u32) -> Result<Entries<'_>, String> {
     let b = body(buf, PART_MAGIC, "partition part").map_err(|e| e.to_string())?;
     if b.len() < 8 {
         return Err("truncated".into());
@@ -86,28 +94,53 @@ pub fn parse_part(
     if b[4..8] != index.to_be_bytes() {
         return Err(format!("not part {index} of its partition"));
     }
-    let mut at: usize = 8;
-    let mut take = |n: usize| -> Result<&[u8], String> {
-        let s = b
-            .get(at..at.checked_add(n).ok_or("truncated")?)
-            .ok_or("truncated")?;
-        at += n;
-        Ok(s)
-    };
-    let len = |s: &[u8]| u32::from_be_bytes([s[0], s[1], s[2], s[3]]);
-    let mut out = Vec::new();
+    let mut walk = Entries { body: b, at: 8 };
     loop {
-        let klen = len(take(4)?);
-        if klen == END {
-            return if at == b.len() {
-                Ok(out)
-            } else {
-                Err("bytes after the end marker".into())
-            };
+        match walk.step()? {
+            Some(_) => {}
+            None if walk.at == b.len() => return Ok(Entries { body: b, at: 8 }),
+            None => return Err("bytes after the end marker".into()),
         }
-        let k = take(klen as usize)?;
-        let vlen = len(take(4)?);
-        out.push((k, take(vlen as usize)?));
+    }
+}
+
+/// A checked part's entries, in order (`entries`).
+pub struct Entries<'b> {
+    body: &'b [u8],
+    at: usize,
+}
+
+impl<'b> Entries<'b> {
+    fn take(&mut self, n: usize) -> Result<&'b [u8], String> {
+        let end = self.at.checked_add(n).ok_or("truncated")?;
+        let s = self.body.get(self.at..end).ok_or("truncated")?;
+        self.at = end;
+        Ok(s)
+    }
+
+    fn len(&mut self) -> Result<u32, String> {
+        let s = self.take(4)?;
+        Ok(u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
+    }
+
+    /// The next entry; `None` at the end marker.
+    fn step(&mut self) -> Result<Option<EntryRef<'b>>, String> {
+        let klen = self.len()?;
+        if klen == END {
+            return Ok(None);
+        }
+        let k = self.take(klen as usize)?;
+        let vlen = self.len()?;
+        Ok(Some((k, self.take(vlen as usize)?)))
+    }
+}
+
+impl<'b> Iterator for Entries<'b> {
+    type Item = EntryRef<'b>;
+
+    fn next(&mut self) -> Option<EntryRef<'b>> {
+        // Checked whole by `entries`: a walk again cannot fail.
+        self.step().ok().flatten()
     }
 }
 

@@ -2,8 +2,10 @@
 //! first (docs/DESIGN.md §7.3–7.5):
 //!
 //! 1. `plan`: which checkpoints to try, best first, or which refusal — from the
-//!    checkpoints found (their manifests), the running config's fingerprint and
-//!    the policy;
+//!    checkpoints found (their manifests), the running config's fingerprint, the
+//!    partition's log end and the policy. A candidate that resumes past the log
+//!    end is damage (no writer checkpoints an offset the log never reached), and
+//!    the plan goes on with the next one;
 //! 2. the caller loads the first candidate whose parts check out (I/O: the only
 //!    step that is not pure), falling back on damage;
 //! 3. `decide`: where the partition starts, or which refusal — from what was
@@ -11,12 +13,18 @@
 //!    the policy. A gap below the log start is refused, or accepted into the
 //!    ledger with `--allow-truncated-log`.
 //!
+//! A manifest or part the store could not *read* (`read_failure`: the object
+//! store failing, the local directory failing, a stop request) is neither damage
+//! nor absence: the restore stops with that error (exit 4 or 1), so an outage
+//! never leads to a fallback, to "no checkpoint" or to `--reset-state` advice.
+//!
 //! No I/O, no clock (the time of an accepted gap is passed in), no logging: the
 //! caller logs what the decision says. Tested table by table.
 
 use super::evolution::{self, Rules, Semantics};
 use super::format::Unreadable;
 use super::ledger::Gap;
+use super::objects::ObjectError;
 use super::{Manifest, OffsetLedger, PartitionEntry};
 use crate::kafka::source::StartPolicy;
 use crate::model::Partition;
@@ -32,8 +40,24 @@ pub enum Try<'m> {
         /// The compatible config changes it restores across (`evolution`), to log.
         changes: Vec<String>,
     },
+    /// This checkpoint's entry is damage without reading a byte of it (it
+    /// resumes past the log end): log it, go on with the next step.
+    Skip { name: &'m str, why: String },
     /// Stop here with this refusal.
     Refuse(String),
+}
+
+/// How a failed read of a manifest counts: `Ok(reason)` when the object itself
+/// is wrong (too large, not a regular file, gone between the listing and the
+/// read) — damage, restored around and reported by `verify`; `Err` when the
+/// store could not be read — the listing fails with it, and so do the restore,
+/// `checkpoints list` and `verify`.
+pub fn read_failure(e: ObjectError) -> Result<Unreadable, ObjectError> {
+    if e.is_damage() {
+        Ok(Unreadable::Damaged(e.to_string()))
+    } else {
+        Err(e)
+    }
 }
 
 /// What the checkpoint store holds for the partition, as listed.
@@ -46,13 +70,15 @@ pub struct Found<'m> {
 
 /// Which checkpoints to try for `p`, best first (greatest next offset, then id),
 /// ending at the first written under rules it may not restore under (a refusal:
-/// restoring it would mix two sets of rules; `evolution::compare`). Empty: no
-/// checkpoint holds `p`.
+/// restoring it would mix two sets of rules; `evolution::compare`). A candidate
+/// past `log_end` (the partition's log end, when known) is skipped as damage.
+/// Empty: no checkpoint holds `p`.
 pub fn plan<'m>(
     p: Partition,
     found: &Found<'m>,
     rules: &Rules,
     policy: StartPolicy,
+    log_end: Option<i64>,
 ) -> Vec<Try<'m>> {
     if policy.reset_state_earliest {
         return Vec::new();
@@ -73,6 +99,17 @@ pub fn plan<'m>(
     candidates.sort_by_key(|(_, m, e)| std::cmp::Reverse((e.next_offset, m.id)));
     let mut steps = Vec::with_capacity(candidates.len());
     for (name, m, entry) in candidates {
+        if let Some(end) = log_end.filter(|end| entry.next_offset.0 > *end) {
+            steps.push(Try::Skip {
+                name,
+                why: format!(
+                    "checkpoint {name}: partition {p} resumes at offset {}, past the log end {end}: \
+                     an offset the log never reached",
+                    entry.next_offset.0
+                ),
+            });
+            continue;
+        }
         match compatible(m, entry, rules) {
             Ok(changes) => steps.push(Try::Load {
                 name,
@@ -206,7 +243,9 @@ pub fn decide(
     if start > high {
         return Err(format!(
             "partition {topic}/{p}: the checkpoint resumes at offset {start} but the log ends at {high}: the \
-             topic was recreated or the broker lost data. Refusing to guess."
+             topic was recreated or the broker lost data. Refusing to guess. If the topic was recreated on \
+             purpose, start a new consumer group (or rebuild from the log start with `--reset-state \
+             earliest`); if the broker lost data, restore the topic first."
         ));
     }
     let mut accepted_gap = None;

@@ -5,22 +5,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use sha2::{Digest, Sha256};
 use tracing::{error, info, warn};
 
 use super::evolution::Rules;
-use super::format::{
-    decode_manifest, encode_manifest, Unreadable, MAX_MANIFEST_BYTES, MAX_PART_BYTES,
-};
+use super::format::{decode_manifest, encode_manifest, Unreadable, MAX_MANIFEST_BYTES};
 use super::objects::local::LocalObjects;
 use super::objects::remote::{is_url, RemoteObjects};
-use super::objects::{ObjectError, ObjectInfo, Objects};
-use super::part::parse_part;
-use super::restore::{none_usable, plan, Found, Try};
-use super::{
-    hex, CheckpointError, CheckpointId, Manifest, OffsetLedger, PartitionEntry, Segment,
-    SegmentKind,
-};
+use super::objects::{ObjectInfo, Objects};
+use super::restore::{none_usable, plan, read_failure, Found, Try};
+use super::{CheckpointError, CheckpointId, Manifest, OffsetLedger};
 use crate::config::CheckpointConfig;
 use crate::engine::TaskSnapshot;
 use crate::kafka::source::StartPolicy;
@@ -60,12 +53,6 @@ pub fn referenced(name: &str, m: &Manifest) -> BTreeSet<String> {
 
 /// A manifest as read: the object's size and modification time, and what it held.
 type CachedManifest = (u64, i64, Result<Manifest, Unreadable>);
-
-/// One part as read and checked (`read_part`).
-type PartRead = Result<Vec<u8>, CheckpointError>;
-
-/// Parts a restore reads at once (object stores serve them in parallel).
-const READ_THREADS: usize = 8;
 
 /// One checkpoint as found in the store.
 /// What a listing holds for the restore decision (`restore::plan`).
@@ -117,6 +104,8 @@ pub struct CheckpointStore {
     /// manifest — a listing reads only the new ones (retention lists after every
     /// checkpoint).
     manifests: std::sync::Mutex<BTreeMap<String, CachedManifest>>,
+    /// The listed bytes of the parts a restore holds at once (`load`).
+    read_budget: u64,
 }
 
 /// The id in a checkpoint name `chk-<id>-<worker>`: the digits up to the first
@@ -194,7 +183,15 @@ impl CheckpointStore {
             worker: worker.to_string(),
             retain: retain.max(1),
             manifests: Default::default(),
+            read_budget: load::READ_BUDGET,
         }
+    }
+
+    /// The same store, holding at most `bytes` of listed part sizes at once
+    /// while it restores (tests choose a small one).
+    pub fn with_read_budget(mut self, bytes: u64) -> Self {
+        self.read_budget = bytes;
+        self
     }
 
     pub fn objects(&self) -> &dyn Objects {
@@ -230,7 +227,9 @@ impl CheckpointStore {
         Ok(out)
     }
 
-    /// Every checkpoint, oldest id first.
+    /// Every checkpoint, oldest id first. `Err`: the store could not be listed,
+    /// or a manifest could not be read (`restore::read_failure`) — never taken
+    /// for damage or for a missing checkpoint.
     pub fn list(&self) -> Result<Vec<Listed>, CheckpointError> {
         let groups = self.groups()?;
         let mut cache = self.manifests.lock().unwrap_or_else(|e| e.into_inner());
@@ -239,54 +238,56 @@ impl CheckpointStore {
             key.split_once('/')
                 .is_some_and(|(name, _)| groups.contains_key(name))
         });
-        let mut out: Vec<Listed> = groups
-            .into_iter()
-            .map(|(name, objects)| {
-                let key = manifest_key(&name);
-                let found = objects.iter().find(|o| o.key == key);
-                let manifest = found.map(|o| {
-                    if let Some((size, modified, m)) = cache.get(&key) {
-                        if (*size, *modified) == (o.size, o.modified_ms) {
-                            return m.clone();
-                        }
+        let mut out = Vec::with_capacity(groups.len());
+        for (name, objects) in groups {
+            let key = manifest_key(&name);
+            let manifest = match objects.iter().find(|o| o.key == key) {
+                None => None,
+                Some(o) => match cache.get(&key) {
+                    Some((size, modified, m)) if (*size, *modified) == (o.size, o.modified_ms) => {
+                        Some(m.clone())
                     }
-                    let m = self.read_manifest(&key).and_then(|m| {
-                        // Part keys derive from names: a manifest copied or moved
-                        // under another name would vouch for objects not its own.
-                        let own = checkpoint_name(m.id, &m.worker);
-                        if own == name {
-                            Ok(m)
-                        } else {
-                            Err(Unreadable::Damaged(format!(
-                                "{}: the manifest is checkpoint {own}'s, not {name}'s",
-                                self.objects.location(&key)
-                            )))
+                    _ => {
+                        let m = self.read_manifest(&key)?.and_then(|m| {
+                            // Part keys derive from names: a manifest copied or moved
+                            // under another name would vouch for objects not its own.
+                            let own = checkpoint_name(m.id, &m.worker);
+                            if own == name {
+                                Ok(m)
+                            } else {
+                                Err(Unreadable::Damaged(format!(
+                                    "{}: the manifest is checkpoint {own}'s, not {name}'s",
+                                    self.objects.location(&key)
+                                )))
+                            }
+                        });
+                        // Damage may be a transient state of the object: read it again next time.
+                        if !matches!(m, Err(Unreadable::Damaged(_))) {
+                            cache.insert(key.clone(), (o.size, o.modified_ms, m.clone()));
                         }
-                    });
-                    // Damage may be a failed read: read it again next time.
-                    if !matches!(m, Err(Unreadable::Damaged(_))) {
-                        cache.insert(key.clone(), (o.size, o.modified_ms, m.clone()));
+                        Some(m)
                     }
-                    m
-                });
-                Listed {
-                    name,
-                    manifest,
-                    objects,
-                }
-            })
-            .collect();
+                },
+            };
+            out.push(Listed {
+                name,
+                manifest,
+                objects,
+            });
+        }
         // By id, then name: names of different widths do not sort as numbers.
         out.sort_by(|a, b| (parse_id(&a.name), &a.name).cmp(&(parse_id(&b.name), &b.name)));
         Ok(out)
     }
 
-    fn read_manifest(&self, key: &str) -> Result<Manifest, Unreadable> {
-        let bytes = self
-            .objects
-            .get(key, MAX_MANIFEST_BYTES)
-            .map_err(|e| Unreadable::Damaged(e.to_string()))?;
-        decode_manifest(&bytes).map_err(|e| e.of(&self.objects.location(key)))
+    /// The manifest at `key`, or why it is unreadable; `Err`: the store could not
+    /// be read.
+    fn read_manifest(&self, key: &str) -> Result<Result<Manifest, Unreadable>, CheckpointError> {
+        let bytes = match self.objects.get(key, MAX_MANIFEST_BYTES) {
+            Ok(b) => b,
+            Err(e) => return Ok(Err(read_failure(e)?)),
+        };
+        Ok(decode_manifest(&bytes).map_err(|e| e.of(&self.objects.location(key))))
     }
 
     /// Writes checkpoint `name`'s manifest: its commit point.
@@ -320,20 +321,23 @@ impl CheckpointStore {
             return Ok(None);
         }
         let listed = self.list()?;
-        self.restore_listed(p, &listed, rules, policy, state)
+        self.restore_listed(p, None, &listed, rules, policy, state)
     }
 
     /// `restore_with` over a listing already taken (one listing serves every
-    /// partition of an assignment).
+    /// partition of an assignment), for `p` whose log ends at `log_end` (if known).
+    /// Damage falls back to the next candidate; a failure to read (the store,
+    /// the local state, a stop request) ends the restore with that error.
     fn restore_listed(
         &self,
         p: Partition,
+        log_end: Option<i64>,
         listed: &[Listed],
         rules: &Rules,
         policy: StartPolicy,
         state: &StateStore,
     ) -> Result<Option<Restored>, CheckpointError> {
-        let steps = plan(p, &found(listed), rules, policy);
+        let steps = plan(p, &found(listed), rules, policy, log_end);
         if steps.is_empty() {
             return Ok(None);
         }
@@ -349,6 +353,11 @@ impl CheckpointStore {
                         warn!(partition = p.0, checkpoint = %name, change = %change, "restoring across a compatible config change");
                     }
                     (name, entry)
+                }
+                Try::Skip { name, why } => {
+                    error!(partition = p.0, checkpoint = %name, error = %why, "CHECKPOINT DAMAGED; falling back to an older checkpoint");
+                    problems.push(why);
+                    continue;
                 }
                 Try::Refuse(msg) => return Err(CheckpointError::Refused(msg)),
             };
@@ -367,21 +376,24 @@ impl CheckpointStore {
                         snapshot,
                     }));
                 }
-                Err(e) => {
+                Err(e) if e.is_damage() => {
                     error!(error = %e, "CHECKPOINT DAMAGED; falling back to an older checkpoint");
                     problems.push(e.to_string());
                 }
+                Err(e) => return Err(e),
             }
         }
         Err(CheckpointError::Refused(none_usable(p, &problems)))
     }
 
-    /// `restore_with` for several partitions at once: one listing of the store,
-    /// then the partitions in parallel (reads, hashing, decoding and imports are
-    /// independent). `Err`: the store could not be listed.
+    /// `restore_with` for several partitions at once, each with its log end if
+    /// known: one listing of the store, then the partitions in parallel (reads,
+    /// hashing, decoding and imports are independent). `Err`: the store could
+    /// not be listed. Reads waiting on the store give up on a stop request
+    /// (`Objects::interrupt_when`).
     pub fn restore_many(
         &self,
-        partitions: &[Partition],
+        partitions: &[(Partition, Option<i64>)],
         rules: &Rules,
         policy: StartPolicy,
         state: &StateStore,
@@ -389,6 +401,20 @@ impl CheckpointStore {
         if policy.reset_state_earliest {
             return Ok(partitions.iter().map(|_| Ok(None)).collect());
         }
+        self.objects
+            .interrupt_when(Some(crate::worker::shutdown::requested));
+        let restored = self.restore_all(partitions, rules, policy, state);
+        self.objects.interrupt_when(None);
+        restored
+    }
+
+    fn restore_all(
+        &self,
+        partitions: &[(Partition, Option<i64>)],
+        rules: &Rules,
+        policy: StartPolicy,
+        state: &StateStore,
+    ) -> Result<Vec<Result<Option<Restored>, CheckpointError>>, CheckpointError> {
         let listed = self.list()?;
         for l in &listed {
             if let Some(Err(e)) = &l.manifest {
@@ -399,7 +425,9 @@ impl CheckpointStore {
         Ok(std::thread::scope(|scope| {
             let handles: Vec<_> = partitions
                 .iter()
-                .map(|p| scope.spawn(move || self.restore_listed(*p, listed, rules, policy, state)))
+                .map(|(p, end)| {
+                    scope.spawn(move || self.restore_listed(*p, *end, listed, rules, policy, state))
+                })
                 .collect();
             handles
                 .into_iter()
@@ -410,135 +438,6 @@ impl CheckpointStore {
                 })
                 .collect()
         }))
-    }
-
-    /// Reads and checks part `i` of segment `seg` of partition `p`; every failure
-    /// says which object and what is wrong.
-    fn read_part(&self, seg: &Segment, p: Partition, i: usize) -> Result<Vec<u8>, CheckpointError> {
-        let key = part_key(&seg.checkpoint, p, i);
-        let want = seg.parts[i];
-        let corrupt = |msg: String| CheckpointError::Corrupt {
-            path: self.objects.location(&key),
-            msg,
-        };
-        let buf = match self.objects.get(&key, want.bytes.min(MAX_PART_BYTES)) {
-            Ok(b) => b,
-            Err(ObjectError::Refused { msg, .. }) => return Err(corrupt(msg)),
-            Err(e) => return Err(e.into()),
-        };
-        if buf.len() as u64 != want.bytes {
-            return Err(corrupt(format!(
-                "size mismatch: the manifest records {} bytes, the object has {}",
-                want.bytes,
-                buf.len()
-            )));
-        }
-        let sha: [u8; 32] = Sha256::digest(&buf).into();
-        if sha != want.sha256 {
-            return Err(corrupt(format!(
-                "checksum mismatch: the manifest records sha256 {}…, the object hashes to {}…",
-                short(&hex(&want.sha256)),
-                short(&hex(&sha))
-            )));
-        }
-        Ok(buf)
-    }
-
-    /// Reads and checks every part of `entry`'s chain, `READ_THREADS` at a time;
-    /// returns them per segment, in order.
-    fn read_chain(&self, entry: &PartitionEntry) -> Result<Vec<Vec<Vec<u8>>>, CheckpointError> {
-        let p = entry.partition;
-        let all: Vec<(usize, usize)> = entry
-            .segments
-            .iter()
-            .enumerate()
-            .flat_map(|(s, seg)| (0..seg.parts.len()).map(move |i| (s, i)))
-            .collect();
-        let threads = READ_THREADS.min(all.len()).max(1);
-        let read: Vec<Vec<(usize, PartRead)>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..threads)
-                .map(|t| {
-                    let all = &all;
-                    scope.spawn(move || {
-                        (t..all.len())
-                            .step_by(threads)
-                            .map(|n| {
-                                let (s, i) = all[n];
-                                (n, self.read_part(&entry.segments[s], p, i))
-                            })
-                            .collect()
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        vec![(
-                            0,
-                            Err(CheckpointError::Refused("a restore thread panicked".into())),
-                        )]
-                    })
-                })
-                .collect()
-        });
-        let mut bufs: Vec<Option<Vec<u8>>> = vec![None; all.len()];
-        for (n, r) in read.into_iter().flatten() {
-            bufs[n] = Some(r?);
-        }
-        let mut out: Vec<Vec<Vec<u8>>> = entry.segments.iter().map(|_| Vec::new()).collect();
-        for ((s, _), buf) in all.iter().zip(bufs) {
-            out[*s].push(
-                buf.ok_or_else(|| CheckpointError::Refused("a restore thread lost a part".into()))?,
-            );
-        }
-        Ok(out)
-    }
-
-    /// Reads, checks and imports partition `entry` of checkpoint `name`: its
-    /// base, then each delta in order. Any failure is damage; the partition is
-    /// then left empty in `state`.
-    fn load_snapshot(
-        &self,
-        name: &str,
-        entry: &PartitionEntry,
-        state: &StateStore,
-    ) -> Result<TaskSnapshot, CheckpointError> {
-        let p = entry.partition;
-        let loaded = self.read_chain(entry).and_then(|bufs| {
-            for (seg, bufs) in entry.segments.iter().zip(&bufs) {
-                let mut entries = Vec::new();
-                for (i, buf) in bufs.iter().enumerate() {
-                    entries.extend(parse_part(buf, p, i as u32).map_err(|msg| {
-                        CheckpointError::Corrupt {
-                            path: self.objects.location(&part_key(&seg.checkpoint, p, i)),
-                            msg,
-                        }
-                    })?);
-                }
-                match seg.kind {
-                    SegmentKind::Base => state.import_partition(p, entries)?,
-                    SegmentKind::Delta {
-                        windows_through,
-                        dedup_through,
-                    } => state.apply_delta(p, windows_through, dedup_through, entries)?,
-                }
-            }
-            let corrupt = |msg: String| CheckpointError::Corrupt {
-                path: self.objects.location(&manifest_key(name)),
-                msg: format!("partition {p}: {msg}"),
-            };
-            let (snapshot, _) = state
-                .load(p)
-                .map_err(|e| corrupt(e.to_string()))?
-                .ok_or_else(|| corrupt("no partition meta in its chain".into()))?;
-            Ok(snapshot)
-        });
-        if loaded.is_err() {
-            // Best effort: the next candidate imports over it anyway.
-            let _ = state.drop_partition(p);
-        }
-        loaded
     }
 
     /// Re-reads and re-hashes every part of every complete checkpoint; returns
@@ -559,8 +458,11 @@ impl CheckpointStore {
                                 if !checked.insert(part_key(&seg.checkpoint, e.partition, i)) {
                                     continue;
                                 }
-                                if let Err(err) = self.read_part(seg, e.partition, i) {
-                                    problems.push(err.to_string());
+                                match self.read_part(seg, e.partition, i) {
+                                    Ok(_) => {}
+                                    Err(err) if err.is_damage() => problems.push(err.to_string()),
+                                    // The store failed: that is not damage to report.
+                                    Err(err) => return Err(err),
                                 }
                             }
                         }
@@ -661,9 +563,8 @@ impl CheckpointStore {
     }
 }
 
-fn short(h: &str) -> &str {
-    &h[..h.len().min(12)]
-}
-
+#[cfg(test)]
+mod fault_tests;
+mod load;
 #[cfg(test)]
 mod tests;

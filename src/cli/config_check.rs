@@ -71,7 +71,8 @@ pub fn run(c: ConfigCmd) -> anyhow::Result<()> {
         partitions.into_iter().collect()
     };
     for p in all {
-        match plan(p, &found, &rules, Default::default())
+        // No log end here (no broker is asked): no candidate is skipped for it.
+        match plan(p, &found, &rules, Default::default(), None)
             .into_iter()
             .next()
         {
@@ -88,6 +89,7 @@ pub fn run(c: ConfigCmd) -> anyhow::Result<()> {
                     println!("  compatible change: {change}");
                 }
             }
+            Some(Try::Skip { why, .. }) => println!("partition {p}: DAMAGED — {why}"),
             Some(Try::Refuse(why)) => {
                 println!("partition {p}: REFUSED — {why}");
                 refused.push(why);

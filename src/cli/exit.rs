@@ -7,6 +7,7 @@
 use rdkafka::error::KafkaError;
 
 use super::Interrupted;
+use crate::checkpoint::objects::ObjectError;
 use crate::checkpoint::CheckpointError;
 use crate::config::ConfigError;
 use crate::kafka::KafkaIoError;
@@ -76,9 +77,8 @@ fn checkpoint(e: &CheckpointError) -> Option<u8> {
         CheckpointError::State(s) => state(s),
         CheckpointError::Outputs(k) => Some(kafka_io(k)),
         // The object store could not be reached or failed: a restart may help.
-        CheckpointError::Store(crate::checkpoint::objects::ObjectError::Io { .. }) => {
-            Some(UNAVAILABLE)
-        }
+        // A local directory that fails (disk full, read-only) is local I/O: 1.
+        CheckpointError::Store(ObjectError::Unavailable { .. }) => Some(UNAVAILABLE),
         _ => None,
     }
 }
@@ -145,5 +145,34 @@ mod tests {
             input: "in".into(),
         });
         assert_eq!(status(&stop), 143);
+    }
+
+    /// Issue 33: the checkpoint store's failures by where they happen — the
+    /// object store is a dependency (4), the local directory is local I/O (1),
+    /// damage found by a restore is a refusal with a way out (3).
+    #[test]
+    fn checkpoint_store_failures_by_class() {
+        let store =
+            |e: ObjectError| anyhow::Error::new(WorkerError::Checkpoint(CheckpointError::Store(e)));
+        let at = || "s3://b/g/chk-1-w/MANIFEST".to_string();
+        assert_eq!(
+            status(&store(ObjectError::Unavailable {
+                location: at(),
+                msg: "500".into()
+            })),
+            UNAVAILABLE
+        );
+        assert_eq!(
+            status(&store(ObjectError::Io {
+                location: "/ckpt/g".into(),
+                msg: "No space left on device (os error 28)".into()
+            })),
+            INTERNAL
+        );
+        let local = anyhow::Error::new(CheckpointError::Io {
+            path: "/ckpt/g".into(),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        });
+        assert_eq!(status(&local), INTERNAL);
     }
 }

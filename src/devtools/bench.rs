@@ -182,9 +182,10 @@ fn measure(a: &BenchArgs, n: usize, s3: Option<&str>) -> anyhow::Result<Row> {
     drop(one);
     let fresh = StateStore::open_fresh(&a.dir.join("restore"))?;
     let started = Instant::now();
-    let parts: Vec<Partition> = (0..a.partitions).map(Partition).collect();
+    let parts: Vec<(Partition, Option<i64>)> =
+        (0..a.partitions).map(|p| (Partition(p), None)).collect();
     let mut restored = 0;
-    for (p, r) in parts.iter().zip(checkpoints.restore_many(
+    for ((p, _), r) in parts.iter().zip(checkpoints.restore_many(
         &parts,
         &crate::checkpoint::evolution::Rules::opaque("f"),
         Default::default(),

@@ -8,8 +8,9 @@
 //! hands them to `RebalanceHandler::on_assign` (restore, or refuse), which returns
 //! each partition's start offset. Revoked partitions are checkpointed through
 //! `on_revoke`; both get a `GroupCommitter` for the checkpoint's offsets. Refusals
-//! and failures are recorded as a fatal error that the worker loop reports and
-//! exits on.
+//! and failures are recorded as a fatal error, with its class (`WorkerError`: a
+//! refusal exits 3, an unavailable checkpoint store 4), that the worker loop
+//! returns.
 
 #![allow(unsafe_code)] // FFI: librdkafka's cached watermarks.
 
@@ -29,6 +30,7 @@ use crate::checkpoint::restore::LogFacts;
 use crate::checkpoint::CheckpointId;
 use crate::model::Partition;
 use crate::state::NextOffset;
+use crate::worker::WorkerError;
 
 /// Options for partitions without any checkpoint.
 #[derive(Debug, Clone, Copy, Default)]
@@ -45,18 +47,18 @@ pub struct StartPolicy {
 /// The worker side of a rebalance: it never sees the consumer.
 pub trait RebalanceHandler: Send {
     /// Restores the assigned partitions (`facts`, one each) and returns each one's
-    /// start offset; `Err` refuses.
+    /// start offset; `Err` refuses or fails.
     fn on_assign(
         &mut self,
         committer: &mut dyn OffsetCommitter,
         facts: &[LogFacts],
-    ) -> Result<Vec<(Partition, NextOffset)>, String>;
+    ) -> Result<Vec<(Partition, NextOffset)>, WorkerError>;
     /// Checkpoints and releases `partitions`.
     fn on_revoke(
         &mut self,
         committer: &mut dyn OffsetCommitter,
         partitions: &[Partition],
-    ) -> Result<(), String>;
+    ) -> Result<(), WorkerError>;
 }
 
 /// A checkpoint's offsets to the consumer group, with `tally-checkpoint=<id>` as
@@ -127,7 +129,7 @@ fn gather_facts<C: ConsumerContext>(
 
 pub struct SourceContext {
     handler: Arc<Mutex<dyn RebalanceHandler>>,
-    fatal: Mutex<Option<String>>,
+    fatal: Mutex<Option<WorkerError>>,
 }
 
 pub type Source = BaseConsumer<SourceContext>;
@@ -140,14 +142,14 @@ impl SourceContext {
         }
     }
 
-    pub fn take_fatal(&self) -> Option<String> {
+    pub fn take_fatal(&self) -> Option<WorkerError> {
         self.fatal.lock().ok().and_then(|mut f| f.take())
     }
 
-    fn fail(&self, msg: String) {
-        error!("{msg}");
+    fn fail(&self, e: WorkerError) {
+        error!("{e}");
         if let Ok(mut f) = self.fatal.lock() {
-            f.get_or_insert(msg);
+            f.get_or_insert(e);
         }
     }
 }
@@ -183,13 +185,14 @@ impl ConsumerContext for SourceContext {
             .map(|e| e.topic().to_string())
             .unwrap_or_default();
         let Ok(mut handler) = self.handler.lock() else {
-            self.fail("worker state lock poisoned".into());
+            self.fail(WorkerError::Refused("worker state lock poisoned".into()));
             return;
         };
         let result: KafkaResult<()> = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 let mut committer = GroupCommitter::new(consumer, &topic);
                 let assigned = gather_facts(consumer, &topic, &partitions)
+                    .map_err(WorkerError::Refused)
                     .and_then(|facts| handler.on_assign(&mut committer, &facts));
                 match assigned {
                     Ok(starts) => {
@@ -204,8 +207,8 @@ impl ConsumerContext for SourceContext {
                             consumer.assign(tpl)
                         }
                     }
-                    Err(msg) => {
-                        self.fail(msg);
+                    Err(e) => {
+                        self.fail(e);
                         Ok(())
                     }
                 }
@@ -214,8 +217,8 @@ impl ConsumerContext for SourceContext {
                 let at: Vec<i32> = partitions.iter().map(|p| p.0).collect();
                 info!(partitions = %crate::logfmt::list(&at), "revoked");
                 let mut committer = GroupCommitter::new(consumer, &topic);
-                if let Err(msg) = handler.on_revoke(&mut committer, &partitions) {
-                    self.fail(msg);
+                if let Err(e) = handler.on_revoke(&mut committer, &partitions) {
+                    self.fail(e);
                 }
                 if cooperative {
                     consumer.incremental_unassign(tpl)
@@ -229,7 +232,9 @@ impl ConsumerContext for SourceContext {
             }
         };
         if let Err(e) = result {
-            self.fail(format!("applying the assignment: {e}"));
+            self.fail(WorkerError::Refused(format!(
+                "applying the assignment: {e}"
+            )));
         }
     }
 }

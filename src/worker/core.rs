@@ -473,7 +473,10 @@ impl Core {
         &mut self,
         facts: &[LogFacts],
     ) -> Result<Vec<(Partition, NextOffset)>, WorkerError> {
-        let partitions: Vec<Partition> = facts.iter().map(|f| f.partition).collect();
+        let partitions: Vec<(Partition, Option<i64>)> = facts
+            .iter()
+            .map(|f| (f.partition, Some(f.log_end)))
+            .collect();
         let restored = self.coord.checkpoints().restore_many(
             &partitions,
             &self.job.rules,
@@ -771,16 +774,13 @@ impl RebalanceHandler for Core {
         &mut self,
         committer: &mut dyn OffsetCommitter,
         facts: &[LogFacts],
-    ) -> Result<Vec<(Partition, NextOffset)>, String> {
+    ) -> Result<Vec<(Partition, NextOffset)>, WorkerError> {
         // The store must not be written while an export reads it.
         let mut ports = WorkerPorts {
             outputs: &mut self.outputs,
             committer,
         };
-        let done = self
-            .coord
-            .finish(&mut ports, true)
-            .map_err(|e| e.to_string())?;
+        let done = self.coord.finish(&mut ports, true)?;
         if let Some(c) = done {
             self.completed(c, None);
         }
@@ -789,7 +789,7 @@ impl RebalanceHandler for Core {
         self.publisher
             .service()
             .set_not_ready(format!("restoring {} partition(s)", facts.len()));
-        let starts = self.restore_all(facts).map_err(|e| e.to_string())?;
+        let starts = self.restore_all(facts)?;
         self.evict_to_budget();
         // Joined, and every assigned partition restored: the report shows the
         // restored positions and the backlog as of the assignment's log ends
@@ -804,15 +804,14 @@ impl RebalanceHandler for Core {
         &mut self,
         committer: &mut dyn OffsetCommitter,
         partitions: &[Partition],
-    ) -> Result<(), String> {
+    ) -> Result<(), WorkerError> {
         // Hand over cleanly: checkpoint (and commit) before Kafka moves them.
         if !self.closed {
-            self.checkpoint_with(committer, true, None)
-                .map_err(|e| e.to_string())?;
+            self.checkpoint_with(committer, true, None)?;
         }
         for p in partitions {
             self.slots.remove(p);
-            self.store.drop_partition(*p).map_err(|e| e.to_string())?;
+            self.store.drop_partition(*p)?;
         }
         if self.slots.is_empty() {
             self.publisher

@@ -19,14 +19,14 @@ const TOPICS: &[(&str, i32)] = &[
     ("requests.dlq", 2),
 ];
 
-struct Job {
-    dir: TempDir,
-    broker: DevBroker,
-    cfg: PathBuf,
+pub(crate) struct Job {
+    pub(crate) dir: TempDir,
+    pub(crate) broker: DevBroker,
+    pub(crate) cfg: PathBuf,
 }
 
 impl Job {
-    fn new(tag: &str) -> Job {
+    pub(crate) fn new(tag: &str) -> Job {
         let dir = TempDir::new(tag);
         let broker = DevBroker::start(TOPICS);
         let cfg = write_config(
@@ -49,7 +49,7 @@ impl Job {
     }
 
     /// `new`, with the checkpoints on the test S3 server.
-    fn on_s3(tag: &str) -> Job {
+    pub(crate) fn on_s3(tag: &str) -> Job {
         let job = Job::new(tag);
         use_s3(&job.cfg, tag);
         job
@@ -60,11 +60,11 @@ impl Job {
         tally::checkpoint::store::CheckpointStore::open_existing(&cfg.checkpoint, "job").unwrap()
     }
 
-    fn cfg(&self) -> &str {
+    pub(crate) fn cfg(&self) -> &str {
         self.cfg.to_str().unwrap()
     }
 
-    fn generate(&self, count: u32, rate: Option<u32>) -> (Expected, Option<Child>) {
+    pub(crate) fn generate(&self, count: u32, rate: Option<u32>) -> (Expected, Option<Child>) {
         let expected = self.dir.path().join("expected.json");
         let args: Vec<String> = [
             "gen",
@@ -119,7 +119,7 @@ impl Job {
         )
     }
 
-    fn spawn_worker(&self, envs: &[(&str, &str)]) -> Child {
+    pub(crate) fn spawn_worker(&self, envs: &[(&str, &str)]) -> Child {
         Command::new(tally_bin())
             .args(["run", "--config", self.cfg()])
             .envs(envs.iter().copied())
@@ -132,7 +132,7 @@ impl Job {
 
     /// Runs to the end without faults, applies the results to a fresh database and
     /// checks everything against the generator's expectation.
-    fn finish_and_check(&self, expected: &Expected) {
+    pub(crate) fn finish_and_check(&self, expected: &Expected) {
         tally_ok(
             &["run", "--config", self.cfg(), "--until-end"],
             &[],
@@ -147,7 +147,7 @@ impl Job {
         self.check_db(&db, expected);
     }
 
-    fn check_db(&self, db: &str, expected: &Expected) {
+    pub(crate) fn check_db(&self, db: &str, expected: &Expected) {
         let view = view_rows(db);
         let want = expected_rows(expected);
         assert_eq!(view.len(), want.len());
@@ -197,7 +197,7 @@ impl Job {
     }
 }
 
-fn wait_killed(child: &mut Child, what: &str) {
+pub(crate) fn wait_killed(child: &mut Child, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -588,7 +588,7 @@ impl Retention {
         }
     }
 
-    fn cfg(&self) -> &str {
+    pub(crate) fn cfg(&self) -> &str {
         self.cfg.to_str().unwrap()
     }
 

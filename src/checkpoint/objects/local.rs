@@ -6,6 +6,11 @@
 //! temporary name and fsyncs the directory — so a crash leaves the object whole or
 //! absent, plus at most a temporary file that `list` shows and retention deletes.
 //! Deleting an object also removes its directory once empty.
+//!
+//! Reads never block on what is not a regular file: `get` opens with
+//! `O_NONBLOCK` (a FIFO opens at once instead of waiting for a writer; the flag
+//! changes nothing for a regular file) and refuses anything else by its type
+//! before reading a byte.
 
 use std::fs;
 use std::io::{Read, Write};
@@ -60,6 +65,16 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ObjectError + '_ {
     }
 }
 
+/// Opens `path` for reading without waiting: a FIFO without a writer (or a
+/// device that would wait) opens at once, so its type can be refused.
+fn open_nonblocking(path: &Path) -> std::io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+}
+
 fn sync_dir(dir: &Path) -> Result<(), ObjectError> {
     fs::File::open(dir)
         .and_then(|d| d.sync_all())
@@ -100,7 +115,7 @@ impl Objects for LocalObjects {
             location: path.display().to_string(),
             msg,
         };
-        let f = fs::File::open(&path).map_err(io(&path))?;
+        let f = open_nonblocking(&path).map_err(io(&path))?;
         let md = f.metadata().map_err(io(&path))?;
         if !md.is_file() {
             return Err(refused(format!(
@@ -212,6 +227,33 @@ mod tests {
             "the empty directory goes too"
         );
         assert!(dir.exists(), "the root stays");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Issue 33, defect 5: a FIFO in place of an object is refused at once (it
+    /// used to block in `open`, waiting for a writer that never comes).
+    #[test]
+    fn a_fifo_in_place_of_an_object_is_refused_without_blocking() {
+        let dir = std::env::temp_dir().join(format!("tally-local-fifo-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let s = LocalObjects::create(&dir).unwrap();
+        fs::create_dir_all(dir.join("chk-1-w")).unwrap();
+        let fifo = dir.join("chk-1-w/MANIFEST");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.unwrap().success());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(s.get("chk-1-w/MANIFEST", 10));
+        });
+        let got = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("get blocked on a FIFO");
+        match got {
+            Err(ObjectError::Refused { msg, .. }) => {
+                assert!(msg.contains("not a regular file"), "{msg}")
+            }
+            other => panic!("{other:?}"),
+        }
         fs::remove_dir_all(&dir).unwrap();
     }
 }

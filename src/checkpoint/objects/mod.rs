@@ -12,7 +12,15 @@
 //!   overwrite what a live one wrote, and a checkpoint's manifest — written last —
 //!   is its commit point on stores that have no rename.
 //! - `get` refuses, before allocating, an object larger than the caller's limit,
-//!   and (local) anything that is not a regular file.
+//!   and (local) anything that is not a regular file — found without blocking: a
+//!   FIFO or a device in place of an object is opened non-blocking and refused.
+//! - Failures say what they are, because a restore acts on the difference:
+//!   `Refused` and `NotFound` are about the object (damage: fall back to an older
+//!   checkpoint); `Io` is the local directory failing (disk full, read-only:
+//!   exit 1); `Unavailable` is the object store failing after its own retries
+//!   (exit 4, a restart may succeed); `Interrupted` is a stop request (SIGTERM)
+//!   ending a call that was waiting on the store. None of the last three is ever
+//!   taken for damage or for "no checkpoint".
 //! - `list` returns every object under the root, temporary leftovers included, so
 //!   retention can see and delete them.
 
@@ -37,8 +45,27 @@ pub enum ObjectError {
     /// Not something a checkpoint holds: too large, or not a regular file.
     #[error("{location}: {msg}")]
     Refused { location: String, msg: String },
+    /// The local directory failed (disk full, read-only, permissions).
     #[error("{location}: {msg}")]
     Io { location: String, msg: String },
+    /// The object store could not be reached or answered with an error, after
+    /// its own retries (`remote`).
+    #[error("{location}: the object store is unavailable: {msg}")]
+    Unavailable { location: String, msg: String },
+    /// A stop request (SIGTERM, SIGINT) ended a call waiting on the store.
+    #[error("{location}: interrupted by a stop request")]
+    Interrupted { location: String },
+}
+
+impl ObjectError {
+    /// Whether the error says the object itself is wrong (damage), rather than
+    /// that the store could not be read.
+    pub fn is_damage(&self) -> bool {
+        matches!(
+            self,
+            ObjectError::Refused { .. } | ObjectError::NotFound { .. }
+        )
+    }
 }
 
 /// A checkpoint store's objects (see the module header for the contract).
@@ -53,6 +80,11 @@ pub trait Objects: Send + Sync {
     fn list(&self) -> Result<Vec<ObjectInfo>, ObjectError>;
     /// Deletes `key`; deleting what is not there is not an error.
     fn delete(&self, key: &str) -> Result<(), ObjectError>;
+    /// From now on, reads and listings waiting on the store give up with
+    /// `Interrupted` once `stop` returns true (`None`: never). A restore sets it
+    /// for its duration; writes are never interrupted (the final checkpoint of a
+    /// stop is written after the stop request). Local reads never wait.
+    fn interrupt_when(&self, _stop: Option<fn() -> bool>) {}
 }
 
 /// A key is a relative `/`-separated name of plain segments: nothing that could

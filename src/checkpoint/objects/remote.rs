@@ -14,6 +14,12 @@
 //! - Calls block the calling thread on this store's own small tokio runtime, so
 //!   the worker's threads (the poll loop, the exporter, restores) use it as they use
 //!   the local directory. It must not be called from inside another runtime.
+//! - A failed call (after the crate's own retries: by default up to 10, with
+//!   backoff, for at most 3 minutes — `object_store::RetryConfig`) is
+//!   `ObjectError::Unavailable`, never damage: a restore stops there (exit 4)
+//!   instead of falling back or concluding that there is no checkpoint. While a
+//!   restore runs (`interrupt_when`), a stop request ends a read or listing
+//!   waiting on the store within 50 ms.
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
@@ -31,7 +37,12 @@ pub struct RemoteObjects {
     /// The URL of the root, for people.
     url: String,
     rt: tokio::runtime::Runtime,
+    /// When reads and listings give up (`Objects::interrupt_when`).
+    stop: std::sync::Mutex<Option<fn() -> bool>>,
 }
+
+/// How often a waiting read checks for a stop request.
+const STOP_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Whether `dir` (the value of `checkpoint.dir`) names object storage rather
 /// than a local path.
@@ -166,6 +177,7 @@ impl RemoteObjects {
             root,
             url: format!("{}/{group}", url.trim_end_matches('/')),
             rt,
+            stop: std::sync::Mutex::new(None),
         })
     }
 
@@ -186,11 +198,37 @@ impl RemoteObjects {
         match e {
             object_store::Error::AlreadyExists { .. } => ObjectError::Exists { location },
             object_store::Error::NotFound { .. } => ObjectError::NotFound { location },
-            other => ObjectError::Io {
+            other => ObjectError::Unavailable {
                 location,
                 msg: crate::secrets::redact(&other.to_string()).into_owned(),
             },
         }
+    }
+
+    /// Runs the read `f` on the store's runtime; gives up with `Interrupted` once
+    /// the stop predicate (if set) holds.
+    fn read<T>(
+        &self,
+        key: &str,
+        f: impl std::future::Future<Output = Result<T, ObjectError>>,
+    ) -> Result<T, ObjectError> {
+        let stop = *self.stop.lock().unwrap_or_else(|e| e.into_inner());
+        self.rt.block_on(async {
+            let Some(stop) = stop else {
+                return f.await;
+            };
+            let stopped = async {
+                while !stop() {
+                    tokio::time::sleep(STOP_POLL).await;
+                }
+            };
+            tokio::select! {
+                r = f => r,
+                () = stopped => Err(ObjectError::Interrupted {
+                    location: self.location(key),
+                }),
+            }
+        })
     }
 }
 
@@ -214,7 +252,7 @@ impl Objects for RemoteObjects {
 
     fn get(&self, key: &str, limit: u64) -> Result<Vec<u8>, ObjectError> {
         let path = self.path(key)?;
-        self.rt.block_on(async {
+        self.read(key, async {
             let r = self.store.get(&path).await.map_err(|e| self.err(key, e))?;
             if r.meta.size > limit {
                 return Err(ObjectError::Refused {
@@ -243,7 +281,7 @@ impl Objects for RemoteObjects {
     }
 
     fn list(&self) -> Result<Vec<ObjectInfo>, ObjectError> {
-        self.rt.block_on(async {
+        self.read("", async {
             let mut out = Vec::new();
             let mut listing = self.store.list(Some(&self.root));
             while let Some(meta) = listing.next().await {
@@ -272,6 +310,10 @@ impl Objects for RemoteObjects {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(self.err(key, e)),
         }
+    }
+
+    fn interrupt_when(&self, stop: Option<fn() -> bool>) {
+        *self.stop.lock().unwrap_or_else(|e| e.into_inner()) = stop;
     }
 }
 

@@ -42,6 +42,7 @@ fn shape(steps: &[Try<'_>]) -> Vec<String> {
         .iter()
         .map(|s| match s {
             Try::Load { name, .. } => name.to_string(),
+            Try::Skip { name, .. } => format!("SKIP {name}"),
             Try::Refuse(_) => "REFUSE".into(),
         })
         .collect()
@@ -133,7 +134,7 @@ fn the_plan_orders_by_offset_then_id_and_stops_at_another_fingerprint() {
         ),
     ];
     for (i, (p, found, fingerprint, policy, want)) in rows.into_iter().enumerate() {
-        let steps = plan(p, &found, &Rules::opaque(fingerprint), policy);
+        let steps = plan(p, &found, &Rules::opaque(fingerprint), policy, None);
         assert_eq!(shape(&steps), want, "row {i}");
     }
     let steps = plan(
@@ -141,6 +142,7 @@ fn the_plan_orders_by_offset_then_id_and_stops_at_another_fingerprint() {
         &found(vec![("d", d)], &[]),
         &Rules::opaque("f"),
         policy,
+        None,
     );
     let Try::Refuse(msg) = &steps[0] else {
         panic!("{steps:?}")
@@ -200,7 +202,12 @@ fn the_start_is_decided_from_the_restore_the_group_and_the_log() {
             facts(0, 100, None),
             at(120),
             none,
-            Err(&["log ends at 100", "Refusing to guess"]),
+            Err(&[
+                "log ends at 100",
+                "Refusing to guess",
+                "new consumer group",
+                "--reset-state earliest",
+            ]),
         ),
         // No checkpoint, nothing committed, the log from 0: a fresh partition.
         (facts(0, 100, None), None, none, Ok((0, 0, None))),
@@ -257,6 +264,80 @@ fn the_start_is_decided_from_the_restore_the_group_and_the_log() {
                 assert!(msg.contains("requests/3"), "row {i}: {msg}");
             }
             (got, want) => panic!("row {i}: got {got:?}, want {want:?}"),
+        }
+    }
+}
+
+/// Issue 33: a checkpoint that resumes past the partition's log end (an offset
+/// the log never reached: `i64::MAX`, or any crafted value) is damage — the plan
+/// skips it and goes on with the next candidate, older ones included.
+#[test]
+fn a_candidate_past_the_log_end_is_skipped_as_damage() {
+    let a: &'static Manifest = Box::leak(Box::new(manifest(1, "f", &[(0, 50)])));
+    let b: &'static Manifest = Box::leak(Box::new(manifest(2, "f", &[(0, i64::MAX)])));
+    let c: &'static Manifest = Box::leak(Box::new(manifest(3, "f", &[(0, 101)])));
+    let found = Found {
+        checkpoints: vec![("a", a), ("b", b), ("c", c)],
+        unreadable: Vec::new(),
+    };
+    let rules = Rules::opaque("f");
+    let policy = StartPolicy::default();
+    let steps = plan(Partition(0), &found, &rules, policy, Some(100));
+    assert_eq!(shape(&steps), ["SKIP b", "SKIP c", "a"]);
+    let Try::Skip { why, .. } = &steps[0] else {
+        panic!("{steps:?}")
+    };
+    assert!(
+        why.contains(&i64::MAX.to_string()) && why.contains("log end 100"),
+        "{why}"
+    );
+    // At the log end exactly is fine; an unknown log end skips nothing.
+    assert_eq!(
+        shape(&plan(Partition(0), &found, &rules, policy, Some(101))),
+        ["SKIP b", "c", "a"]
+    );
+    assert_eq!(
+        shape(&plan(Partition(0), &found, &rules, policy, None)),
+        ["b", "c", "a"]
+    );
+}
+
+/// Issue 33, defect 6: a manifest that could not be read is damage only when
+/// the object itself is wrong; the store failing (the object store after its
+/// retries, the local directory, a stop request) is never "damaged" — and never
+/// "absent": it is returned as the error it is.
+#[test]
+fn a_read_error_is_never_damage_nor_absence() {
+    let at = || "s3://b/g/chk-1-w/MANIFEST".to_string();
+    let damage = [
+        ObjectError::Refused {
+            location: at(),
+            msg: "not a regular file".into(),
+        },
+        ObjectError::NotFound { location: at() },
+    ];
+    for e in damage {
+        assert!(
+            matches!(read_failure(e), Ok(Unreadable::Damaged(_))),
+            "damage"
+        );
+    }
+    let not_damage = [
+        ObjectError::Unavailable {
+            location: at(),
+            msg: "Server returned non-2xx status code: 500".into(),
+        },
+        ObjectError::Io {
+            location: at(),
+            msg: "Input/output error (os error 5)".into(),
+        },
+        ObjectError::Interrupted { location: at() },
+    ];
+    for e in not_damage {
+        let shown = e.to_string();
+        match read_failure(e) {
+            Err(back) => assert_eq!(back.to_string(), shown),
+            Ok(u) => panic!("{shown} taken for {u:?}"),
         }
     }
 }

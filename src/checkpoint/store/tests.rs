@@ -1,18 +1,20 @@
 use std::sync::Arc;
 
+use sha2::{Digest, Sha256};
+
 use super::*;
 use crate::checkpoint::ledger;
 use crate::engine::Counters;
 use crate::time::EventTime;
 
-struct Fixture {
-    dir: std::path::PathBuf,
-    store: Arc<CheckpointStore>,
-    state: Arc<StateStore>,
+pub(super) struct Fixture {
+    pub(super) dir: std::path::PathBuf,
+    pub(super) store: Arc<CheckpointStore>,
+    pub(super) state: Arc<StateStore>,
 }
 
 impl Fixture {
-    fn new(tag: &str, retain: usize) -> Self {
+    pub(super) fn new(tag: &str, retain: usize) -> Self {
         let dir = std::env::temp_dir().join(format!("tally-store-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let objects = LocalObjects::create(&dir.join("g")).unwrap();
@@ -28,7 +30,7 @@ impl Fixture {
     }
 
     /// Checkpoint `id` of partitions `ps`, each at `next` with `windows` windows.
-    fn checkpoint(&self, id: u64, ps: &[i32], next: i64, windows: usize) -> Manifest {
+    pub(super) fn checkpoint(&self, id: u64, ps: &[i32], next: i64, windows: usize) -> Manifest {
         crate::devtools::support::write_checkpoint(&self.store, &self.state, id, ps, next, windows)
             .unwrap()
     }

@@ -151,7 +151,12 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
             WorkerError::Refused("the poll thread ended unexpectedly (a panic; see above)".into())
         })?;
         if let Some(fatal) = consumer.context().take_fatal() {
-            return Err(WorkerError::Refused(fatal));
+            // A stop request ended a restore waiting on the store: a stop, not a failure.
+            if matches!(&fatal, WorkerError::Checkpoint(e) if e.is_interrupted()) {
+                info!("shutdown requested during a restore");
+                break;
+            }
+            return Err(fatal);
         }
         let mut c = lock(&core)?;
         if let Some(polled) = &polled {
