@@ -539,26 +539,20 @@ impl Config {
     pub fn effective_toml(&self) -> Result<String, ConfigError> {
         let err = |e: &dyn std::fmt::Display| ConfigError::Parse(e.to_string());
         let mut value = toml::Value::try_from(self).map_err(|e| err(&e))?;
-        // By key, whatever the value's length; then every registered value.
+        // By key, whatever the value's length, and inside connection strings;
+        // then every registered value.
         fn mask(v: &mut toml::Value) {
-            if let toml::Value::Table(t) = v {
-                for (k, v) in t.iter_mut() {
-                    match v {
-                        toml::Value::String(s) if crate::secrets::is_secret_key(k) => {
-                            *s = crate::secrets::MASK.into()
+            match v {
+                toml::Value::Table(t) => {
+                    for (k, v) in t.iter_mut() {
+                        match v {
+                            toml::Value::String(s) => *s = crate::secrets::mask_value(k, s),
+                            _ => mask(v),
                         }
-                        toml::Value::String(s) => {
-                            let found: Vec<String> = crate::secrets::url_passwords(s)
-                                .into_iter()
-                                .map(String::from)
-                                .collect();
-                            for p in found {
-                                *s = s.replace(&p, crate::secrets::MASK);
-                            }
-                        }
-                        _ => mask(v),
                     }
                 }
+                toml::Value::Array(a) => a.iter_mut().for_each(mask),
+                _ => {}
             }
         }
         mask(&mut value);
