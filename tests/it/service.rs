@@ -477,3 +477,27 @@ fn connection_strings_in_every_libpq_form_are_masked() {
         }
     }
 }
+
+/// Issue 33, item 3: models whose names differ only by case are refused, naming
+/// both keys (exit 2) — also when a variable would have repriced one of them.
+#[test]
+fn case_variant_model_names_are_refused_with_exit_2() {
+    let dir = TempDir::new("case-models");
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        "[prices.Small]\ninput_per_1k = \"0.1\"\noutput_per_1k = \"0.2\"\n\
+         [prices.small]\ninput_per_1k = \"0.1\"\noutput_per_1k = \"0.2\"\n",
+    )
+    .unwrap();
+    let c = cfg.to_str().unwrap();
+    for env in [&[][..], &[("TALLY_PRICES__SMALL__INPUT_PER_1K", "0.2")][..]] {
+        let out = tally(&["config", "--config", c], env, Duration::from_secs(30));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("prices.Small") && err.contains("prices.small"),
+            "{err}"
+        );
+    }
+}
