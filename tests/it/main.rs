@@ -19,6 +19,7 @@ mod recovery;
 mod scaleout;
 mod semantics;
 mod service;
+mod signals;
 mod state_budget;
 mod tls;
 mod usage_api;
