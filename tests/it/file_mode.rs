@@ -490,3 +490,32 @@ fn gzip_and_zstd_archives_bill_like_the_plain_file_and_progress_is_logged() {
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("bad.jsonl.gz"), "{err}");
 }
+
+/// Issue 33: a full disk under the dead-letter side file is reported as what it
+/// is — writing that side file, named — not as a checkpoint store (exit 1).
+#[test]
+fn a_full_disk_under_a_side_file_names_the_file_and_the_write() {
+    let dir = TempDir::new("file-full");
+    let cfg = file_config(dir.path(), "");
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, format!("{}not json\n", events())).unwrap();
+    let output = dir.path().join("out.jsonl");
+    let dlq = dir.path().join("out.jsonl.dlq.jsonl");
+    // Every write to /dev/full fails with ENOSPC.
+    std::os::unix::fs::symlink("/dev/full", &dlq).unwrap();
+    let out = run_file(&cfg, &input, &output);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("tally: error"))
+        .unwrap_or_else(|| panic!("no error line: {err}"));
+    assert!(
+        line.contains(&format!(
+            "writing the dead-letter side file {}",
+            dlq.display()
+        )) && line.contains("No space left on device"),
+        "{line}"
+    );
+    assert!(!line.contains("checkpoint store"), "{line}");
+}
