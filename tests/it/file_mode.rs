@@ -456,8 +456,15 @@ fn gzip_and_zstd_archives_bill_like_the_plain_file_and_progress_is_logged() {
     let zst_path = dir.path().join("events.jsonl.zst");
     std::fs::write(&zst_path, zstd::encode_all(text.as_bytes(), 3).unwrap()).unwrap();
 
+    // Issue 33: the suffix in upper case, and an archive under a name without one.
+    let upper = dir.path().join("events.jsonl.GZ");
+    std::fs::copy(&gz_path, &upper).unwrap();
+    let unnamed = dir.path().join("events-zst.jsonl");
+    std::fs::copy(&zst_path, &unnamed).unwrap();
+
     let mut outputs = Vec::new();
-    for (i, input) in [&plain, &gz_path, &zst_path].into_iter().enumerate() {
+    let inputs = [&plain, &gz_path, &zst_path, &upper, &unnamed];
+    for (i, input) in inputs.into_iter().enumerate() {
         let output = dir.path().join(format!("out-{i}.jsonl"));
         let out = run_file(&cfg, input, &output);
         let err = stderr(&out);
@@ -481,6 +488,8 @@ fn gzip_and_zstd_archives_bill_like_the_plain_file_and_progress_is_logged() {
     assert!(!outputs[0].is_empty());
     assert_eq!(outputs[1], outputs[0], ".gz");
     assert_eq!(outputs[2], outputs[0], ".zst");
+    assert_eq!(outputs[3], outputs[0], ".GZ");
+    assert_eq!(outputs[4], outputs[0], "zstd without a suffix");
 
     // A corrupt archive is an error naming it, not garbage records.
     let bad = dir.path().join("bad.jsonl.gz");
