@@ -528,3 +528,28 @@ fn a_full_disk_under_a_side_file_names_the_file_and_the_write() {
     );
     assert!(!line.contains("checkpoint store"), "{line}");
 }
+
+/// Issue 33: a working copy that cannot be created (here a file in its place; a
+/// read-only file system says `Read-only file system`) is a sentence naming
+/// `state.dir`, the path and the OS's reason — not Rust debug output (exit 1).
+#[test]
+fn an_unusable_state_dir_is_named_in_a_sentence() {
+    let dir = TempDir::new("file-state-blocked");
+    let cfg = file_config(dir.path(), "");
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, events()).unwrap();
+    let blocker = dir.path().join("state/rocksdb");
+    std::fs::create_dir_all(blocker.parent().unwrap()).unwrap();
+    std::fs::write(&blocker, b"not a directory").unwrap();
+    let out = run_file(&cfg, &input, &dir.path().join("out.jsonl"));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "state.dir: cannot create the working copy {}: File exists",
+            blocker.display()
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("Os {"), "{err}");
+}
