@@ -1,6 +1,8 @@
 //! One rule for secrets: a config value whose key names a secret, and the
-//! passwords of any URL in the config (`user:password@`, and the `password` and
-//! `sslpassword` query parameters), never reach an output.
+//! secrets inside any connection string or URL in the config (a URI's
+//! `user:password@` and secret parameters, libpq's key/value `password=…`, a
+//! connection string that cannot be read masked whole: `dsn`), never reach an
+//! output.
 //!
 //! Secret keys: any key containing `password`, `secret` or `token`, and
 //! librdkafka's `ssl.key*` (the private key and its password) and
@@ -10,6 +12,8 @@
 //! replaces each registered value with `***`. Redacting at the outputs, not at
 //! each message, also covers text tally does not control: librdkafka's config
 //! errors quote the offending value.
+
+mod dsn;
 
 use std::borrow::Cow;
 use std::io::Write;
@@ -53,44 +57,47 @@ pub fn register(value: &str) {
     }
 }
 
-/// The passwords a URL carries: `postgres://user:password@host/db`, and the
-/// `password` and `sslpassword` query parameters (libpq's), as written.
-pub fn url_passwords(url: &str) -> Vec<&str> {
-    let mut found: Vec<&str> = url_password(url).into_iter().collect();
-    if let Some((_, query)) = url.split_once("://").and_then(|(_, r)| r.split_once('?')) {
-        for pair in query.split('&') {
-            if let Some(("password" | "sslpassword", v)) = pair.split_once('=') {
-                if !v.is_empty() {
-                    found.push(v);
-                }
+/// Registers the secrets of `value`, the value of config key `key` (its last
+/// segment): all of it when the key names a secret, else what `dsn` finds in it
+/// (as written and as a driver reads it; all of it when it cannot be read).
+pub fn register_value(key: &str, value: &str) {
+    if is_secret_key(key) {
+        register(value);
+        return;
+    }
+    match dsn::find(value, dsn::is_dsn_key(key)) {
+        dsn::Found::Whole => register(value),
+        dsn::Found::Parts(parts) => {
+            for p in parts {
+                register(&value[p.span.clone()]);
+                register(&p.read);
             }
         }
     }
-    found
 }
 
-/// The password of a URL like `postgres://user:password@host/db`, if any.
-fn url_password(url: &str) -> Option<&str> {
-    let rest = url.split_once("://")?.1;
-    let userinfo = rest.split_once('@')?.0;
-    let (_, password) = userinfo.split_once(':')?;
-    (!password.is_empty()).then_some(password)
+/// Registers the secrets of a connection string given outside the config
+/// (`tally demo --database-url`).
+pub fn register_dsn(value: &str) {
+    register_value("database_url", value);
 }
 
-/// Registers every secret of a config tree: values under secret keys, and URL
-/// passwords anywhere.
+/// `value` (of config key `key`) as `tally config` prints it: `***` for a secret
+/// key's value, whatever its length; the secrets inside a connection string or
+/// URL replaced by `***`; all of it when it cannot be read.
+pub fn mask_value(key: &str, value: &str) -> String {
+    if is_secret_key(key) {
+        return MASK.to_string();
+    }
+    dsn::mask(value, dsn::is_dsn_key(key), MASK)
+}
+
+/// Registers every secret of a config tree (`register_value` on every string).
 pub fn register_from(table: &toml::Table) {
     for (k, v) in table {
         match v {
             toml::Value::Table(t) => register_from(t),
-            toml::Value::String(s) => {
-                if is_secret_key(k) {
-                    register(s);
-                }
-                for p in url_passwords(s) {
-                    register(p);
-                }
-            }
+            toml::Value::String(s) => register_value(k, s),
             toml::Value::Integer(i) if is_secret_key(k) => register(&i.to_string()),
             _ => {}
         }
@@ -150,12 +157,6 @@ mod tests {
         for k in ["bootstrap.servers", "session.timeout.ms", "ssl.ca.location"] {
             assert!(!is_secret_key(k), "{k}");
         }
-        assert_eq!(url_password("postgres://u:p4ss@h:5432/db"), Some("p4ss"));
-        assert_eq!(url_password("postgres://u@h/db"), None);
-        assert_eq!(
-            url_passwords("postgres://u:a1b2@h/db?sslmode=require&password=c3d4&sslpassword=e5f6"),
-            ["a1b2", "c3d4", "e5f6"]
-        );
         let table: toml::Table = r#"
             [kafka]
             "sasl.password" = "UNIT-CANARY-1"
@@ -174,5 +175,28 @@ mod tests {
             .write_all(b"error: UNIT-CANARY-1\n")
             .unwrap();
         assert_eq!(out, b"error: ***\n");
+    }
+
+    /// Issue 33, item 8: libpq's key/value form, quoted and escaped, and a
+    /// connection string that cannot be read, registered for every output.
+    #[test]
+    fn key_value_and_unreadable_connection_strings_are_registered() {
+        register_value(
+            "database_url",
+            "host=db password = 'UNIT-CANARY-kv \\'x' user=u",
+        );
+        assert_eq!(
+            redact("password 'UNIT-CANARY-kv \\'x' read UNIT-CANARY-kv 'x"),
+            "password *** read ***"
+        );
+        register_value("database_url", "host=db password='UNIT-CANARY-open");
+        assert_eq!(redact("[host=db password='UNIT-CANARY-open]"), "[***]");
+        register_dsn("postgres://u:UNIT-CANARY-p%40ct@h/db");
+        assert_eq!(redact("UNIT-CANARY-p@ct"), "***");
+        assert_eq!(
+            mask_value("database_url", "host=h password=UNIT-CANARY-m"),
+            "host=h password=***"
+        );
+        assert_eq!(mask_value("sasl.password", "ab"), "***");
     }
 }

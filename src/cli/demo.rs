@@ -92,6 +92,10 @@ fn demo_config(bootstrap: &str, dir: &std::path::Path) -> Config {
 }
 
 pub fn run(a: DemoArgs) -> anyhow::Result<()> {
+    // Not read through the config loader: its secrets are registered here.
+    if let Some(url) = &a.database_url {
+        crate::secrets::register_dsn(url);
+    }
     let dir: PathBuf = std::env::temp_dir().join(format!("tally-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let partitions = 4;

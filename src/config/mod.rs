@@ -10,6 +10,8 @@
 //! positive window size, non-negative bounds and at least one priced model.
 
 pub mod duration;
+mod env;
+mod prices;
 pub mod size;
 
 use std::collections::BTreeMap;
@@ -19,11 +21,11 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 pub use duration::{Millis, OptMillis};
+pub use prices::{PriceConfig, ScheduledPrice, UtcTime};
 pub use size::Budget;
 
 use crate::engine::{EngineConfig, TimeSource};
 use crate::model::input::{InputConfig, InputMapping};
-use crate::model::{NanoPer1k, PriceEntry, PriceTable};
 use crate::time::WindowSpec;
 
 #[derive(Debug, thiserror::Error)]
@@ -384,55 +386,6 @@ impl Default for ApiConfig {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PriceConfig {
-    pub input_per_1k: String,
-    pub output_per_1k: String,
-    /// When this price starts to apply (UTC, e.g. "2026-01-01T00:00:00Z", or
-    /// integer ms since the epoch); absent = always.
-    #[serde(default)]
-    pub effective_from: Option<UtcTime>,
-    /// Earlier or later prices of the same model.
-    #[serde(default)]
-    pub schedule: Vec<ScheduledPrice>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ScheduledPrice {
-    pub effective_from: UtcTime,
-    pub input_per_1k: String,
-    pub output_per_1k: String,
-}
-
-/// A UTC time as the config writes it: `"2026-01-01T00:00:00Z"`, or integer
-/// milliseconds since the epoch (a TOML integer, or a string of digits).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum UtcTime {
-    Ms(i64),
-    Text(String),
-}
-
-impl UtcTime {
-    pub fn to_ms(&self) -> Result<i64, String> {
-        match self {
-            UtcTime::Ms(ms) => Ok(*ms),
-            UtcTime::Text(s) => crate::time::utc::parse_utc_ms(s),
-        }
-    }
-}
-
-impl std::fmt::Display for UtcTime {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            UtcTime::Ms(ms) => write!(f, "{ms}"),
-            UtcTime::Text(s) => write!(f, "{s:?}"),
-        }
-    }
-}
-
 impl Config {
     /// Loads `path` (if given), applies `TALLY_*` environment overrides, validates.
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
@@ -463,34 +416,7 @@ impl Config {
             })
         })?;
         let mut root = file.clone();
-        // (variable, dotted key, value) of every override applied.
-        let mut applied: Vec<(String, String, String)> = Vec::new();
-        for (name, value) in env {
-            let Some(path) = name.strip_prefix("TALLY_") else {
-                continue;
-            };
-            // TALLY_X__Y_FILE=/path: the value of TALLY_X__Y, read from a file.
-            let (name, path, value) = match path.strip_suffix("_FILE").filter(|p| p.contains("__"))
-            {
-                Some(base) => {
-                    let read =
-                        read_secret_file(Path::new(&value)).map_err(|msg| ConfigError::Env {
-                            var: name.clone(),
-                            key: base.to_ascii_lowercase().replace("__", "."),
-                            msg,
-                        })?;
-                    (format!("TALLY_{base}"), base.to_string(), read)
-                }
-                None => (name.clone(), path.to_string(), value),
-            };
-            let parts: Vec<String> = path.split("__").map(str::to_ascii_lowercase).collect();
-            if parts.len() < 2 || parts.iter().any(String::is_empty) {
-                continue;
-            }
-            if let Some(key) = apply_override(&mut root, &parts, value.clone()) {
-                applied.push((name, key, value));
-            }
-        }
+        let applied = env::apply(&mut root, env)?;
         resolve_files(&mut root, "")?;
         // Before anything can print a value (see `secrets`).
         crate::secrets::register_from(&root);
@@ -501,29 +427,28 @@ impl Config {
                 // Name the variable when the file alone is fine: the first
                 // override that fails on its own is the culprit.
                 if parse(file.clone()).is_ok() {
-                    for (var, key, value) in &applied {
+                    for o in &applied {
                         let mut one = file.clone();
-                        let parts: Vec<String> = var["TALLY_".len()..]
-                            .split("__")
-                            .map(str::to_ascii_lowercase)
-                            .collect();
-                        apply_override(&mut one, &parts, value.clone());
+                        env::reapply(&mut one, o);
                         if let Err(e) = parse(one) {
                             return Err(ConfigError::Env {
-                                var: var.clone(),
-                                key: key.clone(),
-                                msg: e.to_string(),
+                                var: o.var.clone(),
+                                key: o.key.clone(),
+                                msg: de_error(&e).0,
                             });
                         }
                     }
                 }
-                return Err(ConfigError::Parse(e.to_string()));
+                return Err(match de_error(&e) {
+                    (msg, Some(key)) => ConfigError::Invalid { key, msg },
+                    (msg, None) => ConfigError::Parse(msg),
+                });
             }
         };
         cfg.validate().map_err(|e| match e {
-            ConfigError::Invalid { key, msg } => match applied.iter().find(|(_, k, _)| *k == key) {
-                Some((var, ..)) => ConfigError::Env {
-                    var: var.clone(),
+            ConfigError::Invalid { key, msg } => match applied.iter().find(|o| o.key == key) {
+                Some(o) => ConfigError::Env {
+                    var: o.var.clone(),
                     key,
                     msg,
                 },
@@ -539,26 +464,20 @@ impl Config {
     pub fn effective_toml(&self) -> Result<String, ConfigError> {
         let err = |e: &dyn std::fmt::Display| ConfigError::Parse(e.to_string());
         let mut value = toml::Value::try_from(self).map_err(|e| err(&e))?;
-        // By key, whatever the value's length; then every registered value.
+        // By key, whatever the value's length, and inside connection strings;
+        // then every registered value.
         fn mask(v: &mut toml::Value) {
-            if let toml::Value::Table(t) = v {
-                for (k, v) in t.iter_mut() {
-                    match v {
-                        toml::Value::String(s) if crate::secrets::is_secret_key(k) => {
-                            *s = crate::secrets::MASK.into()
+            match v {
+                toml::Value::Table(t) => {
+                    for (k, v) in t.iter_mut() {
+                        match v {
+                            toml::Value::String(s) => *s = crate::secrets::mask_value(k, s),
+                            _ => mask(v),
                         }
-                        toml::Value::String(s) => {
-                            let found: Vec<String> = crate::secrets::url_passwords(s)
-                                .into_iter()
-                                .map(String::from)
-                                .collect();
-                            for p in found {
-                                *s = s.replace(&p, crate::secrets::MASK);
-                            }
-                        }
-                        _ => mask(v),
                     }
                 }
+                toml::Value::Array(a) => a.iter_mut().for_each(mask),
+                _ => {}
             }
         }
         mask(&mut value);
@@ -639,62 +558,6 @@ impl Config {
         Ok(())
     }
 
-    /// The price table, parsed exactly.
-    pub fn price_table(&self) -> Result<PriceTable, ConfigError> {
-        if self.prices.is_empty() {
-            return Err(invalid(
-                "prices",
-                "no model has a price; add e.g. [prices.small] input_per_1k = \"0.00015\"",
-            ));
-        }
-        let mut table = PriceTable::default();
-        for (model, p) in &self.prices {
-            let key = |k: &str| format!("prices.{model}.{k}");
-            let price = |k: &str, v: &str| NanoPer1k::parse_usd(v).map_err(|m| invalid(key(k), m));
-            let from = |k: &str, v: Option<&UtcTime>| match v {
-                None => Ok(i64::MIN),
-                Some(t) => t.to_ms().map_err(|m| invalid(key(k), m)),
-            };
-            // Two prices of one model from the same instant: which applies would
-            // depend on the order of the file. Refused, naming both.
-            let mut seen: Vec<(i64, String)> = Vec::with_capacity(1 + p.schedule.len());
-            let mut add = |k: String, entry: PriceEntry| {
-                if let Some((_, other)) = seen.iter().find(|(t, _)| *t == entry.effective_from_ms) {
-                    return Err(invalid(
-                        key(&k),
-                        format!(
-                            "takes effect at the same instant as prices.{model}.{other}; each price \
-                             of a model needs its own effective_from (remove one, or move it)"
-                        ),
-                    ));
-                }
-                seen.push((entry.effective_from_ms, k));
-                table.insert(model, entry);
-                Ok(())
-            };
-            add(
-                "effective_from".into(),
-                PriceEntry {
-                    effective_from_ms: from("effective_from", p.effective_from.as_ref())?,
-                    input: price("input_per_1k", &p.input_per_1k)?,
-                    output: price("output_per_1k", &p.output_per_1k)?,
-                },
-            )?;
-            for (i, s) in p.schedule.iter().enumerate() {
-                let k = |f: &str| format!("schedule[{i}].{f}");
-                add(
-                    k("effective_from"),
-                    PriceEntry {
-                        effective_from_ms: from(&k("effective_from"), Some(&s.effective_from))?,
-                        input: price(&k("input_per_1k"), &s.input_per_1k)?,
-                        output: price(&k("output_per_1k"), &s.output_per_1k)?,
-                    },
-                )?;
-            }
-        }
-        Ok(table)
-    }
-
     /// The engine's view of the configuration.
     pub fn engine(&self) -> Result<Arc<EngineConfig>, ConfigError> {
         Ok(Arc::new(EngineConfig {
@@ -715,6 +578,20 @@ impl Config {
     /// The compiled `[input]` mapping.
     pub fn input_mapping(&self) -> Result<InputMapping, ConfigError> {
         InputMapping::new(&self.input).map_err(|(key, msg)| invalid(key, msg))
+    }
+}
+
+/// A deserialization error as its message and the dotted key it is about: toml
+/// writes the key on a line of its own (`…\nin `prices.small.effective_from``).
+fn de_error(e: &toml::de::Error) -> (String, Option<String>) {
+    let text = e.to_string();
+    let text = text.trim_end();
+    match text.rsplit_once('\n') {
+        Some((msg, last)) => match last.strip_prefix("in `").and_then(|k| k.strip_suffix('`')) {
+            Some(key) => (msg.trim_end().to_string(), Some(key.to_string())),
+            None => (text.to_string(), None),
+        },
+        None => (text.to_string(), None),
     }
 }
 
@@ -752,42 +629,6 @@ fn resolve_files(t: &mut toml::Table, prefix: &str) -> Result<(), ConfigError> {
         }
     }
     Ok(())
-}
-
-/// Sets `path` (lower-cased from the variable's name) to `value`; returns the
-/// dotted key it set. Names are matched to the file's keys without regard to
-/// case, so `TALLY_PRICES__GPT4O__INPUT_PER_1K` overrides `[prices.GPT4o]` rather
-/// than adding a second model.
-fn apply_override(table: &mut toml::Table, path: &[String], value: String) -> Option<String> {
-    let (last, parents) = path.split_last()?;
-    let in_file = |t: &toml::Table, k: &str| {
-        t.keys()
-            .find(|existing| existing.eq_ignore_ascii_case(k))
-            .cloned()
-            .unwrap_or_else(|| k.to_string())
-    };
-    let mut t = table;
-    let mut dotted = Vec::with_capacity(path.len());
-    for p in parents {
-        let name = in_file(t, p);
-        dotted.push(name.clone());
-        let entry = t
-            .entry(name)
-            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-        let toml::Value::Table(next) = entry else {
-            return None;
-        };
-        t = next;
-    }
-    let mut key = last.clone();
-    if parents.len() == 1 && parents[0] == "kafka" && !KafkaConfig::OWN_KEYS.contains(&key.as_str())
-    {
-        key = key.replace('_', ".");
-    }
-    let key = in_file(t, &key);
-    dotted.push(key.clone());
-    t.insert(key, toml::Value::String(value));
-    Some(dotted.join("."))
 }
 
 #[cfg(test)]

@@ -90,6 +90,17 @@ pub enum StateError {
          directory (TALLY_STATE__DIR)"
     )]
     Locked { path: String },
+    /// The working copy's directory could not be created or cleared (a read-only
+    /// or full file system, a file in its place).
+    #[error(
+        "state.dir: cannot {doing} the working copy {path}: {source}; point `state.dir` (or \
+         TALLY_STATE__DIR) at a writable directory"
+    )]
+    Dir {
+        doing: &'static str,
+        path: String,
+        source: std::io::Error,
+    },
     #[error("state store write: {0}")]
     Write(rocksdb::Error),
     #[error("state store read: {0}")]
@@ -184,7 +195,16 @@ pub fn describe_key(k: &[u8]) -> String {
             format!("dedup chunk of partition {p} expiring at {expiry}")
         }
         (Some(b'F'), Some(p), _) => format!("cold dedup id of partition {p}"),
-        _ => format!("unrecognised key of {} bytes", k.len()),
+        _ => {
+            let hex: Vec<String> = k.iter().take(16).map(|b| format!("{b:02x}")).collect();
+            let more = if k.len() > 16 { " …" } else { "" };
+            format!(
+                "unrecognised key of {} bytes ({}{more}; a key starts with M, T, W or D and \
+                 its partition)",
+                k.len(),
+                hex.join(" ")
+            )
+        }
     }
 }
 
@@ -297,6 +317,12 @@ impl DedupStore for StateStore {
 impl StateStore {
     pub fn open(dir: &Path) -> Result<Self, StateError> {
         let path = dir.display().to_string();
+        // Created here, not by RocksDB, whose error would be Rust debug output.
+        std::fs::create_dir_all(dir).map_err(|source| StateError::Dir {
+            doing: "create",
+            path: path.clone(),
+            source,
+        })?;
         // A working copy: what a shutdown would flush is in the checkpoint store
         // (or belongs to no checkpoint), and the next start wipes the store anyway.
         let mut opts = Options::default()
@@ -417,9 +443,10 @@ impl StateStore {
         if dir.exists() {
             // Opening first fails if another process holds the store's lock.
             drop(Self::open(dir)?);
-            std::fs::remove_dir_all(dir).map_err(|e| StateError::Corrupt {
-                key: dir.display().to_string(),
-                msg: format!("cannot clear: {e}"),
+            std::fs::remove_dir_all(dir).map_err(|source| StateError::Dir {
+                doing: "clear",
+                path: dir.display().to_string(),
+                source,
             })?;
         }
         Self::open(dir)
@@ -518,10 +545,16 @@ impl StateStore {
         entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
     ) -> Result<(), StateError> {
         for (k, v) in entries {
-            if k.get(1..5) != Some(&p_bytes(p)[..]) {
+            // Only what `decode_partition` reads back (never `F`, never exported).
+            let known = matches!(k.first(), Some(b'M' | b'T' | b'W' | b'D'));
+            if !known || k.get(1..5) != Some(&p_bytes(p)[..]) {
                 return Err(StateError::Corrupt {
-                    key: String::from_utf8_lossy(k).into_owned(),
-                    msg: format!("key of another partition in the snapshot of partition {p}"),
+                    key: describe_key(k),
+                    msg: if known {
+                        format!("a key of another partition in the state of partition {p}")
+                    } else {
+                        format!("an unknown key in the state of partition {p}")
+                    },
                 });
             }
             batch.put(k, v);

@@ -88,7 +88,44 @@ fn keys_are_described_for_people_not_as_bytes() {
         super::describe_key(&k),
         "dedup chunk of partition 3 expiring at 1000"
     );
-    assert_eq!(super::describe_key(b"Z"), "unrecognised key of 1 bytes");
+    let z = super::describe_key(b"Z\x80\0\0\0\xff");
+    assert!(
+        z.starts_with("unrecognised key of 6 bytes (5a 80 00 00 00 ff;"),
+        "{z}"
+    );
+}
+
+/// Issue 33: an unknown key in a partition's state (a crafted or damaged
+/// checkpoint part) is refused at the import, named as a person reads it — its
+/// bytes in hex, never raw — and so is a key of another partition.
+#[test]
+fn an_unknown_key_is_refused_at_the_import_and_named() {
+    let dir = std::env::temp_dir().join(format!("tally-state-unknown-{}", std::process::id()));
+    let store = StateStore::open_fresh(&dir).unwrap();
+    let mut unknown = b"Z".to_vec();
+    unknown.extend_from_slice(&0x8000_0000u32.to_be_bytes());
+    unknown.extend_from_slice(b"\xff\xfe junk");
+    let e = store
+        .import_partition(Partition(0), [(&unknown[..], &b"v"[..])])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("unknown key in the state of partition 0") && e.contains("5a 80 00 00 00 ff fe"),
+        "{e}"
+    );
+    assert!(!e.contains('\u{fffd}'), "raw bytes printed: {e}");
+    let mut other = b"M".to_vec();
+    other.extend_from_slice(&(1u32 ^ 0x8000_0000).to_be_bytes());
+    let e = store
+        .import_partition(Partition(0), [(&other[..], &b"v"[..])])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("partition meta of partition 1") && e.contains("another partition"),
+        "{e}"
+    );
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -182,5 +219,29 @@ fn cold_ids_are_ingested_replaced_dropped_and_compacted_away_when_dead() {
         "ingested files are moved into the store"
     );
     drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 33: a working copy that cannot be created is a sentence naming
+/// `state.dir`, the path and the OS's reason — not RocksDB's `Os { code: … }`.
+#[test]
+fn a_working_copy_that_cannot_be_created_is_named_in_a_sentence() {
+    let dir = std::env::temp_dir().join(format!("tally-state-blocked-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    for path in [file.join("rocksdb"), file.clone()] {
+        let e = StateStore::open_fresh(&path)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            e.starts_with("state.dir: cannot create the working copy")
+                && e.contains(&path.display().to_string())
+                && (e.contains("Not a directory") || e.contains("File exists")),
+            "{e}"
+        );
+        assert!(!e.contains("Os {"), "{e}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

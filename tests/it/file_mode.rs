@@ -456,8 +456,15 @@ fn gzip_and_zstd_archives_bill_like_the_plain_file_and_progress_is_logged() {
     let zst_path = dir.path().join("events.jsonl.zst");
     std::fs::write(&zst_path, zstd::encode_all(text.as_bytes(), 3).unwrap()).unwrap();
 
+    // Issue 33: the suffix in upper case, and an archive under a name without one.
+    let upper = dir.path().join("events.jsonl.GZ");
+    std::fs::copy(&gz_path, &upper).unwrap();
+    let unnamed = dir.path().join("events-zst.jsonl");
+    std::fs::copy(&zst_path, &unnamed).unwrap();
+
     let mut outputs = Vec::new();
-    for (i, input) in [&plain, &gz_path, &zst_path].into_iter().enumerate() {
+    let inputs = [&plain, &gz_path, &zst_path, &upper, &unnamed];
+    for (i, input) in inputs.into_iter().enumerate() {
         let output = dir.path().join(format!("out-{i}.jsonl"));
         let out = run_file(&cfg, input, &output);
         let err = stderr(&out);
@@ -481,6 +488,8 @@ fn gzip_and_zstd_archives_bill_like_the_plain_file_and_progress_is_logged() {
     assert!(!outputs[0].is_empty());
     assert_eq!(outputs[1], outputs[0], ".gz");
     assert_eq!(outputs[2], outputs[0], ".zst");
+    assert_eq!(outputs[3], outputs[0], ".GZ");
+    assert_eq!(outputs[4], outputs[0], "zstd without a suffix");
 
     // A corrupt archive is an error naming it, not garbage records.
     let bad = dir.path().join("bad.jsonl.gz");
@@ -489,4 +498,58 @@ fn gzip_and_zstd_archives_bill_like_the_plain_file_and_progress_is_logged() {
     let err = stderr(&out);
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("bad.jsonl.gz"), "{err}");
+}
+
+/// Issue 33: a full disk under the dead-letter side file is reported as what it
+/// is — writing that side file, named — not as a checkpoint store (exit 1).
+#[test]
+fn a_full_disk_under_a_side_file_names_the_file_and_the_write() {
+    let dir = TempDir::new("file-full");
+    let cfg = file_config(dir.path(), "");
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, format!("{}not json\n", events())).unwrap();
+    let output = dir.path().join("out.jsonl");
+    let dlq = dir.path().join("out.jsonl.dlq.jsonl");
+    // Every write to /dev/full fails with ENOSPC.
+    std::os::unix::fs::symlink("/dev/full", &dlq).unwrap();
+    let out = run_file(&cfg, &input, &output);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("tally: error"))
+        .unwrap_or_else(|| panic!("no error line: {err}"));
+    assert!(
+        line.contains(&format!(
+            "writing the dead-letter side file {}",
+            dlq.display()
+        )) && line.contains("No space left on device"),
+        "{line}"
+    );
+    assert!(!line.contains("checkpoint store"), "{line}");
+}
+
+/// Issue 33: a working copy that cannot be created (here a file in its place; a
+/// read-only file system says `Read-only file system`) is a sentence naming
+/// `state.dir`, the path and the OS's reason — not Rust debug output (exit 1).
+#[test]
+fn an_unusable_state_dir_is_named_in_a_sentence() {
+    let dir = TempDir::new("file-state-blocked");
+    let cfg = file_config(dir.path(), "");
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, events()).unwrap();
+    let blocker = dir.path().join("state/rocksdb");
+    std::fs::create_dir_all(blocker.parent().unwrap()).unwrap();
+    std::fs::write(&blocker, b"not a directory").unwrap();
+    let out = run_file(&cfg, &input, &dir.path().join("out.jsonl"));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "state.dir: cannot create the working copy {}: File exists",
+            blocker.display()
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("Os {"), "{err}");
 }

@@ -21,6 +21,7 @@ mod s3_proxy;
 mod scaleout;
 mod semantics;
 mod service;
+mod signals;
 mod state_budget;
 mod store_faults;
 mod tls;

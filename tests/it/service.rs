@@ -383,3 +383,121 @@ fn the_sink_survives_a_postgres_restart_with_exact_totals() {
 fn support_invoice(url: &str) -> Vec<InvoiceLine> {
     tally::devtools::support::invoice(url).unwrap_or_default()
 }
+
+/// Issue 33, item 8: a connection string's secrets in every form libpq accepts —
+/// key/value (spaces around `=`, quotes, escapes), a URI's query and a password
+/// with an unencoded `@`, and one that cannot be read — never reach `tally config`
+/// (from the file or the environment), nor an error that quotes the value, nor
+/// the log of a command that uses it.
+#[test]
+fn connection_strings_in_every_libpq_form_are_masked() {
+    let dir = TempDir::new("dsn-canary");
+    let d = dir.path();
+    // (the connection string, its canaries)
+    let cases: [(&str, &[&str]); 6] = [
+        (
+            "host=127.0.0.1 port=1 user=u password=CANARY-kv-5e1 connect_timeout=1",
+            &["CANARY-kv-5e1"],
+        ),
+        (
+            "host=127.0.0.1 port=1 password = 'CANARY-q 5e1\\'x' connect_timeout=1",
+            &["CANARY-q 5e1", "5e1\\'x", "5e1'x"],
+        ),
+        (
+            "password=CANARY-es\\ 5e1 host=127.0.0.1 port=1",
+            &["CANARY-es", "5e1 host"],
+        ),
+        (
+            "postgres://u@127.0.0.1:1/db?connect_timeout=1&password=CANARY-uq-5e1",
+            &["CANARY-uq-5e1"],
+        ),
+        ("postgres://u:CANARY-at@5e1@127.0.0.1:1/db", &["CANARY-at"]),
+        (
+            "host=127.0.0.1 password='CANARY-open-5e1",
+            &["CANARY-open-5e1"],
+        ),
+    ];
+    let toml_str = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
+    let mut seen = String::new();
+    let mut keep = |out: &std::process::Output| {
+        seen.push_str(&String::from_utf8_lossy(&out.stdout));
+        seen.push_str(&String::from_utf8_lossy(&out.stderr));
+    };
+    for (i, (dsn, _)) in cases.iter().enumerate() {
+        let cfg = d.join(format!("{i}.toml"));
+        std::fs::write(
+            &cfg,
+            format!("[sink]\ndatabase_url = \"{}\"\n", toml_str(dsn)),
+        )
+        .unwrap();
+        let c = cfg.to_str().unwrap();
+        let shown = tally(&["config", "--config", c], &[], Duration::from_secs(30));
+        assert!(
+            shown.status.success(),
+            "{}",
+            String::from_utf8_lossy(&shown.stderr)
+        );
+        let text = String::from_utf8_lossy(&shown.stdout).into_owned();
+        assert!(text.contains("***"), "nothing masked for case {i}:\n{text}");
+        keep(&shown);
+        // From the environment.
+        keep(&tally(
+            &["config"],
+            &[("TALLY_SINK__DATABASE_URL", dsn)],
+            Duration::from_secs(30),
+        ));
+        // An error that quotes the value (a connection string in the wrong key).
+        let wrong = tally(
+            &["config", "--config", c],
+            &[("TALLY_SINK__RETRY_BUDGET", dsn)],
+            Duration::from_secs(30),
+        );
+        assert_eq!(
+            wrong.status.code(),
+            Some(2),
+            "{}",
+            String::from_utf8_lossy(&wrong.stderr)
+        );
+        assert!(
+            String::from_utf8_lossy(&wrong.stderr).contains("sink.retry_budget"),
+            "{}",
+            String::from_utf8_lossy(&wrong.stderr)
+        );
+        keep(&wrong);
+        // A command that uses it and fails to connect.
+        keep(&tally(
+            &["migrate", "--config", c],
+            &[("TALLY_LOG", "debug"), ("TALLY_SINK__RETRY_BUDGET", "1s")],
+            Duration::from_secs(60),
+        ));
+    }
+    for (_, canaries) in cases {
+        for c in canaries {
+            assert!(!seen.contains(c), "{c} leaked:\n{seen}");
+        }
+    }
+}
+
+/// Issue 33, item 3: models whose names differ only by case are refused, naming
+/// both keys (exit 2) — also when a variable would have repriced one of them.
+#[test]
+fn case_variant_model_names_are_refused_with_exit_2() {
+    let dir = TempDir::new("case-models");
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        "[prices.Small]\ninput_per_1k = \"0.1\"\noutput_per_1k = \"0.2\"\n\
+         [prices.small]\ninput_per_1k = \"0.1\"\noutput_per_1k = \"0.2\"\n",
+    )
+    .unwrap();
+    let c = cfg.to_str().unwrap();
+    for env in [&[][..], &[("TALLY_PRICES__SMALL__INPUT_PER_1K", "0.2")][..]] {
+        let out = tally(&["config", "--config", c], env, Duration::from_secs(30));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("prices.Small") && err.contains("prices.small"),
+            "{err}"
+        );
+    }
+}

@@ -40,21 +40,48 @@ pub(super) struct Checkpointer {
     pub(super) evicted: u64,
 }
 
+/// The flush of a file run's outputs; its error names the file and the operation.
+pub(super) type Flush<'a> = &'a mut dyn FnMut() -> Result<(), WorkerError>;
+
 /// The coordinator's ports in a file run: the output files' flush, no group.
 struct FilePorts<'a> {
-    flush: &'a mut dyn FnMut() -> Result<(), CheckpointError>,
+    flush: Flush<'a>,
+    /// The flush's own error, returned instead of the coordinator's: the
+    /// coordinator knows only that step 2 failed, the flush knows which file.
+    failed: Option<WorkerError>,
 }
 
 impl Ports for FilePorts<'_> {
     fn flush_outputs(&mut self) -> Result<(), CheckpointError> {
-        (self.flush)()
+        (self.flush)().map_err(|e| {
+            let why = CheckpointError::Io {
+                path: "the run's outputs".into(),
+                source: std::io::Error::other(e.to_string()),
+            };
+            self.failed = Some(e);
+            why
+        })
     }
 
     fn commit_offsets(&mut self, _: CheckpointId, _: &[(Partition, NextOffset)]) {}
 }
 
-fn no_flush() -> Result<(), CheckpointError> {
+fn no_flush() -> Result<(), WorkerError> {
     Ok(())
+}
+
+impl<'a> FilePorts<'a> {
+    fn new(flush: Flush<'a>) -> Self {
+        Self {
+            flush,
+            failed: None,
+        }
+    }
+
+    /// The error of a step: the flush's own when it was the flush that failed.
+    fn error(&mut self, e: CheckpointError) -> WorkerError {
+        self.failed.take().unwrap_or(WorkerError::Checkpoint(e))
+    }
 }
 
 fn cut(task: &mut PartitionTask, lines: u64) -> Cut {
@@ -98,8 +125,10 @@ impl Checkpointer {
     /// Waits for the pending export; retention runs.
     pub(super) fn finish(&mut self) -> Result<(), WorkerError> {
         let mut flush = no_flush;
+        let mut ports = FilePorts::new(&mut flush);
         self.coord
-            .finish(&mut FilePorts { flush: &mut flush }, true)?;
+            .finish(&mut ports, true)
+            .map_err(|e| ports.error(e))?;
         Ok(())
     }
 
@@ -117,8 +146,10 @@ impl Checkpointer {
             delta: c.delta,
         };
         let mut flush = no_flush;
+        let mut ports = FilePorts::new(&mut flush);
         self.coord
-            .spill(&mut FilePorts { flush: &mut flush }, vec![commit])?;
+            .spill(&mut ports, vec![commit])
+            .map_err(|e| ports.error(e))?;
         if let Some(keep) = self.budget {
             self.evicted += task.evict(keep) as u64;
         }
@@ -126,16 +157,17 @@ impl Checkpointer {
     }
 
     /// A checkpoint through the coordinator; `flush` flushes the output files
-    /// (step 2).
+    /// (step 2), and its error is the checkpoint's.
     pub(super) fn checkpoint(
         &mut self,
         task: &mut PartitionTask,
         lines: u64,
-        flush: &mut dyn FnMut() -> Result<(), CheckpointError>,
+        flush: Flush<'_>,
     ) -> Result<(), WorkerError> {
-        let mut ports = FilePorts { flush };
+        let mut ports = FilePorts::new(flush);
         self.coord
-            .checkpoint(&mut ports, || vec![cut(task, lines)], false)?;
+            .checkpoint(&mut ports, || vec![cut(task, lines)], false)
+            .map_err(|e| ports.error(e))?;
         // Evicting waits for the export's commit (the next spill's, at the
         // latest): an evicted window must be in the store.
         if let (Some(keep), true) = (self.budget, self.coord.settled()) {

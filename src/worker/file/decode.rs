@@ -1,8 +1,14 @@
 //! The input file's bytes as lines read them: decompressed on the fly when its name
 //! ends in `.gz` (gzip, members concatenated as `cat a.gz b.gz` makes them) or
-//! `.zst` (zstd frames), as is; and counted as read from disk, for progress.
+//! `.zst` (zstd frames), in any case (`.GZ`), or, whatever its name, when it starts
+//! with gzip's or zstd's magic bytes; as is otherwise; and counted as read from
+//! disk, for progress.
 //!
 //! Invariants:
+//! - A JSON line cannot start with either magic (`1f 8b`, `28 b5 2f fd`: a control
+//!   character, or `(` and a byte that is not UTF-8), so sniffing never takes a
+//!   file of records for an archive. The first bytes are sniffed on the first read
+//!   (on the reading thread, so a FIFO that waits for a writer blocks nothing).
 //! - The count is of the file's own bytes (compressed ones for an archive), so it
 //!   compares with the file's size.
 //! - A corrupt archive is an I/O error naming the input (the records before it are
@@ -13,22 +19,90 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// How the input is compressed, by its name.
+/// How the input is compressed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Compression {
     None,
     Gzip,
     Zstd,
+    /// Not named by the file: decided by its first bytes.
+    ByMagic,
 }
 
+const GZIP_MAGIC: &[u8] = &[0x1f, 0x8b];
+const ZSTD_MAGIC: &[u8] = &[0x28, 0xb5, 0x2f, 0xfd];
+
 impl Compression {
+    /// By the name's suffix, in any case; `ByMagic` without one.
     pub fn of(path: &Path) -> Self {
-        match path.extension().and_then(|e| e.to_str()) {
-            Some("gz") => Self::Gzip,
-            Some("zst") => Self::Zstd,
-            _ => Self::None,
+        let ext = path.extension().and_then(|e| e.to_str());
+        match ext.map(str::to_ascii_lowercase).as_deref() {
+            Some("gz" | "gzip") => Self::Gzip,
+            Some("zst" | "zstd") => Self::Zstd,
+            _ => Self::ByMagic,
         }
     }
+
+    fn of_magic(head: &[u8]) -> Self {
+        if head.starts_with(GZIP_MAGIC) {
+            Self::Gzip
+        } else if head.starts_with(ZSTD_MAGIC) {
+            Self::Zstd
+        } else {
+            Self::None
+        }
+    }
+}
+
+/// A reader that decides its decompression by the first bytes it reads.
+enum Sniffed<R> {
+    Undecided(Option<R>),
+    Decided(Box<dyn Read + Send>),
+}
+
+impl<R: Read + Send + 'static> Read for Sniffed<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Sniffed::Undecided(raw) = self {
+            let Some(mut raw) = raw.take() else {
+                return Err(io::Error::other("input lost after an error"));
+            };
+            let mut head = Vec::with_capacity(ZSTD_MAGIC.len());
+            let mut chunk = [0u8; 4];
+            while head.len() < ZSTD_MAGIC.len() {
+                match raw.read(&mut chunk[..ZSTD_MAGIC.len() - head.len()]) {
+                    Ok(0) => break,
+                    Ok(n) => head.extend_from_slice(&chunk[..n]),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        // Keep the input (a stop request's error is not the end).
+                        *self = Sniffed::Undecided(Some(raw));
+                        return Err(e);
+                    }
+                }
+            }
+            let c = Compression::of_magic(&head);
+            // Boxed: one reader type whatever `R`, so `decoder` is not instantiated
+            // for ever longer chains.
+            let raw: Box<dyn Read + Send> = Box::new(io::Cursor::new(head).chain(raw));
+            *self = Sniffed::Decided(decoder(raw, c)?);
+        }
+        match self {
+            Sniffed::Decided(r) => r.read(buf),
+            Sniffed::Undecided(_) => Err(io::Error::other("input lost after an error")),
+        }
+    }
+}
+
+fn decoder<R: Read + Send + 'static>(raw: R, c: Compression) -> io::Result<Box<dyn Read + Send>> {
+    Ok(match c {
+        Compression::None => Box::new(raw),
+        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(
+            1 << 16,
+            raw,
+        ))),
+        Compression::Zstd => Box::new(zstd::stream::read::Decoder::new(raw)?),
+        Compression::ByMagic => Box::new(Sniffed::Undecided(Some(raw))),
+    })
 }
 
 /// Counts the bytes read through it.
@@ -66,14 +140,7 @@ pub fn open<R: Read + Send + 'static>(
         inner: raw,
         read: read.clone(),
     };
-    let reader: Box<dyn Read + Send> = match c {
-        Compression::None => Box::new(counted),
-        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(
-            1 << 16,
-            counted,
-        ))),
-        Compression::Zstd => Box::new(zstd::stream::read::Decoder::new(counted)?),
-    };
+    let reader = decoder(counted, c)?;
     Ok((reader, read))
 }
 
@@ -117,7 +184,33 @@ mod tests {
         assert_eq!(Compression::of(Path::new("events.zst")), Compression::Zstd);
         assert_eq!(
             Compression::of(Path::new("events.jsonl")),
-            Compression::None
+            Compression::ByMagic
         );
+    }
+
+    /// Issue 33: a suffix in another case (`.GZ`) is still an archive, and so is
+    /// an archive under any name (its magic bytes); records are never taken for one.
+    #[test]
+    fn archives_are_known_by_any_case_of_their_suffix_or_by_their_magic() {
+        for (name, c) in [
+            ("events.jsonl.GZ", Compression::Gzip),
+            ("events.Gz", Compression::Gzip),
+            ("events.ZST", Compression::Zstd),
+            ("events.jsonl.Zstd", Compression::Zstd),
+        ] {
+            assert_eq!(Compression::of(Path::new(name)), c, "{name}");
+        }
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(TEXT).unwrap();
+        let gz = gz.finish().unwrap();
+        assert_eq!(read_all(gz, Compression::ByMagic).unwrap().0, TEXT);
+        let zst = zstd::encode_all(TEXT, 1).unwrap();
+        assert_eq!(read_all(zst, Compression::ByMagic).unwrap().0, TEXT);
+        for plain in [TEXT, b"", b"{", b"(x)\n"] {
+            assert_eq!(
+                read_all(plain.to_vec(), Compression::ByMagic).unwrap().0,
+                plain
+            );
+        }
     }
 }

@@ -61,7 +61,6 @@ use reader::{End, Reader};
 use source::Source;
 
 use super::{shutdown, WorkerError};
-use crate::checkpoint::CheckpointError;
 use crate::config::Config;
 use crate::engine::{Counters, PartitionTask, Route, TimeSource};
 use crate::kafka::now_ms;
@@ -75,13 +74,31 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> WorkerError + '_ {
     }
 }
 
-fn create(path: &Path) -> Result<BufWriter<File>, WorkerError> {
-    File::create(path)
-        .map(|f| BufWriter::with_capacity(1 << 20, f))
-        .map_err(io_err(path))
+/// An error of `doing` on one of the run's output files (`what`: "output file",
+/// "too-late side file", "dead-letter side file"), naming both and the file.
+fn out_err<'a>(
+    doing: &'a str,
+    what: &'a str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> WorkerError + 'a {
+    move |source| WorkerError::Io {
+        path: format!("{doing} the {what} {}", path.display()),
+        source,
+    }
 }
 
-/// Step 2 of a checkpoint in a file run: the three output files flushed.
+fn create(what: &str, path: &Path) -> Result<BufWriter<File>, WorkerError> {
+    File::create(path)
+        .map(|f| BufWriter::with_capacity(1 << 20, f))
+        .map_err(out_err("creating", what, path))
+}
+
+const OUTPUT: &str = "output file";
+const LATE: &str = "too-late side file";
+const DLQ: &str = "dead-letter side file";
+
+/// Step 2 of a checkpoint in a file run (and the end of one): the three output
+/// files flushed, an error naming the file.
 fn flush_all(
     out: &mut BufWriter<File>,
     output: &Path,
@@ -89,14 +106,10 @@ fn flush_all(
     late_path: &Path,
     dlq: &mut BufWriter<File>,
     dlq_path: &Path,
-) -> Result<(), CheckpointError> {
-    let err = |p: &Path| {
-        let path = p.display().to_string();
-        move |source| CheckpointError::Io { path, source }
-    };
-    out.flush().map_err(err(output))?;
-    late.flush().map_err(err(late_path))?;
-    dlq.flush().map_err(err(dlq_path))
+) -> Result<(), WorkerError> {
+    out.flush().map_err(out_err("writing", OUTPUT, output))?;
+    late.flush().map_err(out_err("writing", LATE, late_path))?;
+    dlq.flush().map_err(out_err("writing", DLQ, dlq_path))
 }
 
 /// One result payload per line, exactly as on the results topic.
@@ -114,7 +127,8 @@ fn write_panes(
         pane.append_json(scratch);
         scratch.push(b'\n');
     }
-    out.write_all(scratch).map_err(io_err(output))
+    out.write_all(scratch)
+        .map_err(out_err("writing", OUTPUT, output))
 }
 
 /// Configurations that cannot work over a file, refused before anything is touched.
@@ -166,10 +180,10 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
     let budget = cfg.state.memory_budget_bytes();
     let interval = Duration::from_millis(cfg.checkpoint.interval.0 as u64);
     let mut last_checkpoint = Instant::now();
-    let mut out = create(output)?;
+    let mut out = create(OUTPUT, output)?;
     let (late_path, dlq_path) = (paths.late, paths.dlq);
-    let mut late = create(&late_path)?;
-    let mut dlq = create(&dlq_path)?;
+    let mut late = create(LATE, &late_path)?;
+    let mut dlq = create(DLQ, &dlq_path)?;
     let mut panes = Vec::new();
     // The JSON of a chunk's panes (reused).
     let mut scratch = Vec::new();
@@ -224,7 +238,7 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
                     window_end,
                     watermark,
                 } => side::too_late(&mut late, window_end, watermark, &source(), record)
-                    .map_err(io_err(&late_path))?,
+                    .map_err(out_err("writing", LATE, &late_path))?,
                 Route::DeadLetter(reason) => match chunk.oversized[i] {
                     None => side::dead_letter(&mut dlq, &reason, &source(), record, None),
                     // The engine saw a prefix: the reason gets the true length, the
@@ -238,7 +252,7 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
                         side::dead_letter(&mut dlq, &reason, &source(), prefix, Some(bytes))
                     }
                 }
-                .map_err(io_err(&dlq_path))?,
+                .map_err(out_err("writing", DLQ, &dlq_path))?,
             }
         }
         (line_no, bytes) = (chunk.line_no, chunk.bytes_read);
@@ -280,9 +294,7 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
         return Err(WorkerError::Refused(e));
     }
     write_panes(&mut out, output, &mut panes, &mut scratch)?;
-    out.flush().map_err(io_err(output))?;
-    late.flush().map_err(io_err(&late_path))?;
-    dlq.flush().map_err(io_err(&dlq_path))?;
+    flush_all(&mut out, output, &mut late, &late_path, &mut dlq, &dlq_path)?;
     Ok(FileRun {
         counters: task.counters(),
         lines: line_no,
