@@ -8,6 +8,8 @@
 //!   both keys: records could tell them apart, but an environment variable
 //!   (`TALLY_PRICES__SMALL__…`, matched without regard to case, `env`) could not.
 //! - Two prices of one model from the same instant are refused, naming both.
+//! - A model name outside the id rule (`model::id`: at most 256 bytes, no control
+//!   character) is refused: no record could name it.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -119,10 +121,20 @@ impl<'de> Deserialize<'de> for UtcTime {
         d.deserialize_any(Time)
     }
 }
-/// Model names that differ only by case, refused naming both (see the header).
+/// Model names outside the id rule (a record could never name them), and names
+/// that differ only by case, refused naming the key (see the header).
 fn refuse_case_variants(prices: &BTreeMap<String, PriceConfig>) -> Result<(), ConfigError> {
     let mut seen: BTreeMap<String, &str> = BTreeMap::new();
     for model in prices.keys() {
+        if let Err(why) = crate::model::id::check(model, crate::model::id::MAX_ID_BYTES) {
+            return Err(invalid(
+                format!("prices.{}", model.escape_debug()),
+                format!(
+                    "is not a valid model name: it {why}; a record's model follows the id rule \
+                     (docs/DESIGN.md §3), so no record could be billed at this price"
+                ),
+            ));
+        }
         if let Some(other) = seen.insert(model.to_lowercase(), model) {
             return Err(invalid(
                 format!("prices.{model}"),
@@ -232,6 +244,16 @@ mod tests {
         // Unicode case too; names that differ by more than case are two models.
         let e = load(&(model("Ärger", "0.1") + &model("äRGER", "0.1")), &[]);
         assert!(e.unwrap_err().to_string().contains("differs only by case"));
+        // A name no record could carry (the id rule) is refused, escaped.
+        let e = load(&model("sm\\u0000all", "0.1"), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("prices.sm\\0all") && e.contains("U+0000"), "{e}");
+        let long = "m".repeat(257);
+        assert!(load(&model(&long, "0.1"), &[])
+            .unwrap_err()
+            .to_string()
+            .contains("at most 256"));
         let two = load(&(model("small", "0.1") + &model("small-2", "0.1")), &[]).unwrap();
         let t = two.price_table().unwrap();
         // Matching is by exact bytes.

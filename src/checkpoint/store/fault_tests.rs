@@ -329,3 +329,48 @@ fn a_checkpoint_past_the_log_end_falls_back_to_an_older_one() {
         "{e}"
     );
 }
+
+/// Issue 33: an unknown key inside a part (under a valid checksum) is damage of
+/// that part: the restore falls back, and a refusal with nothing older names the
+/// part's object and the key, never raw bytes alone.
+#[test]
+fn an_unknown_key_in_a_part_is_damage_naming_the_part() {
+    use crate::checkpoint::part::{parse_part, PartWriter};
+    use sha2::{Digest, Sha256};
+    let f = Fixture::new("unknown-key", 100);
+    let good = f.checkpoint(1, &[0], 10, 2);
+    let mut w = PartWriter::new(Partition(0));
+    for (k, v) in parse_part(&first_part(&f, 1), Partition(0), 0).unwrap() {
+        assert!(w.entry(k, v).is_none());
+    }
+    assert!(w.entry(b"Z\x80\x00\x00\x00\xff", b"x").is_none());
+    let crafted = w.finish();
+    let mut bad = good.clone();
+    bad.partitions[0].segments[0].parts = vec![PartRef {
+        bytes: crafted.len() as u64,
+        sha256: Sha256::digest(&crafted).into(),
+    }];
+    let name = write_edited(&f, 2, &bad, &crafted);
+    let fresh = StateStore::open_fresh(&f.dir.join("fresh")).unwrap();
+    let r = f
+        .store
+        .restore_partition(Partition(0), &opaque(), &fresh)
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.checkpoint, checkpoint_name(CheckpointId(1), "w"));
+    assert_eq!(r.skipped, 1);
+    std::fs::remove_dir_all(f.dir.join("g").join(checkpoint_name(CheckpointId(1), "w"))).unwrap();
+    let e = f
+        .store
+        .restore_partition(Partition(0), &opaque(), &fresh)
+        .unwrap_err()
+        .to_string();
+    let part = f
+        .store
+        .objects()
+        .location(&part_key(&name, Partition(0), 0));
+    assert!(
+        e.contains(&part) && e.contains("an unknown key in the state of partition 0"),
+        "{e}"
+    );
+}

@@ -29,7 +29,7 @@ use crate::checkpoint::part::entries;
 use crate::checkpoint::{hex, CheckpointError, PartitionEntry, Segment, SegmentKind};
 use crate::engine::TaskSnapshot;
 use crate::model::Partition;
-use crate::state::StateStore;
+use crate::state::{StateError, StateStore};
 
 /// Parts a restore reads at once (object stores serve them in parallel).
 const READ_THREADS: usize = 8;
@@ -203,23 +203,31 @@ impl CheckpointStore {
             let bufs = self.read_wave(entry, &all, wave.clone())?;
             for (&(s, i), buf) in all[wave].iter().zip(&bufs) {
                 let seg = &entry.segments[s];
-                let entries =
-                    entries(buf, p, i as u32).map_err(|msg| CheckpointError::Corrupt {
-                        path: self.objects.location(&part_key(&seg.checkpoint, p, i)),
-                        msg,
-                    })?;
+                let path = || self.objects.location(&part_key(&seg.checkpoint, p, i));
+                let entries = entries(buf, p, i as u32)
+                    .map_err(|msg| CheckpointError::Corrupt { path: path(), msg })?;
+                // A key the state cannot hold is damage of this part: named, so the
+                // restore falls back and the operator knows which object.
+                let damage = |e: StateError| match e {
+                    StateError::Corrupt { key, msg } => CheckpointError::Corrupt {
+                        path: path(),
+                        msg: format!("{msg} (key {key})"),
+                    },
+                    other => other.into(),
+                };
                 match (seg.kind, i) {
-                    (SegmentKind::Base, 0) => state.import_partition(p, entries)?,
+                    (SegmentKind::Base, 0) => state.import_partition(p, entries),
                     (
                         SegmentKind::Delta {
                             windows_through,
                             dedup_through,
                         },
                         0,
-                    ) => state.apply_delta(p, windows_through, dedup_through, entries)?,
+                    ) => state.apply_delta(p, windows_through, dedup_through, entries),
                     // The segment's deletes are behind it: the rest are writes.
-                    _ => state.apply_delta(p, None, None, entries)?,
+                    _ => state.apply_delta(p, None, None, entries),
                 }
+                .map_err(damage)?;
             }
         }
         Ok(())
