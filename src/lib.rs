@@ -16,6 +16,7 @@ pub mod kafka;
 pub mod logfmt;
 pub mod metrics;
 pub mod model;
+pub mod percent;
 pub mod progress;
 pub mod reprocess;
 pub mod secrets;

@@ -268,7 +268,7 @@ fn decode_token(p: &str, q: &UsageQuery) -> Result<Cursor, ParamError> {
 
 /// Parses `/v1/invoices/{tenant}`'s tenant (percent-decoded) and query string.
 pub fn invoice(tenant: &str, query: &str) -> Result<InvoiceQuery, ParamError> {
-    let tenant_id = percent_decode(tenant)
+    let tenant_id = crate::percent::decode_utf8(tenant)
         .ok_or_else(|| bad("tenant_id", "not valid percent-encoded UTF-8"))?;
     if tenant_id.is_empty() {
         return Err(bad("tenant_id", "empty"));
@@ -303,23 +303,6 @@ pub fn invoice(tenant: &str, query: &str) -> Result<InvoiceQuery, ParamError> {
         period: parsed,
         tz,
     })
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]

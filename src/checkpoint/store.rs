@@ -423,20 +423,16 @@ impl CheckpointStore {
         }
         let listed = &listed;
         Ok(std::thread::scope(|scope| {
-            let handles: Vec<_> = partitions
-                .iter()
-                .map(|(p, end)| {
-                    scope.spawn(move || self.restore_listed(*p, *end, listed, rules, policy, state))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(CheckpointError::Refused("a restore thread panicked".into()))
+            joined(
+                partitions
+                    .iter()
+                    .map(|(p, end)| {
+                        scope.spawn(move || {
+                            self.restore_listed(*p, *end, listed, rules, policy, state)
+                        })
                     })
-                })
-                .collect()
+                    .collect(),
+            )
         }))
     }
 
@@ -566,5 +562,20 @@ impl CheckpointStore {
 #[cfg(test)]
 mod fault_tests;
 mod load;
+/// Joins a restore's scoped threads, in order; a thread that panicked is an
+/// error (not damage: nothing is fallen back from on a bug).
+fn joined<T>(
+    handles: Vec<std::thread::ScopedJoinHandle<'_, Result<T, CheckpointError>>>,
+) -> Vec<Result<T, CheckpointError>> {
+    handles
+        .into_iter()
+        .map(|h| {
+            h.join().unwrap_or_else(|_| {
+                Err(CheckpointError::Refused("a restore thread panicked".into()))
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests;

@@ -138,9 +138,8 @@ fn uri(value: &str, rest: usize) -> Vec<Secret> {
             if let Some((k, v)) = pair.split_once('=') {
                 let start = at + k.len() + 1;
                 // A name that does not decode cannot be told apart from a secret's.
-                let secret_name = percent_decode(k)
-                    .and_then(|k| String::from_utf8(k).ok())
-                    .is_none_or(|k| super::is_secret_key(k.trim()));
+                let secret_name =
+                    crate::percent::decode_utf8(k).is_none_or(|k| super::is_secret_key(k.trim()));
                 if secret_name && !v.is_empty() {
                     found.push(secret(value, start..start + v.len(), decode(v)));
                 }
@@ -151,27 +150,9 @@ fn uri(value: &str, rest: usize) -> Vec<Secret> {
     found
 }
 
-/// Strict percent-decoding: `None` for a `%` without two hex digits.
-fn percent_decode(s: &str) -> Option<Vec<u8>> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    Some(out)
-}
-
 /// What a driver reads: percent-decoded, or as written when that fails.
 fn decode(s: &str) -> String {
-    match percent_decode(s) {
+    match crate::percent::decode(s) {
         Some(b) => String::from_utf8_lossy(&b).into_owned(),
         None => s.to_string(),
     }

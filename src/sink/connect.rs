@@ -80,7 +80,7 @@ pub fn split_tls(url: &str) -> Result<(String, TlsParams), String> {
     let mut kept: Vec<&str> = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let value = percent_decode(v)
+        let value = crate::percent::decode_utf8(v)
             .ok_or_else(|| format!("database URL: `{k}` is not valid percent-encoding"))?;
         match k {
             "sslmode" => {
@@ -124,26 +124,6 @@ pub fn split_tls(url: &str) -> Result<(String, TlsParams), String> {
         _ => "sslmode=require",
     });
     Ok((format!("{base}?{}", kept.join("&")), params))
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' => {
-                let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// The OpenSSL connector for `params`, with libpq's defaults under

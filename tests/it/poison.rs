@@ -59,6 +59,16 @@ fn usd(pico: &str) -> String {
     format!("{whole}.{frac}")
 }
 
+/// `tally sink --until-end` into `db`; its log.
+fn sink_to_end(cfg: &str, db: &str) -> String {
+    let sink = tally_ok(
+        &["sink", "--config", cfg, "--until-end"],
+        &[("TALLY_SINK__DATABASE_URL", db)],
+        Duration::from_secs(120),
+    );
+    String::from_utf8_lossy(&sink.stderr).into_owned()
+}
+
 fn json(r: &ResultRecord) -> String {
     String::from_utf8(r.to_json()).unwrap()
 }
@@ -132,13 +142,7 @@ fn ids_outside_the_id_rule_are_dead_letters_and_the_sink_bills_everyone_else() {
     );
 
     let db = fresh_database("poison_ids");
-    let env = [("TALLY_SINK__DATABASE_URL", db.as_str())];
-    let sink = tally_ok(
-        &["sink", "--config", cfg, "--until-end"],
-        &env,
-        Duration::from_secs(120),
-    );
-    assert!(String::from_utf8_lossy(&sink.stderr).contains("rejected: 0"));
+    assert!(sink_to_end(cfg, &db).contains("rejected: 0"));
     assert_eq!(
         query(
             &db,
@@ -201,13 +205,7 @@ fn the_sink_rejects_what_it_cannot_store_and_applies_every_other_record() {
     produce(&broker, "tenant-cost", 1, "k", &[good("globex", T10 + MIN)]);
 
     let db = fresh_database("poison_sink");
-    let env = [("TALLY_SINK__DATABASE_URL", db.as_str())];
-    let sink = tally_ok(
-        &["sink", "--config", cfg, "--until-end"],
-        &env,
-        Duration::from_secs(120),
-    );
-    let log = String::from_utf8_lossy(&sink.stderr);
+    let log = sink_to_end(cfg, &db);
     assert!(log.contains("rejected: 9"), "{log}");
     assert!(
         log.contains("source=tenant-cost/0/1") && log.contains("result record rejected"),
@@ -270,12 +268,7 @@ fn the_sink_rejects_what_it_cannot_store_and_applies_every_other_record() {
         ]
     );
     // A restart resumes after them: nothing is read, rejected or changed again.
-    let again = tally_ok(
-        &["sink", "--config", cfg, "--until-end"],
-        &env,
-        Duration::from_secs(120),
-    );
-    let log = String::from_utf8_lossy(&again.stderr);
+    let log = sink_to_end(cfg, &db);
     assert!(
         log.contains("records: 0") && log.contains("rejected: 0"),
         "{log}"
@@ -364,13 +357,7 @@ fn the_views_and_the_usage_api_hold_the_engine_maxima() {
     records.push(json(&pane("small", T10 + MIN, 0, 10, 500)));
     produce(&broker, "tenant-cost", 0, "k", &records);
     let db = fresh_database("poison_max");
-    let env = [("TALLY_SINK__DATABASE_URL", db.as_str())];
-    let sink = tally_ok(
-        &["sink", "--config", cfg, "--until-end"],
-        &env,
-        Duration::from_secs(120),
-    );
-    assert!(String::from_utf8_lossy(&sink.stderr).contains("rejected: 0"));
+    assert!(sink_to_end(cfg, &db).contains("rejected: 0"));
     // One minute of `huge` sums six partitions, the hour 36 panes: past u64 tokens
     // and u128 pico-USD, and past the old views' NUMERIC(20,0) and NUMERIC(39,0).
     assert_eq!(

@@ -125,14 +125,8 @@ impl CheckpointStore {
             return Ok(vec![read(wave.start)?]);
         }
         std::thread::scope(|scope| {
-            let handles: Vec<_> = wave.map(|n| scope.spawn(move || read(n))).collect();
-            handles
+            super::joined(wave.map(|n| scope.spawn(move || read(n))).collect())
                 .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(CheckpointError::Refused("a restore thread panicked".into()))
-                    })
-                })
                 .collect()
         })
     }
