@@ -25,6 +25,15 @@ DROP FUNCTION tally_usage(TEXT, TEXT, BIGINT, BIGINT, BOOLEAN, TEXT);
 DROP VIEW tenant_cost_minute_line;
 DROP VIEW tenant_cost_minute;
 
+-- The pairs to wait for, counted in BIGINT: INTEGER × INTEGER overflowed for one
+-- progress record naming 2^31 - 1 partitions, and the error failed every view with a
+-- `final` column (the sink now rejects such a record; this holds whatever is stored).
+CREATE OR REPLACE VIEW tally_final AS
+WITH p AS (SELECT max(source_partitions) AS s, max(results_partitions) AS r FROM tally_progress)
+SELECT CASE WHEN count(*) = max(p.s)::BIGINT * max(p.r) THEN min(t.final_through) END AS final_through
+FROM tally_progress t, p
+WHERE t.source_partition < p.s AND t.results_partition < p.r;
+
 CREATE VIEW tenant_cost_minute AS
 WITH lines AS (
     SELECT tenant_id, window_start, window_end, cost_pico, requests, prompt_tokens, completion_tokens

@@ -220,7 +220,7 @@ proptest! {
         let mut seen: BTreeMap<(String, i64), u64> = BTreeMap::new();
         for p in &out {
             // What the engine emits, the sink stores (docs/DESIGN.md §6).
-            prop_assert_eq!(crate::sink::check::storable(&crate::engine::SinkRecord::Window(p.clone())), Ok(()));
+            prop_assert_eq!(crate::sink::check::storable(&crate::engine::SinkRecord::Window(p.clone()), &crate::sink::check::Topology::ANY), Ok(()));
             let v = seen.entry((p.tenant_id.clone(), p.window_end)).or_insert(0);
             prop_assert!(p.version > *v, "version did not grow: {:?}", p);
             *v = p.version;

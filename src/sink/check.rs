@@ -9,6 +9,9 @@
 //! - A record's derived fields agree with its totals: `usd` is `cost_pico` in USD, a
 //!   window ends after it starts, the lines are sorted by model, each model once, and
 //!   sum to the totals. The invoice (lines) and usage (totals) cannot then disagree.
+//! - A progress record names no more partitions than the topics have (`Topology`)
+//!   and is final no further than its watermark: one record cannot hold finality
+//!   back for every window.
 //! - Pure: no I/O.
 
 use crate::engine::{AdjustmentRecord, LineItem, ProgressRecord, ResultRecord, SinkRecord};
@@ -18,12 +21,31 @@ use crate::model::Pico;
 /// Why a record cannot be stored: a sentence naming the field.
 pub type Rejection = String;
 
+/// The partition counts the sink sees, which a progress record's counts must not
+/// exceed: `tally_final` waits for every pair they name, so one record naming more
+/// partitions than exist would keep every window from being final.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Topology {
+    /// Partitions of the results topic (the sink reads them all).
+    pub results: i32,
+    /// Partitions of the input topic, when the sink could read its metadata.
+    pub input: Option<i32>,
+}
+
+impl Topology {
+    /// No bound (what the engine's own tests check against).
+    pub const ANY: Topology = Topology {
+        results: i32::MAX,
+        input: None,
+    };
+}
+
 /// Checks `r` before it is applied.
-pub fn storable(r: &SinkRecord) -> Result<(), Rejection> {
+pub fn storable(r: &SinkRecord, topology: &Topology) -> Result<(), Rejection> {
     match r {
         SinkRecord::Window(w) => window(w),
         SinkRecord::Adjustment(a) => adjustment(a),
-        SinkRecord::Progress(p) => progress(p),
+        SinkRecord::Progress(p) => progress(p, topology),
     }
 }
 
@@ -158,7 +180,7 @@ fn adjustment(a: &AdjustmentRecord) -> Result<(), Rejection> {
     bigint("generation", a.generation)
 }
 
-fn progress(p: &ProgressRecord) -> Result<(), Rejection> {
+fn progress(p: &ProgressRecord, topology: &Topology) -> Result<(), Rejection> {
     if p.source_partitions < 1 || p.results_partitions < 1 {
         return Err(format!(
             "source_partitions {} and results_partitions {} must be at least 1",
@@ -169,6 +191,26 @@ fn progress(p: &ProgressRecord) -> Result<(), Rejection> {
         return Err(format!(
             "source_partition {} is not one of the {} source partitions",
             p.source_partition, p.source_partitions
+        ));
+    }
+    if p.results_partitions > topology.results {
+        return Err(format!(
+            "results_partitions {} is more than the {} partitions of the results topic this sink \
+             reads (after adding partitions, restart the sink)",
+            p.results_partitions, topology.results
+        ));
+    }
+    if let Some(input) = topology.input.filter(|n| p.source_partitions > *n) {
+        return Err(format!(
+            "source_partitions {} is more than the {input} partitions of the input topic",
+            p.source_partitions
+        ));
+    }
+    // final_through − 1 + allowed_lateness ≤ watermark, and lateness ≥ 0.
+    if p.final_through > p.watermark.saturating_add(1) {
+        return Err(format!(
+            "final_through {} is past its watermark {}",
+            p.final_through, p.watermark
         ));
     }
     bigint("generation", p.generation)

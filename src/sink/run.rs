@@ -104,6 +104,10 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
         .map_err(KafkaIoError::client("creating the sink consumer"))?;
     crate::kafka::await_cluster(&consumer, &cfg.kafka, topic)?;
     let partitions = wait_for_partitions(&consumer, topic)?;
+    let mut topology = check::Topology {
+        results: partitions,
+        input: input_partitions(&consumer, &cfg.topics.input),
+    };
     let stored = applied_offsets(&client, topic).await?;
     let mut tpl = TopicPartitionList::new();
     let mut ends = BTreeMap::new();
@@ -161,7 +165,14 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
         if shutdown::requested() || (opts.until_end && next.iter().all(|(p, n)| *n >= ends[p])) {
             break;
         }
-        let batch = poll_batch(&consumer, topic, &mut summary, &mut next);
+        let batch = poll_batch(
+            &consumer,
+            topic,
+            &mut topology,
+            &cfg.topics.input,
+            &mut summary,
+            &mut next,
+        );
         if batch.offsets.is_empty() {
             continue;
         }
@@ -210,12 +221,28 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
     Ok(summary)
 }
 
+/// The input topic's partition count, as a bound on progress records (`None`
+/// when the sink cannot read its metadata: no bound, logged).
+fn input_partitions(consumer: &BaseConsumer<Logged>, input: &str) -> Option<i32> {
+    match crate::kafka::partition_count(consumer, input) {
+        Ok(n) if n > 0 => i32::try_from(n).ok(),
+        other => {
+            warn!(topic = input, result = ?other.map_err(|e| e.to_string()),
+                "cannot read the input topic's partition count; progress records are not checked against it");
+            None
+        }
+    }
+}
+
 /// Polls up to `MAX_BATCH` records (waiting 100 ms for the first), checking each:
 /// what the sink can store is to be applied, the rest rejected; every offset read
-/// moves `next`.
+/// moves `next`. A progress record naming more input partitions than known reads
+/// the count again first (partitions may have been added).
 fn poll_batch(
     consumer: &BaseConsumer<Logged>,
     topic: &str,
+    topology: &mut check::Topology,
+    input: &str,
     summary: &mut SinkSummary,
     next: &mut BTreeMap<i32, i64>,
 ) -> Batch {
@@ -241,9 +268,13 @@ fn poll_batch(
         summary.records += 1;
         let (p, o) = (m.partition(), m.offset());
         let payload = m.payload().unwrap_or_default();
-        let checked = SinkRecord::parse(payload)
-            .map_err(|e| format!("not a result record: {e}"))
-            .and_then(|r| check::storable(&r).map(|()| r));
+        let parsed = SinkRecord::parse(payload).map_err(|e| format!("not a result record: {e}"));
+        if let Ok(SinkRecord::Progress(pr)) = &parsed {
+            if topology.input.is_some_and(|n| pr.source_partitions > n) {
+                topology.input = input_partitions(consumer, input);
+            }
+        }
+        let checked = parsed.and_then(|r| check::storable(&r, topology).map(|()| r));
         match checked {
             Ok(record) => batch.records.push(Delivered {
                 record,

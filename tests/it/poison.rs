@@ -196,6 +196,12 @@ fn the_sink_rejects_what_it_cannot_store_and_applies_every_other_record() {
         json(&long),
         adjustment,
         "not json at all".to_string(),
+        // Progress naming 2^31 - 1 partitions: finality would wait for them forever,
+        // and the pair count overflowed INTEGER in tally_final.
+        format!(
+            r#"{{"kind":"progress","source_partition":0,"source_partitions":{m},"results_partitions":{m},"final_through":0,"watermark":0,"generation":1}}"#,
+            m = i32::MAX
+        ),
         "{\"kind\":\"window\",\"tenant_id\":\"raw\0nul\"}".to_string(),
     ];
     let mut p0 = vec![good("acme", T10 + MIN)];
@@ -206,7 +212,7 @@ fn the_sink_rejects_what_it_cannot_store_and_applies_every_other_record() {
 
     let db = fresh_database("poison_sink");
     let log = sink_to_end(cfg, &db);
-    assert!(log.contains("rejected: 9"), "{log}");
+    assert!(log.contains("rejected: 10"), "{log}");
     assert!(
         log.contains("source=tenant-cost/0/1") && log.contains("result record rejected"),
         "{log}"
@@ -231,7 +237,7 @@ fn the_sink_rejects_what_it_cannot_store_and_applies_every_other_record() {
     let rows = query(
         &db,
         "SELECT partition::TEXT, record_offset::TEXT, reason, encode(payload, 'hex') \
-         FROM sink_rejected ORDER BY 1, 2",
+         FROM sink_rejected r ORDER BY r.partition, r.record_offset",
     );
     assert_eq!(rows.len(), poison.len());
     let reasons: Vec<&str> = rows.iter().map(|r| r[2].as_deref().unwrap()).collect();
@@ -250,6 +256,7 @@ fn the_sink_rejects_what_it_cannot_store_and_applies_every_other_record() {
         "tenant_id is not a valid id: it is 10000 bytes long, at most 256",
         "generation 18446744073709551615 does not fit in BIGINT",
         "not a result record",
+        "results_partitions 2147483647 is more than the 2 partitions",
         "not a result record",
     ]
     .iter()
@@ -406,4 +413,20 @@ fn the_views_and_the_usage_api_hold_the_engine_maxima() {
     let (status, body) = http_get(&addr, "/v1/invoices/small?period=2026-01").unwrap();
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"usd\":\"0.000000000500\""), "{body}");
+    // A stored progress row naming 2^31 - 1 partitions (a sink before the check)
+    // holds finality back but fails no query: the pair count is a BIGINT.
+    execute(
+        &db,
+        "INSERT INTO tally_progress (source_partition, results_partition, final_through, watermark, \
+         source_partitions, results_partitions, generation) VALUES (0, 0, 0, 0, 2147483647, 2147483647, 1)",
+    );
+    assert_eq!(
+        query(
+            &db,
+            "SELECT count(*)::TEXT, bool_or(final)::TEXT FROM tenant_cost_minute"
+        ),
+        vec![vec![Some("7".into()), Some("false".into())]]
+    );
+    let (status, body) = http_get(&addr, "/v1/invoices/small?period=2026-01").unwrap();
+    assert_eq!(status, 200, "{body}");
 }

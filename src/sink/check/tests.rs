@@ -49,18 +49,22 @@ fn adjustment() -> AdjustmentRecord {
     }
 }
 
+fn storable_any(r: &SinkRecord) -> Result<(), Rejection> {
+    storable(r, &Topology::ANY)
+}
+
 fn rejected(r: ResultRecord) -> String {
-    storable(&SinkRecord::Window(r)).unwrap_err()
+    storable_any(&SinkRecord::Window(r)).unwrap_err()
 }
 
 #[test]
 fn what_the_engine_writes_is_stored() {
-    assert_eq!(storable(&SinkRecord::Window(pane())), Ok(()));
-    assert_eq!(storable(&SinkRecord::Adjustment(adjustment())), Ok(()));
+    assert_eq!(storable_any(&SinkRecord::Window(pane())), Ok(()));
+    assert_eq!(storable_any(&SinkRecord::Adjustment(adjustment())), Ok(()));
     // A pane of a tally before line items.
     let mut old = pane();
     old.lines.clear();
-    assert_eq!(storable(&SinkRecord::Window(old)), Ok(()));
+    assert_eq!(storable_any(&SinkRecord::Window(old)), Ok(()));
 }
 
 #[test]
@@ -79,10 +83,10 @@ fn ids_postgresql_cannot_store_or_index_are_rejected() {
     assert!(rejected(r).starts_with("a line's model is not a valid id"));
     let mut a = adjustment();
     a.request_id = "r\0".into();
-    assert!(storable(&SinkRecord::Adjustment(a)).is_err());
+    assert!(storable_any(&SinkRecord::Adjustment(a)).is_err());
     let mut a = adjustment();
     a.model = "m\0".into();
-    assert!(storable(&SinkRecord::Adjustment(a)).is_err());
+    assert!(storable_any(&SinkRecord::Adjustment(a)).is_err());
 }
 
 #[test]
@@ -95,7 +99,10 @@ fn integers_past_their_columns_are_rejected() {
     ] {
         let mut r = pane();
         set(&mut r);
-        assert!(storable(&SinkRecord::Window(r.clone())).is_err(), "{r:?}");
+        assert!(
+            storable_any(&SinkRecord::Window(r.clone())).is_err(),
+            "{r:?}"
+        );
     }
     let mut r = pane();
     r.requests = u64::MAX;
@@ -109,7 +116,7 @@ fn integers_past_their_columns_are_rejected() {
     );
     let mut a = adjustment();
     a.generation = u64::MAX;
-    assert!(storable(&SinkRecord::Adjustment(a)).is_err());
+    assert!(storable_any(&SinkRecord::Adjustment(a)).is_err());
 }
 
 #[test]
@@ -135,25 +142,62 @@ fn records_that_contradict_their_totals_are_rejected() {
     assert_eq!(rejected(r), "the lines' sums overflow");
     let mut a = adjustment();
     a.usd = "0".into();
-    assert!(storable(&SinkRecord::Adjustment(a)).is_err());
+    assert!(storable_any(&SinkRecord::Adjustment(a)).is_err());
 }
 
 #[test]
 fn progress_must_name_a_partition_it_counts() {
-    let p = |source_partition, source_partitions, results_partitions| {
-        storable(&SinkRecord::Progress(ProgressRecord {
-            kind: ResultKind::Progress,
-            source_partition,
-            source_partitions,
-            results_partitions,
-            final_through: 60_000,
-            watermark: 90_000,
-            generation: 1,
-        }))
+    let topology = Topology {
+        results: 4,
+        input: Some(8),
     };
-    assert_eq!(p(3, 4, 1), Ok(()));
-    assert!(p(4, 4, 1).is_err());
-    assert!(p(-1, 4, 1).is_err());
-    assert!(p(0, 0, 1).is_err());
-    assert!(p(0, 1, 0).is_err());
+    let p = |source_partition, source_partitions, results_partitions, final_through| {
+        storable(
+            &SinkRecord::Progress(ProgressRecord {
+                kind: ResultKind::Progress,
+                source_partition,
+                source_partitions,
+                results_partitions,
+                final_through,
+                watermark: 90_000,
+                generation: 1,
+            }),
+            &topology,
+        )
+    };
+    assert_eq!(p(3, 4, 1, 60_000), Ok(()));
+    assert_eq!(p(7, 8, 4, 90_001), Ok(()));
+    assert!(p(4, 4, 1, 60_000).is_err());
+    assert!(p(-1, 4, 1, 60_000).is_err());
+    assert!(p(0, 0, 1, 60_000).is_err());
+    assert!(p(0, 1, 0, 60_000).is_err());
+    // More partitions than the topics have would keep every window from being final.
+    assert!(p(0, i32::MAX, 1, 60_000)
+        .unwrap_err()
+        .contains("input topic"));
+    assert!(p(0, 4, i32::MAX, 60_000)
+        .unwrap_err()
+        .contains("restart the sink"));
+    assert!(p(0, 4, 1, 90_002)
+        .unwrap_err()
+        .contains("past its watermark"));
+    // Without the input topic's metadata, its count is not bounded.
+    let any = |n| {
+        storable(
+            &SinkRecord::Progress(ProgressRecord {
+                kind: ResultKind::Progress,
+                source_partition: 0,
+                source_partitions: n,
+                results_partitions: 1,
+                final_through: 0,
+                watermark: 0,
+                generation: 1,
+            }),
+            &Topology {
+                results: 1,
+                input: None,
+            },
+        )
+    };
+    assert_eq!(any(1 << 20), Ok(()));
 }
