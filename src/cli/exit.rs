@@ -113,8 +113,25 @@ fn sink(e: &SinkError) -> Option<u8> {
 }
 
 fn postgres(e: &tokio_postgres::Error) -> Option<u8> {
-    // No SQLSTATE: the connection itself failed (refused, closed, timed out).
-    e.code().is_none().then_some(UNAVAILABLE)
+    match e.code() {
+        // No SQLSTATE: the connection itself failed (refused, closed, timed out).
+        None => Some(UNAVAILABLE),
+        Some(c) => sqlstate(c.code()),
+    }
+}
+
+/// The class of a PostgreSQL error by its SQLSTATE: what to do about it.
+fn sqlstate(code: &str) -> Option<u8> {
+    match code.get(..2)? {
+        // The server is unreachable, going away or out of resources (disk, memory,
+        // connections): a restart may succeed once it is back.
+        "08" | "53" | "57" => Some(UNAVAILABLE),
+        // Credentials refused (28), no such database (3D), a privilege missing
+        // (42501): `sink.database_url` or the role must change.
+        "28" | "3D" => Some(CONFIG),
+        _ if code == "42501" => Some(CONFIG),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -145,6 +162,26 @@ mod tests {
             input: "in".into(),
         });
         assert_eq!(status(&stop), 143);
+    }
+
+    /// Issue 33: PostgreSQL's errors by SQLSTATE class (a wrong password is a
+    /// configuration error, a server shutting down is unavailable).
+    #[test]
+    fn postgres_errors_by_sqlstate() {
+        for (code, want) in [
+            ("08006", Some(UNAVAILABLE)),
+            ("57P01", Some(UNAVAILABLE)),
+            ("53300", Some(UNAVAILABLE)),
+            ("53100", Some(UNAVAILABLE)),
+            ("28P01", Some(CONFIG)),
+            ("3D000", Some(CONFIG)),
+            ("42501", Some(CONFIG)),
+            ("42P01", None),
+            ("22021", None),
+            ("", None),
+        ] {
+            assert_eq!(sqlstate(code), want, "{code}");
+        }
     }
 
     /// Issue 33: the checkpoint store's failures by where they happen — the

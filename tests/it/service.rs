@@ -259,6 +259,20 @@ fn exit_statuses_by_class() {
         "{}",
         String::from_utf8_lossy(&db.stderr)
     );
+    // A database that does not exist (SQLSTATE 3D000) is the URL's fault: 2, not 1.
+    let admin = std::env::var("TALLY_TEST_PG_URL").expect("TALLY_TEST_PG_URL");
+    let (base, _) = admin.rsplit_once('/').unwrap();
+    let missing = tally(
+        &["migrate"],
+        &[(
+            "TALLY_SINK__DATABASE_URL",
+            &format!("{base}/no_such_database_{}", std::process::id()),
+        )],
+        Duration::from_secs(60),
+    );
+    let text = String::from_utf8_lossy(&missing.stderr);
+    assert_eq!(missing.status.code(), Some(2), "{text}");
+    assert!(text.contains("does not exist"), "{text}");
 }
 
 /// Issue 19, defect 4 beyond the file mode: `tally gen --rate` stops promptly on
