@@ -190,3 +190,77 @@ fn a_local_checkpoint_dir_that_cannot_be_written_exits_1() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("not-a-dir/checkpoints"), "{err}");
 }
+
+/// Issue 33, defect 4, in its real shape: a newer checkpoint whose manifest (valid
+/// checksum) lists 12 parts of 256 MiB, each within the per-part limit, with the
+/// 12 files there (sparse: 3 GiB that take no disk). The restore held the whole
+/// chain (3.2 GB, then `memory allocation … failed` under 2.5 GB of address space);
+/// now it reads one part at a time, finds the first damaged, falls back to the
+/// checkpoint before it under the same `ulimit -v`, and the run is exact.
+#[test]
+fn a_chain_of_twelve_256_mib_parts_is_fallen_back_from_under_ulimit_v() {
+    use tally::checkpoint::format::{decode_manifest, encode_manifest, MAX_PART_BYTES};
+    use tally::checkpoint::{PartRef, Segment, SegmentKind};
+    let job = Job::new("bigchain");
+    let (expected, _) = job.generate(20_000, None);
+    let mut w = job.spawn_worker(&[("TALLY_CRASH_AT", "after_offset_commit:3")]);
+    wait_killed(&mut w, "after_offset_commit");
+    let root = job.dir.path().join("checkpoints").join("job");
+    let newest = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("MANIFEST").exists())
+        .max()
+        .unwrap();
+    let mut m = decode_manifest(&std::fs::read(newest.join("MANIFEST")).unwrap()).unwrap();
+    // The same offsets under a greater id: tried first.
+    m.id = tally::checkpoint::CheckpointId(m.id.0 + 1_000);
+    let name = format!("chk-{:020}-{}", m.id.0, m.worker);
+    let dir = root.join(&name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let e = &mut m.partitions[0];
+    for i in 0..12 {
+        let part = dir.join(format!("p-{:06}-{i:04}", e.partition.0));
+        std::fs::File::create(part)
+            .unwrap()
+            .set_len(MAX_PART_BYTES)
+            .unwrap();
+    }
+    e.segments = vec![Segment {
+        checkpoint: name.clone(),
+        kind: SegmentKind::Base,
+        parts: vec![
+            PartRef {
+                bytes: MAX_PART_BYTES,
+                sha256: [1; 32],
+            };
+            12
+        ],
+    }];
+    std::fs::write(dir.join("MANIFEST"), encode_manifest(&m)).unwrap();
+    let out = run_to_end(
+        "sh",
+        &[
+            "-c",
+            "ulimit -v 2500000; exec \"$0\" \"$@\"",
+            tally_bin(),
+            "run",
+            "--config",
+            job.cfg(),
+            "--until-end",
+        ],
+        &[],
+        Duration::from_secs(600),
+    );
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}\n{log}", out.status);
+    assert!(log.contains("RESTORED FROM AN OLDER CHECKPOINT"), "{log}");
+    assert!(log.contains(&name), "{log}");
+    let db = fresh_database("bigchain");
+    tally_ok(
+        &["sink", "--config", job.cfg(), "--until-end"],
+        &[("TALLY_SINK__DATABASE_URL", &db)],
+        Duration::from_secs(300),
+    );
+    job.check_db(&db, &expected);
+}
