@@ -91,6 +91,7 @@ impl<'de> Deserialize<'de> for UtcTime {
                     .map(UtcTime::Ms)
                     .map_err(|_| E::custom(format!("{v} ms is beyond the year 292 million")))
             }
+            // Refused with a message: no float becomes a time (nor a price).
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<UtcTime, E> {
                 Err(E::custom(format!(
                     "is the number {v}, which has a fraction or an exponent; write {ACCEPTED}"
