@@ -147,6 +147,18 @@ impl Job {
         self.check_db(&db, expected);
     }
 
+    /// Sinks the results topic into a fresh database and checks it against
+    /// `expected`.
+    pub(crate) fn sink_and_check(&self, tag: &str, expected: &Expected) {
+        let db = fresh_database(tag);
+        tally_ok(
+            &["sink", "--config", self.cfg(), "--until-end"],
+            &[("TALLY_SINK__DATABASE_URL", &db)],
+            Duration::from_secs(300),
+        );
+        self.check_db(&db, expected);
+    }
+
     pub(crate) fn check_db(&self, db: &str, expected: &Expected) {
         let view = view_rows(db);
         let want = expected_rows(expected);
@@ -303,13 +315,7 @@ fn on_s3_a_damaged_object_is_reported_and_fallen_back_from() {
         Duration::from_secs(300),
     );
     assert!(String::from_utf8_lossy(&run.stderr).contains("RESTORED FROM AN OLDER CHECKPOINT"));
-    let db = fresh_database("s3damage");
-    tally_ok(
-        &["sink", "--config", job.cfg(), "--until-end"],
-        &[("TALLY_SINK__DATABASE_URL", &db)],
-        Duration::from_secs(300),
-    );
-    job.check_db(&db, &expected);
+    job.sink_and_check("s3damage", &expected);
 }
 
 fn crash_at(point: &str) {
@@ -487,13 +493,7 @@ fn a_damaged_checkpoint_falls_back_to_the_previous_one_and_verify_reports_it() {
         Duration::from_secs(300),
     );
     assert!(String::from_utf8_lossy(&run.stderr).contains("RESTORED FROM AN OLDER CHECKPOINT"));
-    let db = fresh_database("corrupt");
-    tally_ok(
-        &["sink", "--config", job.cfg(), "--until-end"],
-        &[("TALLY_SINK__DATABASE_URL", &db)],
-        Duration::from_secs(300),
-    );
-    job.check_db(&db, &expected);
+    job.sink_and_check("corrupt", &expected);
 }
 
 #[test]
@@ -546,13 +546,7 @@ fn missing_checkpoints_or_a_changed_config_are_refused_with_a_way_out() {
         &[],
         Duration::from_secs(300),
     );
-    let db = fresh_database("refuse");
-    tally_ok(
-        &["sink", "--config", job.cfg(), "--until-end"],
-        &[("TALLY_SINK__DATABASE_URL", &db)],
-        Duration::from_secs(300),
-    );
-    job.check_db(&db, &expected);
+    job.sink_and_check("refuse", &expected);
 }
 
 /// A worker on one partition, a topic the dev broker truncates (it keeps the newest

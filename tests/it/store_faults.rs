@@ -138,13 +138,7 @@ fn fifos_in_the_store_are_damage_found_without_blocking() {
     let log = String::from_utf8_lossy(&run.stderr);
     assert!(log.contains("RESTORED FROM AN OLDER CHECKPOINT"), "{log}");
     assert!(log.contains("not a regular file"), "{log}");
-    let db = fresh_database("fifo");
-    tally_ok(
-        &["sink", "--config", job.cfg(), "--until-end"],
-        &[("TALLY_SINK__DATABASE_URL", &db)],
-        Duration::from_secs(300),
-    );
-    job.check_db(&db, &expected);
+    job.sink_and_check("fifo", &expected);
 }
 
 /// Issue 33: a local `checkpoint.dir` that cannot be written is local I/O —
@@ -256,11 +250,5 @@ fn a_chain_of_twelve_256_mib_parts_is_fallen_back_from_under_ulimit_v() {
     assert!(out.status.success(), "{}\n{log}", out.status);
     assert!(log.contains("RESTORED FROM AN OLDER CHECKPOINT"), "{log}");
     assert!(log.contains(&name), "{log}");
-    let db = fresh_database("bigchain");
-    tally_ok(
-        &["sink", "--config", job.cfg(), "--until-end"],
-        &[("TALLY_SINK__DATABASE_URL", &db)],
-        Duration::from_secs(300),
-    );
-    job.check_db(&db, &expected);
+    job.sink_and_check("bigchain", &expected);
 }
