@@ -15,8 +15,6 @@ use super::usage::ReadError;
 pub struct Whole(String);
 
 impl Whole {
-    pub const ZERO: &'static str = "0";
-
     /// Reads PostgreSQL's text of a non-negative integral `NUMERIC`.
     pub fn parse(text: &str, what: &str) -> Result<Self, ReadError> {
         let digits = text.trim_start_matches('0');
@@ -31,7 +29,7 @@ impl Whole {
     }
 
     pub fn zero() -> Self {
-        Self(Self::ZERO.into())
+        Self("0".into())
     }
 
     pub fn as_str(&self) -> &str {

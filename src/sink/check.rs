@@ -14,7 +14,7 @@
 //!   back for every window.
 //! - Pure: no I/O.
 
-use crate::engine::{AdjustmentRecord, LineItem, ProgressRecord, ResultRecord, SinkRecord};
+use crate::engine::{AdjustmentRecord, ProgressRecord, ResultRecord, SinkRecord};
 use crate::model::id::{self, MAX_ID_BYTES, MAX_KEY_BYTES};
 use crate::model::Pico;
 
@@ -112,13 +112,7 @@ fn lines(w: &ResultRecord) -> Result<(), Rejection> {
     if w.lines.is_empty() {
         return Ok(());
     }
-    let mut sum = LineItem {
-        model: "".into(),
-        requests: 0,
-        prompt_tokens: 0,
-        completion_tokens: 0,
-        cost_pico: Pico(0),
-    };
+    let (mut requests, mut prompt, mut completion, mut cost) = (0u64, 0u64, 0u64, 0u128);
     let mut prev: Option<&str> = None;
     for l in &w.lines {
         ident("a line's model", &l.model, MAX_ID_BYTES, false)?;
@@ -132,21 +126,12 @@ fn lines(w: &ResultRecord) -> Result<(), Rejection> {
         prev = Some(&l.model);
         bigint("a line's requests", l.requests)?;
         let overflow = || "the lines' sums overflow".to_string();
-        sum.requests = sum.requests.checked_add(l.requests).ok_or_else(overflow)?;
-        sum.prompt_tokens = sum
-            .prompt_tokens
-            .checked_add(l.prompt_tokens)
-            .ok_or_else(overflow)?;
-        sum.completion_tokens = sum
-            .completion_tokens
+        requests = requests.checked_add(l.requests).ok_or_else(overflow)?;
+        prompt = prompt.checked_add(l.prompt_tokens).ok_or_else(overflow)?;
+        completion = completion
             .checked_add(l.completion_tokens)
             .ok_or_else(overflow)?;
-        sum.cost_pico = Pico(
-            sum.cost_pico
-                .0
-                .checked_add(l.cost_pico.0)
-                .ok_or_else(overflow)?,
-        );
+        cost = cost.checked_add(l.cost_pico.0).ok_or_else(overflow)?;
     }
     let totals = (
         w.requests,
@@ -154,12 +139,7 @@ fn lines(w: &ResultRecord) -> Result<(), Rejection> {
         w.completion_tokens,
         w.cost_pico,
     );
-    let summed = (
-        sum.requests,
-        sum.prompt_tokens,
-        sum.completion_tokens,
-        sum.cost_pico,
-    );
+    let summed = (requests, prompt, completion, Pico(cost));
     if totals != summed {
         return Err(format!(
             "the lines sum to requests {}, prompt_tokens {}, completion_tokens {}, cost_pico {}, \

@@ -1,5 +1,5 @@
 use super::*;
-use crate::engine::{PaneKind, ResultKind};
+use crate::engine::{LineItem, PaneKind, ResultKind};
 
 fn line(model: &str, requests: u64, cost: u128) -> LineItem {
     LineItem {
