@@ -90,9 +90,11 @@ fn rebalances_while_a_backlog_drains_lose_and_double_nothing() {
             .unwrap_or(0)
     };
     let states: Vec<_> = (0..3).map(|i| dir.path().join(format!("w{i}"))).collect();
-    // The loop applies a chunk every 10 ms at most, so the poll thread is ahead of
-    // it, its queue full, whenever a rebalance comes.
-    let slow = [("TALLY_PAUSE_AT", "apply_chunk:10")];
+    // The loop applies a chunk every 50 ms at most, so the poll thread is ahead of
+    // it, its queue full, whenever a rebalance comes. (At 10 ms a debug build's
+    // poll thread, which parses and prices each chunk, was about as slow as the
+    // loop: one clean-clone run in three met no queued chunk.)
+    let slow = [("TALLY_PAUSE_AT", "apply_chunk:50")];
     let mut workers = vec![spawn_worker_with(&cfg, &states[0], &slow)];
     wait_for("the first worker to be draining", &|| {
         consumed(&states[0]) > 0
