@@ -321,6 +321,11 @@ fn gen_stops_promptly_on_sigterm() {
 /// Issue 13, item 8: the sink survives a PostgreSQL restart mid-run — it
 /// reconnects within `sink.retry_budget`, applies the batch in flight again, and
 /// the invoice is exact.
+///
+/// The order is fixed, not raced: the sink starts and connects, is stopped
+/// (SIGSTOP) before the results topic holds anything, the worker produces every
+/// result, PostgreSQL restarts under the stopped sink, and the sink resumes with
+/// a dead connection and its whole first batch in flight.
 #[test]
 fn the_sink_survives_a_postgres_restart_with_exact_totals() {
     use std::path::Path;
@@ -355,12 +360,11 @@ fn the_sink_survives_a_postgres_restart_with_exact_totals() {
             .spawn()
             .unwrap()
     };
-    let mut sink = spawn(&["sink", "--config", cfg], "sink.log");
-    let mut worker = spawn(&["run", "--config", cfg, "--until-end"], "worker.log");
     let read = |f: &str| std::fs::read_to_string(d.join(f)).unwrap_or_default();
-    // Restart once the sink has applied something, while the worker still produces.
+    let mut sink = spawn(&["sink", "--config", cfg], "sink.log");
     let deadline = Instant::now() + Duration::from_secs(120);
-    while support_invoice(&url).is_empty() {
+    while !read("sink.log").contains("sink started") {
+        assert!(sink.try_wait().unwrap().is_none(), "{}", read("sink.log"));
         assert!(
             Instant::now() < deadline,
             "the sink never started:\n{}",
@@ -368,12 +372,19 @@ fn the_sink_survives_a_postgres_restart_with_exact_totals() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    signal(sink.id(), libc::SIGSTOP);
+    let worker = spawn(&["run", "--config", cfg, "--until-end"], "worker.log");
     assert!(
-        worker.try_wait().unwrap().is_none(),
-        "the worker finished before the restart: the test would prove nothing"
+        worker.wait_with_output().unwrap().status.success(),
+        "{}",
+        read("worker.log")
+    );
+    assert!(
+        support_invoice(&url).is_empty(),
+        "the sink applied something before the restart: the test would prove less"
     );
     pg.restart();
-    assert!(worker.wait().unwrap().success(), "{}", read("worker.log"));
+    signal(sink.id(), libc::SIGCONT);
     let want = expected_rows(&expected);
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
