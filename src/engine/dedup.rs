@@ -119,15 +119,22 @@ impl Dedup {
         self.seen.prefetch(fp);
     }
 
-    /// Records `id` (whose fingerprint is `fp`); returns `true` if it is a live
-    /// duplicate at `watermark`.
+    /// The line the lookups judge expiry against: the watermark, or, before the
+    /// partition has one (`i64::MIN`, its first records under the lead limit's
+    /// start rule, DESIGN §4.4), the least real time — for `FpSet` `i64::MIN`
+    /// means "nothing is live", which would let a copy of a first record through.
+    fn lookup_line(&self) -> i64 {
+        self.watermark.max(i64::MIN + 1)
+    }
+
     /// Whether `fp` is a live entry (a duplicate at `watermark`); changes nothing
     /// but the watermark. `check_and_insert` afterwards records it.
     pub fn is_duplicate(&mut self, fp: Fingerprint, watermark: i64) -> bool {
         self.watermark = self.watermark.max(watermark);
-        match self.seen.probe(fp, self.watermark) {
+        let w = self.lookup_line();
+        match self.seen.probe(fp, w) {
             Slot::Live(_) => return true,
-            at => self.hint = Some((fp, self.watermark, at)),
+            at => self.hint = Some((fp, w, at)),
         }
         match &mut self.cold {
             Some(cold) => cold.is_live(fp, self.watermark),
@@ -182,6 +189,8 @@ impl Dedup {
         self.cold.as_mut().and_then(Cold::take_error)
     }
 
+    /// Records `id` (whose fingerprint is `fp`); returns `true` if it is a live
+    /// duplicate at `watermark`.
     pub fn check_and_insert(
         &mut self,
         fp: Fingerprint,
@@ -191,7 +200,7 @@ impl Dedup {
     ) -> bool {
         debug_assert_eq!(fp, Fingerprint::of(id));
         self.watermark = self.watermark.max(watermark);
-        let w = self.watermark;
+        let w = self.lookup_line();
         // An entry expired but not swept yet is replaced: this is a new request.
         let at = match self.hint.take() {
             Some((f, hw, at)) if f == fp && hw == w => at,
@@ -318,6 +327,18 @@ mod tests {
         assert!(delta.chunks.is_empty());
         assert_eq!(delta.dead_through, 300);
         assert!(d.is_empty(), "swept");
+    }
+
+    /// Before a partition has a watermark (`i64::MIN`: its first records, under
+    /// the lead limit's start rule) a copy is still a duplicate.
+    #[test]
+    fn a_copy_before_the_partition_has_a_watermark_is_a_duplicate() {
+        let mut d = Dedup::default();
+        let fp = Fingerprint::of("a");
+        assert!(!d.is_duplicate(fp, i64::MIN));
+        assert!(!d.check_and_insert(fp, "a", 100, i64::MIN));
+        assert!(d.is_duplicate(fp, i64::MIN));
+        assert!(d.check_and_insert(fp, "a", 100, i64::MIN));
     }
 
     #[test]
