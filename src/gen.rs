@@ -5,8 +5,10 @@
 //!   strictly below the watermark bound, so they are never late;
 //! - each tenant maps to one partition (`fnv1a(tenant) % partitions`), sent with an
 //!   explicit partition, so per-partition order is the generation order;
-//! - a too-late event lies `size + lateness + bound + 1 min` behind its partition's
-//!   latest event time: its window was purged whatever the arrival order;
+//! - a too-late event lies `size + lateness + 1 min` behind its partition's
+//!   watermark, as the engine computes it from the events it folds (the same
+//!   `Watermark`, lead limit included): its window was purged whatever the
+//!   arrival order; a partition without a watermark yet gets none;
 //! - a duplicate re-sends a recent event of the same partition (within minutes of
 //!   event time: well inside the dedup horizon);
 //! - malformed records cycle through the dead-letter reasons.
@@ -20,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::input::render::{Fields, GEN_SOURCE};
 use crate::model::input::{InputMapping, TimestampFormat, COMPLETED_TS};
 use crate::model::PriceTable;
-use crate::time::WindowSpec;
+use crate::time::{Watermark, WindowSpec};
 
 /// SplitMix64: small, fast, and stable across platforms and versions.
 #[derive(Debug, Clone)]
@@ -144,7 +146,10 @@ pub struct Generator<'a> {
     rng: Rng,
     cumulative: Vec<f64>,
     i: u64,
-    part_max: BTreeMap<i32, i64>,
+    /// Each partition's watermark as the engine computes it from the records it
+    /// folds (`with_max_lead` gives it the lead limit).
+    marks: BTreeMap<i32, Watermark>,
+    max_lead_ms: Option<i64>,
     recent: BTreeMap<i32, Vec<(String, String)>>,
     totals: BTreeMap<(String, i64), (u128, u64)>,
     /// Per (tenant, window end, model).
@@ -188,13 +193,21 @@ impl<'a> Generator<'a> {
             bound_ms,
             cumulative,
             i: 0,
-            part_max: BTreeMap::new(),
+            marks: BTreeMap::new(),
+            max_lead_ms: None,
             recent: BTreeMap::new(),
             totals: BTreeMap::new(),
             lines: BTreeMap::new(),
             expected: Expected::default(),
             input: InputMapping::default(),
         }
+    }
+
+    /// Models the watermark with the lead limit `max_lead_ms` (the engine's
+    /// `EngineConfig::max_lead_ms`), so that too-late events are too late there.
+    pub fn with_max_lead(mut self, max_lead_ms: Option<i64>) -> Self {
+        self.max_lead_ms = max_lead_ms;
+        self
     }
 
     /// Writes records the way `input` reads them (a custom mapping, CloudEvents).
@@ -329,12 +342,15 @@ impl<'a> Generator<'a> {
                 return record(payload, Kind::Duplicate);
             }
         }
-        let part_max = self.part_max.get(&partition).copied();
-        let too_late = part_max.is_some() && self.rng.chance(self.opts.late_per_million);
-        let ts = match (too_late, part_max) {
-            (true, Some(max)) => {
-                max - (self.window.size_ms + self.lateness_ms + self.bound_ms + 60_000)
-            }
+        let (bound, lead) = (self.bound_ms, self.max_lead_ms);
+        let mark = self
+            .marks
+            .entry(partition)
+            .or_insert_with(|| Watermark::new(bound, lead));
+        let w = (mark.current() != i64::MIN).then(|| mark.current());
+        let too_late = w.is_some() && self.rng.chance(self.opts.late_per_million);
+        let ts = match (too_late, w) {
+            (true, Some(w)) => w - (self.window.size_ms + self.lateness_ms + 60_000),
             _ => base - self.rng.below(self.opts.jitter_ms.max(0) as u64 + 1) as i64,
         };
         // The event time the record can carry (whole seconds for `epoch_s`).
@@ -368,7 +384,9 @@ impl<'a> Generator<'a> {
             l.1 += 1;
             l.2 += prompt;
             l.3 += completion;
-            *self.part_max.entry(partition).or_insert(ts) = part_max.map_or(ts, |m| m.max(ts));
+            if let Some(mark) = self.marks.get_mut(&partition) {
+                mark.observe(ts);
+            }
             Kind::Normal
         };
         let recent = self.recent.entry(partition).or_default();
@@ -448,21 +466,28 @@ mod tests {
         assert!(e.duplicates > 100 && e.too_late.len() > 100 && dlq > 100);
     }
 
+    /// Without a lead limit, and with the default one (`auto`: the lateness).
     #[test]
     fn engine_agrees_with_the_construction() {
+        engine_agrees(0, None);
+        engine_agrees(30_000, Some(30_000));
+        engine_agrees(0, Some(1_000));
+    }
+
+    fn engine_agrees(lateness: i64, max_lead: Option<i64>) {
         use crate::engine::{EngineConfig, PartitionTask, RecordIn, Route, TimeSource};
         use std::sync::Arc;
         let p = prices();
         let w = WindowSpec::new(60_000, 0);
-        let mut g = Generator::new(opts(), &p, w, 0, 5_000);
+        let mut g = Generator::new(opts(), &p, w, lateness, 5_000).with_max_lead(max_lead);
         let records: Vec<_> = g.by_ref().collect();
         let cfg = Arc::new(EngineConfig {
             window: w,
-            allowed_lateness_ms: 0,
+            allowed_lateness_ms: lateness,
             max_out_of_orderness_ms: 5_000,
             max_future_ms: None,
             time_source: TimeSource::CompletedTs,
-            max_lead_ms: None,
+            max_lead_ms: max_lead,
             dedup_extra_ms: 3_600_000,
             max_record_bytes: 1 << 20,
             generation: 1,
@@ -490,7 +515,11 @@ mod tests {
                 (Kind::Malformed(code), Route::DeadLetter(reason)) => reason.code() == code,
                 _ => false,
             };
-            assert!(ok, "{:?} routed {route:?}: {}", r.kind, r.payload);
+            assert!(
+                ok,
+                "{:?} routed {route:?} (lateness {lateness}, lead {max_lead:?}): {}",
+                r.kind, r.payload
+            );
         }
         for t in tasks.values_mut() {
             t.end_of_input(&mut panes);

@@ -161,6 +161,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         engine.allowed_lateness_ms,
         engine.max_out_of_orderness_ms,
     )
+    .with_max_lead(engine.max_lead_ms)
     .with_input(input.clone());
     for r in gen.by_ref() {
         let rec = BaseRecord::with_opaque_to("requests", UNTIMED)
@@ -218,6 +219,10 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     strict.kafka.group_id = "tally-strict".into();
     strict.topics.results = "tenant-cost.strict".into();
     strict.window.allowed_lateness = Millis(0);
+    // Every record moves the watermark here, as in the seed: under the default
+    // lead limit (`auto` = the lateness, at least 1 s) acme's 10:01 record leads
+    // the partition by a minute and is held, so nothing would be late.
+    strict.watermark.max_lead = crate::config::MaxLead::Off;
     strict.state.dir = dir.join("state-strict");
     run_worker(
         &strict,
@@ -228,7 +233,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     )?;
     let strict_results = parse_results(&read_topic(&cfg.kafka, "tenant-cost.strict")?)?;
     println!(
-        "\nwith allowed_lateness = 0, acme's 10:00 window fires once and the burst is too late:"
+        "\nwith allowed_lateness = 0 (and max_lead = \"off\": every record moves the watermark), acme's 10:00 window fires once and the burst is too late:"
     );
     for r in strict_results.iter().filter(|r| r.tenant_id == "acme") {
         println!(
@@ -354,6 +359,11 @@ the usage API (tally api), GET {path}:"
             r["final"]
         );
     }
+    println!(
+        "  (final=false: a bounded run (--until-end) never declares a minute final; a live \
+         worker does within watermark.idle_timeout (1m) of its partitions going quiet, \
+         docs/DESIGN.md §6.1)"
+    );
     let (path, _, invoice) = get("/v1/invoices/acme?period=2026-01&tz=Europe/Berlin".into())?;
     println!(
         "

@@ -105,6 +105,7 @@ pub fn run(a: GenArgs) -> anyhow::Result<()> {
             engine.allowed_lateness_ms,
             engine.max_out_of_orderness_ms,
         )
+        .with_max_lead(engine.max_lead_ms)
         .with_input(engine.input.clone());
         let mut out = std::io::BufWriter::new(
             std::fs::File::create(path).with_context(|| path.display().to_string())?,
@@ -174,6 +175,7 @@ fn produce(
         engine.allowed_lateness_ms,
         engine.max_out_of_orderness_ms,
     )
+    .with_max_lead(engine.max_lead_ms)
     .with_input(engine.input.clone());
     let started = Instant::now();
     let mut sent: u64 = 0;

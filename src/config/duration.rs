@@ -110,6 +110,53 @@ impl<'de> Deserialize<'de> for OptMillis {
     }
 }
 
+/// `watermark.max_lead`: `"auto"` (the default: the allowed lateness, at least
+/// 1 s), `"off"`, or a duration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MaxLead {
+    #[default]
+    Auto,
+    Off,
+    Fixed(Millis),
+}
+
+impl MaxLead {
+    /// The least lead `auto` stands for, whatever the lateness.
+    pub const AUTO_FLOOR_MS: i64 = 1_000;
+
+    /// The limit in milliseconds for a window's `allowed_lateness_ms` (`None`: off).
+    pub fn resolve(self, allowed_lateness_ms: i64) -> Option<i64> {
+        match self {
+            MaxLead::Auto => Some(allowed_lateness_ms.max(Self::AUTO_FLOOR_MS)),
+            MaxLead::Off => None,
+            MaxLead::Fixed(m) => Some(m.0),
+        }
+    }
+}
+
+impl Serialize for MaxLead {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            MaxLead::Auto => s.serialize_str("auto"),
+            MaxLead::Off => s.serialize_str("off"),
+            MaxLead::Fixed(m) => m.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for MaxLead {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        match s.trim() {
+            "auto" => Ok(MaxLead::Auto),
+            "off" | "none" => Ok(MaxLead::Off),
+            other => Millis::parse(other)
+                .map(MaxLead::Fixed)
+                .map_err(|e| de::Error::custom(format!("{e} (or \"auto\", \"off\")"))),
+        }
+    }
+}
+
 /// An integer that may also be written as a string (so env overrides, which are
 /// always strings, work for numeric keys).
 pub fn de_u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use duration::{Millis, OptMillis};
+pub use duration::{MaxLead, Millis, OptMillis};
 pub use prices::{PriceConfig, ScheduledPrice, UtcTime};
 pub use size::Budget;
 
@@ -228,25 +228,27 @@ impl Default for WindowConfig {
 pub struct WatermarkConfig {
     /// The bound of bounded out-of-orderness; "0" is the monotonous strategy.
     pub max_out_of_orderness: Millis,
-    /// Silence after which a partition's watermark follows the wall clock ("off").
+    /// Silence after which a caught-up partition's watermark follows the wall
+    /// clock and its latest records (the liveness rule; "off").
     pub idle_timeout: OptMillis,
     /// Events this far ahead of the wall clock are dead letters ("off" disables).
     pub max_future: OptMillis,
     /// completed_ts (default) | started_ts | kafka_timestamp | processing_time.
     pub time_source: TimeSource,
-    /// Event times further ahead of the partition than this move its watermark only
-    /// once most of its recent records share the lead ("off": every record does).
-    pub max_lead: OptMillis,
+    /// Event times this far ahead of the partition move its watermark only once
+    /// most of its recent records share the lead ("auto": the allowed lateness;
+    /// "off": every record does).
+    pub max_lead: MaxLead,
 }
 
 impl Default for WatermarkConfig {
     fn default() -> Self {
         Self {
             max_out_of_orderness: Millis(5_000),
-            idle_timeout: OptMillis(None),
+            idle_timeout: OptMillis(Some(Millis(60_000))),
             max_future: OptMillis(Some(Millis(3_600_000))),
             time_source: TimeSource::CompletedTs,
-            max_lead: OptMillis(Some(Millis(300_000))),
+            max_lead: MaxLead::Auto,
         }
     }
 }
@@ -566,7 +568,10 @@ impl Config {
             max_out_of_orderness_ms: self.watermark.max_out_of_orderness.0,
             max_future_ms: self.watermark.max_future.0.map(|m| m.0),
             time_source: self.watermark.time_source,
-            max_lead_ms: self.watermark.max_lead.0.map(|m| m.0),
+            max_lead_ms: self
+                .watermark
+                .max_lead
+                .resolve(self.window.allowed_lateness.0),
             dedup_extra_ms: self.dedup.extra_horizon.0,
             max_record_bytes: usize::try_from(self.limits.max_record_bytes).unwrap_or(usize::MAX),
             generation: self.job.generation,

@@ -735,6 +735,11 @@ impl PartitionTask {
             .unwrap_or_default()
     }
 
+    /// The end of the last window this partition has made final (DESIGN §6.1).
+    pub fn final_through(&self) -> Option<i64> {
+        self.final_through
+    }
+
     /// The progress the watermark `to` would make (idleness forces it for this
     /// alone: a silent partition must not hold back finality).
     pub fn progress_at(&self, to: EventTime) -> bool {

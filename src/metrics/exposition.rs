@@ -44,6 +44,7 @@ pub const EXPORTED: &[&str] = &[
     "tally_pane_ack_latency_seconds",
     "tally_audit_balanced",
     "tally_consumer_lag_records",
+    "tally_finality_lag_seconds",
     "tally_checkpoints_total",
     "tally_checkpoint_last_success_timestamp_seconds",
     "tally_checkpoint_last_duration_seconds",
@@ -372,6 +373,16 @@ impl Collector for Worker {
             ps.iter().filter_map(|p| {
                 p.log_end
                     .map(|end| (partition(p), (end - p.next_offset.0).max(0) as f64))
+            }),
+        )?;
+        gauges(
+            &mut e,
+            "tally_finality_lag",
+            "Wall clock minus the end of the partition's last final window (its progress, DESIGN §6.1).",
+            Some(&Unit::Seconds),
+            ps.iter().filter_map(|p| {
+                p.final_through
+                    .map(|f| (partition(p), (r.at_ms - f).max(0) as f64 / 1000.0))
             }),
         )?;
         histograms(

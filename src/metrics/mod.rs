@@ -54,6 +54,9 @@ pub struct PartitionReport {
     /// next_offset); `None` before the first fetch.
     #[serde(default)]
     pub log_end: Option<i64>,
+    /// The end of the partition's last final window (its progress, DESIGN §6.1).
+    #[serde(default)]
+    pub final_through: Option<i64>,
 }
 
 /// The checkpoints of this worker process.
@@ -244,6 +247,7 @@ mod tests {
             delay: Histogram::default(),
             disorder: h,
             log_end: Some(10),
+            final_through: None,
         }
     }
 

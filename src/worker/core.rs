@@ -50,6 +50,7 @@ use crate::kafka::{now_ms, KafkaIoError};
 use crate::metrics::{CheckpointStats, PartitionReport, WorkerReport};
 use crate::model::Partition;
 use crate::state::{NextOffset, PartitionCommit, StateStore};
+use crate::time::liveness::{self, Quiet};
 use crate::time::EventTime;
 
 pub struct Slot {
@@ -59,6 +60,8 @@ pub struct Slot {
     pub end: i64,
     /// `clock::mono_ms()` of this partition's last record.
     pub last_record: i64,
+    /// `clock::mono_ms()` when the liveness rule last looked at it.
+    pub checked_at: i64,
     /// Where the offsets before `next` went (checkpointed with the state).
     pub offsets: OffsetLedger,
     /// The assignment epoch (`Core::epoch`) that assigned the partition.
@@ -305,29 +308,56 @@ impl Core {
         Ok(())
     }
 
-    /// Idleness (docs/DESIGN.md §4): after `idle_timeout` of silence, a partition's
-    /// watermark follows the wall clock from where its data left it
-    /// (`max_ts - bound + silence`; a partition without data starts from the
-    /// greatest `max_ts` of the others). Forced only when that fires or purges
-    /// something, or moves the partition's progress (finality, DESIGN §6.1); the
-    /// forced value is part of the checkpointed watermark.
-    pub fn advance_idle(&mut self) -> Result<(), WorkerError> {
+    /// The liveness rule (docs/DESIGN.md §4.3, `time::liveness`): a caught-up
+    /// partition silent for `idle_timeout` follows the wall clock. Forced only
+    /// when that fires or purges something, or moves the partition's progress
+    /// (finality, DESIGN §6.1); the forced value is part of the checkpointed
+    /// watermark.
+    pub fn advance_idle(&mut self, consumer: &Source) -> Result<(), WorkerError> {
         let Some(idle) = self.idle_ms else {
             return Ok(());
         };
         let now = clock::mono_ms();
-        // A partition that never had data starts from the others' event time.
-        let anchor = self.slots.values().filter_map(|s| s.task.max_ts()).max();
-        for slot in self.slots.values_mut() {
+        // A partition is looked at when it had records since the last look (held
+        // ones may be trusted now) or has been silent for `idle`.
+        let due = |s: &Slot| s.last_record >= s.checked_at || now - s.last_record >= idle;
+        if !self.slots.values().any(due) {
+            return Ok(());
+        }
+        // Read once, and only when some partition is due.
+        let positions = consumer.position().ok();
+        let wall = clock::wall_ms();
+        for (p, slot) in self.slots.iter_mut() {
+            if !due(slot) {
+                continue;
+            }
+            slot.checked_at = now;
             let silence = now - slot.last_record;
-            let Some(max_ts) = slot.task.max_ts().or(anchor) else {
+            let position = positions
+                .as_ref()
+                .and_then(|l| l.find_partition(&self.job.topic, p.0))
+                .and_then(|e| e.offset().to_raw())
+                .unwrap_or(-1);
+            let caught_up = cached_log_end(consumer, &self.job.topic, *p)
+                .is_some_and(|end| slot.next.0.max(position) >= end);
+            if !caught_up {
+                continue;
+            }
+            let state = slot.task.watermark_state();
+            let quiet = Quiet {
+                caught_up,
+                silence_ms: silence,
+                max_ts: state.max_ts(),
+                latest: state.latest(),
+            };
+            let bound = self.engine.max_out_of_orderness_ms;
+            let Some(forced) = liveness::forced(quiet, idle, wall, bound).map(EventTime) else {
                 continue;
             };
-            let forced = EventTime(max_ts.0 - self.engine.max_out_of_orderness_ms + silence);
             let fires = slot.task.next_deadline().is_some_and(|d| forced >= d);
             // Finality: a silent partition's progress follows the clock too.
             let progresses = self.progress_to.is_some() && slot.task.progress_at(forced);
-            if silence < idle || !(fires || progresses) {
+            if !(fires || progresses) {
                 continue;
             }
             slot.task.force_watermark(forced, &mut self.panes);
@@ -341,20 +371,24 @@ impl Core {
                 self.progress_to,
                 self.engine.generation,
             )?;
-            let partition = slot.task.partition().0;
+            let why = if silence >= idle {
+                "quiet partition: watermark advanced by wall clock"
+            } else {
+                "caught-up partition: held event times trusted up to the wall clock"
+            };
             if fires {
                 info!(
-                    partition,
+                    partition = p.0,
                     silence_ms = silence,
                     watermark = forced.0,
-                    "idle partition: watermark advanced by wall clock"
+                    "{why}"
                 );
             } else {
                 debug!(
-                    partition,
+                    partition = p.0,
                     silence_ms = silence,
                     watermark = forced.0,
-                    "idle partition: watermark advanced by wall clock (finality)"
+                    "{why} (finality)"
                 );
             }
         }
@@ -526,6 +560,7 @@ impl Core {
                     next: start.next,
                     end: f.log_end,
                     last_record: clock::mono_ms(),
+                    checked_at: i64::MIN,
                     offsets: start.offsets,
                     assigned_at: self.epoch.load(Ordering::Acquire),
                 },
@@ -736,6 +771,7 @@ impl Core {
                     disorder: s.task.disorder().clone(),
                     // The log end seen at assignment until a fetch says more.
                     log_end: Some(s.end),
+                    final_through: s.task.final_through(),
                 })
                 .collect(),
             pane_ack_us: self.outputs.pane_ack_latency_us(),

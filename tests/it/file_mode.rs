@@ -152,7 +152,11 @@ fn side_lines(path: &Path) -> Vec<serde_json::Value> {
 #[test]
 fn side_files_carry_the_original_bytes_exactly_and_a_leading_bom_is_skipped() {
     let dir = TempDir::new("file-bytes");
-    let cfg = file_config(dir.path(), "[window]\nallowed_lateness = \"0s\"");
+    // The lead limit off: six records, each moving the watermark (DESIGN §4.4).
+    let cfg = file_config(
+        dir.path(),
+        "[window]\nallowed_lateness = \"0s\"\n[watermark]\nmax_lead = \"off\"",
+    );
     let t = 1_767_261_600_000i64;
     let bom = b"\xEF\xBB\xBF";
     // Line 1 opens with the file's byte-order mark: skipped, the record is billed.
@@ -330,7 +334,8 @@ fn sigterm_stops_a_run_blocked_on_a_fifo_promptly_with_its_outputs_and_checkpoin
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let dir = TempDir::new("file-fifo");
-    let cfg = file_config(dir.path(), "");
+    // The lead limit off: five records, each moving the watermark (DESIGN §4.4).
+    let cfg = file_config(dir.path(), "[watermark]\nmax_lead = \"off\"");
     let fifo = dir.path().join("in.fifo");
     let made = std::process::Command::new("mkfifo")
         .arg(&fifo)

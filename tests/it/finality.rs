@@ -197,7 +197,8 @@ fn a_silent_partition_holds_finality_back_without_idleness_and_not_with_it() {
         ("requests.late", 1),
         ("requests.dlq", 1),
     ]);
-    // Only partition 0 has data; partition 1 never does.
+    // Only partition 0 has data (three records: the lead limit is off, so that
+    // they start the partition, DESIGN §4.4); partition 1 never does.
     let records: Vec<String> = [10, 70, 100]
         .iter()
         .enumerate()
@@ -207,7 +208,7 @@ fn a_silent_partition_holds_finality_back_without_idleness_and_not_with_it() {
     let run = |group: &str, idle: &str| {
         let results = format!("tenant-cost.{group}");
         let sections =
-            format!("[topics]\nresults = \"{results}\"\n[watermark]\nidle_timeout = \"{idle}\"\n");
+            format!("[topics]\nresults = \"{results}\"\n[watermark]\nidle_timeout = \"{idle}\"\nmax_lead = \"off\"\n");
         let cfg = write_config(dir.path(), &broker, group, &sections);
         let db = fresh_database("idle");
         let env = [("TALLY_SINK__DATABASE_URL", db.as_str())];
@@ -245,8 +246,8 @@ fn a_silent_partition_holds_finality_back_without_idleness_and_not_with_it() {
     assert_eq!(ten_oclock(&db).1.unwrap().2, "false");
     drop((worker, sink));
 
-    // Idleness on (2 s): the silent partition's progress follows the clock from
-    // the others' event time, and 10:00 turns final.
+    // Idleness on (2 s): the silent partition's progress follows the wall clock,
+    // and 10:00 turns final.
     let (db, _worker, _sink) = run("on", "2s");
     wait_until("10:00 final with idleness", Duration::from_secs(60), || {
         (ten_oclock(&db).1?.2 == "true").then_some(())

@@ -5,6 +5,7 @@
 mod alerts;
 mod common;
 mod crafted;
+mod defaults;
 mod endpoints;
 mod evolution;
 mod file_mode;

@@ -123,7 +123,9 @@ fn seed_burst_without_lateness_bills_twenty_cents_and_routes_the_burst_to_the_la
         dir.path(),
         &broker,
         "burst",
-        "[window]\nallowed_lateness = \"0\"\n[watermark]\nmax_future = \"off\"\n",
+        // The seed's rule: every record moves the watermark (the lead limit off,
+        // DESIGN §4.4; under it the 10:01 record would be held and nothing late).
+        "[window]\nallowed_lateness = \"0\"\n[watermark]\nmax_future = \"off\"\nmax_lead = \"off\"\n",
     );
     let story = seed_story();
     produce(&broker, "requests", 0, "acme", &story);

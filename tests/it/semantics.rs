@@ -39,7 +39,9 @@ fn seed_burst_with_thirty_seconds_of_lateness_is_billed_to_ten_oclock() {
         dir.path(),
         &broker,
         "late30",
-        "[window]\nallowed_lateness = \"30s\"\n[watermark]\nmax_future = \"off\"\n",
+        // The seed's rule: every record moves the watermark (the lead limit off,
+        // DESIGN §4.4; seven records would not start the partition under it).
+        "[window]\nallowed_lateness = \"30s\"\n[watermark]\nmax_future = \"off\"\nmax_lead = \"off\"\n",
     );
     let story: Vec<String> = [
         ("r-101", 5),

@@ -48,6 +48,7 @@ fn report() -> WorkerReport {
             delay,
             disorder: Histogram::default(),
             log_end: Some(100),
+            final_through: Some(1_767_261_600_000),
         }],
         pane_ack_us: Histogram::default(),
     }
@@ -96,6 +97,7 @@ fn units_counters_and_histograms_follow_prometheus() {
         "tally_records_total{partition=\"2\",route=\"folded\"} 5",
         "tally_partition_watermark_timestamp_seconds{partition=\"2\"} 1767261600.0",
         "tally_consumer_lag_records{partition=\"2\"} 10.0",
+        "tally_finality_lag_seconds{partition=\"2\"} 100.0",
         "tally_checkpoint_last_bytes 4096.0",
         "tally_checkpoint_state_bytes 65536.0",
         "tally_checkpoint_last_duration_seconds 0.25",

@@ -180,7 +180,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
             c.reload_prices(opts.config_path.as_deref());
         }
         if !opts.until_end {
-            c.advance_idle()?;
+            c.advance_idle(&consumer)?;
         }
         c.poll_export(&consumer)?;
         if last_report.elapsed() >= REPORT_EVERY {
