@@ -52,6 +52,8 @@ use crate::model::Partition;
 use crate::state::{NextOffset, PartitionCommit, StateStore};
 use crate::time::EventTime;
 
+mod positions;
+
 pub struct Slot {
     pub task: PartitionTask,
     pub next: NextOffset,
@@ -197,6 +199,9 @@ impl Core {
     ) -> Result<(), WorkerError> {
         for run in &polled.runs {
             self.process_run(consumer, polled, run)?;
+        }
+        if let Some(positions) = &polled.positions {
+            self.pass_positions(consumer, positions)?;
         }
         Ok(())
     }
@@ -362,13 +367,15 @@ impl Core {
     }
 
     /// A bounded run is done when it owns every partition of the input topic
-    /// (`topic_partitions`) and has read each to the log end seen at assignment.
+    /// (`topic_partitions`) and has read each to the log end seen at assignment
+    /// (`ledger::drained`; a log that ends in a transaction marker is read to its
+    /// end by the consumer's position, `pass_positions`).
     /// Owning all of them matters under incremental assignment (cooperative,
     /// KIP-848): a first, partial assignment drained is not the end of the input.
     pub fn drained(&self, topic_partitions: usize) -> bool {
         self.assigned_once
             && self.slots.len() >= topic_partitions
-            && self.slots.values().all(|s| s.next.0 >= s.end)
+            && self.slots.values().all(|s| ledger::drained(s.next, s.end))
     }
 
     /// Takes checkpoint N through the coordinator (steps 1–3); with `wait`, also

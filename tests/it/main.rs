@@ -25,4 +25,5 @@ mod signals;
 mod state_budget;
 mod store_faults;
 mod tls;
+mod transactions;
 mod usage_api;
