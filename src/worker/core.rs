@@ -82,7 +82,7 @@ fn accept_gap(
     }
     if !policy.allow_truncated_log {
         return Err(WorkerError::Refused(restore::gap_refusal(
-            topic, p, &gap, how,
+            topic, p, &gap, how, policy,
         )));
     }
     log_accepted_gap(p, &gap, how);
@@ -98,6 +98,17 @@ fn log_accepted_gap(p: Partition, gap: &Gap, how: &str) {
         records = gap.len(),
         how,
         "ACCEPTED GAP (--allow-truncated-log): records deleted before tally read them are not billed"
+    );
+}
+
+fn log_onboarded(p: Partition, gap: &Gap) {
+    warn!(
+        partition = p.0,
+        from = gap.from,
+        to = gap.to,
+        records = gap.len(),
+        "STARTED AT LOG START (--start-at-log-start): the partition's first start; records deleted before \
+         it are not billed, and any later gap is refused"
     );
 }
 
@@ -503,7 +514,8 @@ impl Core {
                 CheckpointError::Refused(m) => WorkerError::Refused(m),
                 other => WorkerError::Checkpoint(other),
             })?;
-            if r.is_none() {
+            let fresh = r.is_none();
+            if fresh {
                 self.store.drop_partition(p)?;
             }
             let (snapshot, at) = match r {
@@ -519,8 +531,14 @@ impl Core {
                     "rebuilding from the log start as requested (--reset-state earliest)"
                 );
             }
-            if let Some((gap, how)) = &start.accepted_gap {
-                log_accepted_gap(p, gap, how);
+            match &start.accepted_gap {
+                Some((gap, _)) if start.onboarded => log_onboarded(p, gap),
+                Some((gap, how)) => log_accepted_gap(p, gap, how),
+                None if self.policy.start_at_log_start && !fresh => info!(
+                    partition = p.0,
+                    "--start-at-log-start does not apply: the partition restores from a checkpoint"
+                ),
+                None => {}
             }
             let mut task = PartitionTask::restore(p, self.engine.clone(), snapshot);
             task.track_progress();

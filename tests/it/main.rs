@@ -13,6 +13,7 @@ mod harness;
 mod input_mapping;
 mod late;
 mod object_store;
+mod onboarding;
 mod pipeline;
 mod poison;
 mod producer;
