@@ -8,6 +8,16 @@
 //! its position carry no record, and go through the offset ledger like any jump
 //! (`ledger::passed`, `ledger::classify`). Without this, a bounded run whose
 //! partition ends in a marker would never reach the log end.
+//!
+//! A position never covers a record this worker did not apply: it is read after
+//! the records before it were queued, and applied only under the assignment it
+//! was read in (like runs, `kafka::poller`). librdkafka forgets a partition's
+//! position when its fetcher stops (an unassign or a seek) and starts a new
+//! assignment only once the old fetchers stopped, so a position read under an
+//! assignment comes from that assignment's fetch (librdkafka 2.12.1,
+//! `rd_kafka_toppar_fetch_stopped`, `rd_kafka_assignment_serve`). The one
+//! assignment tally makes itself, after an offset out of range, raises no epoch:
+//! no run is dropped, so every record a position covers is applied before it.
 
 use super::{accept_gap, Core};
 use crate::checkpoint::ledger;
