@@ -10,10 +10,12 @@
 //!
 //! - `empty_offsets`: offsets inside the retained log that carry no record for a
 //!   consumer. Kafka leaves them in three ways: transaction markers (one offset per
-//!   commit or abort), aborted transactional records (librdkafka reads
-//!   `read_committed` by default) and compacted-away records. They show up as a
-//!   record whose offset is past the next expected one, while the skipped offsets
-//!   are at or above the log start librdkafka last saw.
+//!   commit or abort and partition), aborted transactional records (the worker
+//!   reads `isolation.level=read_committed`, which tally owns) and compacted-away
+//!   records. They show up as a record whose offset is past the next expected one,
+//!   or as the consumer's position passing them with no record after them
+//!   (`passed`: a partition whose log ends in a marker); either way the skipped
+//!   offsets are at or above the log start librdkafka last saw.
 //! - `gap_offsets`: offsets below the log start, deleted by retention (or
 //!   `DeleteRecords`) before tally read them. They are never skipped silently: the
 //!   worker refuses and names the range; with `--allow-truncated-log` it accepts
@@ -115,6 +117,26 @@ pub fn classify(expected: i64, arrived: i64, log_start: Option<i64>, at_ms: i64)
     }
 }
 
+/// Where the consumer's `position` lets a partition's next offset move with no
+/// record: librdkafka's position is past every record *and control record*
+/// (transaction marker) it has handed over, and it passes aborted records
+/// without handing them over, so when every record before the position has been
+/// applied, the offsets from `next` up to it carry no record for this consumer
+/// (classified like any jump, `classify`). A bounded run stops at `end` (records
+/// at or past it are read but not processed). `None`: nothing to pass.
+pub fn passed(next: i64, position: i64, end: Option<i64>) -> Option<i64> {
+    let to = end.map_or(position, |end| position.min(end));
+    (to > next).then_some(to)
+}
+
+/// A bounded run (`--until-end`) has read a partition when its next offset
+/// reaches the log end seen at assignment. A log that ends in offsets with no
+/// record (a transaction marker, an aborted transaction) is reached through the
+/// consumer's position (`passed`), not a record.
+pub fn drained(next: NextOffset, end: i64) -> bool {
+    next.0 >= end
+}
+
 impl OffsetLedger {
     /// No gap: every offset not consumed was empty (a file run: a line that holds no record).
     pub fn without_gaps(consumed: u64, next: NextOffset) -> Self {
@@ -151,8 +173,26 @@ impl OffsetLedger {
 }
 
 #[cfg(test)]
+mod model_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_position_passes_offsets_without_a_record_up_to_a_bounded_end() {
+        // Records 0..=9, a commit marker at 10: the log ends at 11.
+        assert_eq!(passed(10, 11, Some(11)), Some(11));
+        assert_eq!(passed(10, 11, None), Some(11));
+        // Nothing to pass: at (or behind) the next offset.
+        assert_eq!(passed(11, 11, None), None);
+        assert_eq!(passed(11, 5, None), None);
+        // A bounded run never passes its end: records past it are not processed.
+        assert_eq!(passed(10, 40, Some(11)), Some(11));
+        assert_eq!(passed(11, 40, Some(11)), None);
+        assert!(!drained(NextOffset(10), 11));
+        assert!(drained(NextOffset(11), 11));
+    }
 
     #[test]
     fn a_jump_inside_the_retained_log_is_empty_offsets() {

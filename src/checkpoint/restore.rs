@@ -11,7 +11,10 @@
 //! 3. `decide`: where the partition starts, or which refusal — from what was
 //!    restored, the offset the group committed, the partition's log range and
 //!    the policy. A gap below the log start is refused, or accepted into the
-//!    ledger with `--allow-truncated-log`.
+//!    ledger with `--allow-truncated-log`; for a partition without a checkpoint
+//!    whose log starts above 0, `--start-at-log-start` is the one-time choice to
+//!    start there (the gap `0..log start`, recorded like any accepted gap, which
+//!    every later start restores — so it never accepts a later gap).
 //!
 //! A manifest or part the store could not *read* (`read_failure`: the object
 //! store failing, the local directory failing, a stop request) is neither damage
@@ -196,6 +199,9 @@ pub struct Start {
     pub offsets: OffsetLedger,
     /// A gap accepted under `--allow-truncated-log`, and how it was found.
     pub accepted_gap: Option<(Gap, String)>,
+    /// The accepted gap is the partition's first start at its log start
+    /// (`--start-at-log-start`), not a gap found later.
+    pub onboarded: bool,
     /// Rebuilt from the log start although the group had committed this offset
     /// (`--reset-state earliest`).
     pub rebuilt_over: Option<i64>,
@@ -249,7 +255,13 @@ pub fn decide(
         ));
     }
     let mut accepted_gap = None;
+    let mut onboarded = false;
     if start < low {
+        let gap = Gap {
+            from: start,
+            to: low,
+            at_ms: now_ms,
+        };
         let how = if fresh {
             format!(
                 "the partition has no checkpoint in {} and its log starts at offset {low}, not 0, so a \
@@ -259,13 +271,14 @@ pub fn decide(
         } else {
             format!("the checkpoint resumes at offset {start} but the log now starts at {low}")
         };
-        let gap = Gap {
-            from: start,
-            to: low,
-            at_ms: now_ms,
-        };
-        if !policy.allow_truncated_log {
-            return Err(gap_refusal(topic, p, &gap, &how));
+        if fresh && policy.start_at_log_start {
+            onboarded = true;
+        } else if !policy.allow_truncated_log {
+            return Err(if fresh {
+                first_start_refusal(topic, p, &gap, &how)
+            } else {
+                gap_refusal(topic, p, &gap, &how, policy)
+            });
         }
         offsets.accept_gap(gap);
         accepted_gap = Some((gap, how));
@@ -274,19 +287,41 @@ pub fn decide(
         next: NextOffset(start.max(low)),
         offsets,
         accepted_gap,
+        onboarded,
         rebuilt_over,
     })
 }
 
-/// The refusal of a gap of deleted offsets (`how`: how it was found).
-pub fn gap_refusal(topic: &str, p: Partition, gap: &Gap, how: &str) -> String {
+/// The refusal of a partition's first start (no checkpoint) on a log that no
+/// longer begins at 0: both ways to accept it, and what each covers.
+fn first_start_refusal(topic: &str, p: Partition, gap: &Gap, how: &str) -> String {
+    format!(
+        "partition {topic}/{p}: {gap} were deleted by the broker (retention.ms, retention.bytes or \
+         DeleteRecords) before this consumer group first read them: {how}. Refusing to bill a partial \
+         history silently. Either bring the records back (restore the topic from a backup), or choose \
+         where billing starts, once: `--start-at-log-start` starts each partition without a checkpoint \
+         at its log start — the gap is logged, counted in tally_offsets_gap_total and recorded in the \
+         checkpoint, and any later gap is still refused; `--allow-truncated-log` accepts this gap and \
+         every later one for as long as it is given."
+    )
+}
+
+/// The refusal of a gap of deleted offsets found after a partition's first start
+/// (`how`: how it was found).
+pub fn gap_refusal(topic: &str, p: Partition, gap: &Gap, how: &str, policy: StartPolicy) -> String {
+    let onboarding = if policy.start_at_log_start {
+        " (`--start-at-log-start` does not cover it: it chooses only where a partition without a \
+         checkpoint starts.)"
+    } else {
+        ""
+    };
     format!(
         "partition {topic}/{p}: {gap} were deleted by the broker (retention.ms, retention.bytes or \
          DeleteRecords) before tally read them: {how}. None of them is billed, and the last checkpoint \
          is intact, so a plain restart refuses again. Either bring the records back (restore the topic \
          from a backup, then restart), or accept the gap: restart with `--allow-truncated-log` — it \
          is logged, counted in tally_offsets_gap_total and recorded in the checkpoint. Then find out why \
-         tally fell behind and raise the topic's retention."
+         tally fell behind and raise the topic's retention.{onboarding}"
     )
 }
 

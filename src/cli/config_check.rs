@@ -33,15 +33,29 @@ pub enum ConfigAction {
     Check(ConfigArg),
 }
 
+/// The librdkafka properties tally sets on the input consumer itself, as TOML
+/// comments (they cannot be set under `[kafka]`).
+fn owned_properties() -> String {
+    let mut out = String::from(
+        "\n# set by tally on the input consumer (refused under [kafka]; docs/DESIGN.md §7.5):\n",
+    );
+    for owned in crate::kafka::OWNED_CONSUMER_PROPERTIES {
+        out.push_str(&format!("# \"{}\" = \"{}\"\n", owned.key, owned.value));
+    }
+    out
+}
+
 pub fn run(c: ConfigCmd) -> anyhow::Result<()> {
     let Some(ConfigAction::Check(arg)) = c.action else {
         print!("{}", c.config.load()?.effective_toml()?);
+        print!("{}", owned_properties());
         return Ok(());
     };
     let cfg = arg.load()?;
     let engine = cfg.engine()?;
     println!("# configuration: valid");
     print!("{}", cfg.effective_toml()?);
+    print!("{}", owned_properties());
     let rules = crate::checkpoint::rules(
         &cfg.topics.input,
         &engine,

@@ -35,12 +35,20 @@ pub struct RunArgs {
     pub reset_state: Option<ResetState>,
     /// Accept records deleted by the broker (retention, DeleteRecords) before tally
     /// read them: at a restore, at a fresh start on a log that no longer begins at
-    /// 0, or while running behind the log start. Without it tally refuses, naming
-    /// the partition and the offsets. Accepted gaps are never billed; they are
-    /// logged (ACCEPTED GAP), counted in tally_offsets_gap_total and recorded in
-    /// the checkpoint.
+    /// 0, or while running behind the log start — every such gap, for as long as the
+    /// flag is given. Without it tally refuses, naming the partition and the
+    /// offsets. Accepted gaps are never billed; they are logged (ACCEPTED GAP),
+    /// counted in tally_offsets_gap_total and recorded in the checkpoint.
     #[arg(long)]
     pub allow_truncated_log: bool,
+    /// Start each partition that has no checkpoint yet (a new consumer group) at its
+    /// log start when the log no longer begins at 0: a one-time choice. The records
+    /// deleted before it are not billed; the gap is logged (STARTED AT LOG START),
+    /// counted in tally_offsets_gap_total and recorded in the checkpoint. A
+    /// partition with a checkpoint ignores the flag, and any later gap is refused
+    /// unless --allow-truncated-log.
+    #[arg(long)]
+    pub start_at_log_start: bool,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy)]
@@ -74,6 +82,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         policy: StartPolicy {
             reset_state_earliest: matches!(a.reset_state, Some(ResetState::Earliest)),
             allow_truncated_log: a.allow_truncated_log,
+            start_at_log_start: a.start_at_log_start,
         },
     };
     kafka::run(&cfg, opts)?;

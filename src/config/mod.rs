@@ -539,14 +539,13 @@ impl Config {
                 ),
             ));
         }
-        for key in crate::kafka::OWNED_CONSUMER_PROPERTIES {
-            if let Some(v) = self.kafka.properties.get(*key) {
+        for owned in crate::kafka::OWNED_CONSUMER_PROPERTIES {
+            if let Some(v) = self.kafka.properties.get(owned.key) {
                 return Err(invalid(
-                    format!("kafka.\"{key}\""),
+                    format!("kafka.\"{}\"", owned.key),
                     format!(
-                        "is set to {v:?}, but tally sets it itself: offsets are committed only with \
-                         checkpoints, and a position outside the log is refused or, with \
-                         `--allow-truncated-log`, accounted for — never reset silently. Remove the key."
+                        "is set to {v:?}, but tally sets it itself (to {:?}): {}. Remove the key.",
+                        owned.value, owned.why
                     ),
                 ));
             }

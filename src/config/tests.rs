@@ -254,15 +254,25 @@ fn environment_errors_name_the_variable() {
 
 #[test]
 fn the_properties_tally_owns_are_refused() {
-    for key in crate::kafka::OWNED_CONSUMER_PROPERTIES {
+    for owned in crate::kafka::OWNED_CONSUMER_PROPERTIES {
+        let key = owned.key;
         let e = load(&format!("[kafka]\n\"{key}\" = \"earliest\"\n{PRICES}"), &[])
             .unwrap_err()
             .to_string();
-        assert!(
-            e.contains(key) && e.contains("--allow-truncated-log"),
-            "{e}"
-        );
+        assert!(e.contains(key) && e.contains(owned.why), "{e}");
     }
+    let e = load(
+        &format!("[kafka]\n\"isolation.level\" = \"read_uncommitted\"\n{PRICES}"),
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("kafka.\"isolation.level\"")
+            && e.contains("\"read_committed\"")
+            && e.contains("aborted transactions"),
+        "{e}"
+    );
     let env = load(PRICES, &[("TALLY_KAFKA__AUTO_OFFSET_RESET", "earliest")]);
     assert!(env.unwrap_err().to_string().contains("auto.offset.reset"));
 }

@@ -69,15 +69,9 @@ pub const PRODUCER_DEFAULTS: &[(&str, &str)] = &[
     ("queue.buffering.max.messages", "500000"),
 ];
 
-/// Consumer defaults: offsets are committed by tally only after a state commit.
-/// Every start offset is decided by tally at assignment (checkpoint, or log start),
-/// so `auto.offset.reset` only ever acts when a position falls out of the log —
-/// records deleted before tally read them. `error` makes that a consumer error
-/// tally refuses or accounts for (`checkpoint::ledger`), never a silent jump.
+/// Consumer defaults (the user's `[kafka]` properties go on top), besides the
+/// properties tally owns (`OWNED_CONSUMER_PROPERTIES`).
 pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
-    ("enable.auto.commit", "false"),
-    ("enable.auto.offset.store", "false"),
-    ("auto.offset.reset", "error"),
     ("session.timeout.ms", "6000"),
     ("heartbeat.interval.ms", "1000"),
     ("enable.partition.eof", "false"),
@@ -94,13 +88,50 @@ pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     ("max.poll.interval.ms", "60000"),
 ];
 
-/// librdkafka properties tally sets itself because its guarantees rest on them
-/// (offsets committed only with checkpoints, no silent offset reset); the config
-/// refuses them under `[kafka]`.
-pub const OWNED_CONSUMER_PROPERTIES: &[&str] = &[
-    "enable.auto.commit",
-    "enable.auto.offset.store",
-    "auto.offset.reset",
+/// A librdkafka property of the input consumer that tally sets itself, because a
+/// guarantee rests on it: the config refuses it under `[kafka]`, and `tally
+/// config` prints it.
+#[derive(Debug, Clone, Copy)]
+pub struct Owned {
+    pub key: &'static str,
+    pub value: &'static str,
+    /// Why tally owns it (the refusal says this).
+    pub why: &'static str,
+}
+
+const OFFSETS_OWNED: &str = "offsets are committed only with checkpoints, and a position outside \
+     the log is refused or, with `--allow-truncated-log`, accounted for — never reset silently";
+
+/// Offsets are committed by tally only after a state commit. Every start offset is
+/// decided by tally at assignment (checkpoint, or log start), so
+/// `auto.offset.reset` only ever acts when a position falls out of the log —
+/// records deleted before tally read them; `error` makes that a consumer error
+/// tally refuses or accounts for (`checkpoint::ledger`), never a silent jump.
+/// `read_committed`: records of aborted transactions are never handed over (never
+/// billed), a bounded run's log end is the last stable offset, and transaction
+/// markers are empty offsets (docs/DESIGN.md §7.5).
+pub const OWNED_CONSUMER_PROPERTIES: &[Owned] = &[
+    Owned {
+        key: "enable.auto.commit",
+        value: "false",
+        why: OFFSETS_OWNED,
+    },
+    Owned {
+        key: "enable.auto.offset.store",
+        value: "false",
+        why: OFFSETS_OWNED,
+    },
+    Owned {
+        key: "auto.offset.reset",
+        value: "error",
+        why: OFFSETS_OWNED,
+    },
+    Owned {
+        key: "isolation.level",
+        value: "read_committed",
+        why: "records of aborted transactions must never be billed, nor records of transactions \
+              still open",
+    },
 ];
 
 /// Consumer defaults that only the classic group protocol accepts; under
@@ -108,7 +139,8 @@ pub const OWNED_CONSUMER_PROPERTIES: &[&str] = &[
 const CLASSIC_ONLY: &[&str] = &["session.timeout.ms", "heartbeat.interval.ms"];
 
 /// The input consumer's config: `CONSUMER_DEFAULTS` (minus the classic-only ones
-/// when the user chose the KIP-848 protocol), the user's properties, the group id.
+/// when the user chose the KIP-848 protocol), the user's properties, the
+/// properties tally owns, the group id.
 pub fn consumer_config(k: &KafkaConfig) -> ClientConfig {
     let kip848 = k
         .properties
@@ -120,6 +152,9 @@ pub fn consumer_config(k: &KafkaConfig) -> ClientConfig {
         .filter(|(key, _)| !(kip848 && CLASSIC_ONLY.contains(key)))
         .collect();
     let mut c = client_config(k, &defaults);
+    for owned in OWNED_CONSUMER_PROPERTIES {
+        c.set(owned.key, owned.value);
+    }
     c.set("group.id", &k.group_id);
     c
 }

@@ -42,6 +42,10 @@ pub struct StartPolicy {
     /// above a partition's next offset): skip them, log, count and checkpoint the
     /// gap (see `checkpoint::ledger`). Without it such a gap is refused.
     pub allow_truncated_log: bool,
+    /// Start a partition that has no checkpoint at its log start when the log no
+    /// longer begins at 0: the one-time choice of a new consumer group, recorded
+    /// as the gap `0..log start` in the checkpoint. It accepts no later gap.
+    pub start_at_log_start: bool,
 }
 
 /// The worker side of a rebalance: it never sees the consumer.

@@ -333,7 +333,7 @@ impl Collector for Worker {
         counters(
             &mut e,
             "tally_offsets_gap",
-            "Offsets deleted before tally read them, accepted with --allow-truncated-log (never billed).",
+            "Offsets deleted before tally read them, accepted with --allow-truncated-log or --start-at-log-start (never billed).",
             per(|p| p.offsets.gap_offsets),
         )?;
         counters(

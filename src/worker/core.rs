@@ -53,6 +53,8 @@ use crate::state::{NextOffset, PartitionCommit, StateStore};
 use crate::time::liveness::{self, Quiet};
 use crate::time::EventTime;
 
+mod positions;
+
 pub struct Slot {
     pub task: PartitionTask,
     pub next: NextOffset,
@@ -83,7 +85,7 @@ fn accept_gap(
     }
     if !policy.allow_truncated_log {
         return Err(WorkerError::Refused(restore::gap_refusal(
-            topic, p, &gap, how,
+            topic, p, &gap, how, policy,
         )));
     }
     log_accepted_gap(p, &gap, how);
@@ -99,6 +101,17 @@ fn log_accepted_gap(p: Partition, gap: &Gap, how: &str) {
         records = gap.len(),
         how,
         "ACCEPTED GAP (--allow-truncated-log): records deleted before tally read them are not billed"
+    );
+}
+
+fn log_onboarded(p: Partition, gap: &Gap) {
+    warn!(
+        partition = p.0,
+        from = gap.from,
+        to = gap.to,
+        records = gap.len(),
+        "STARTED AT LOG START (--start-at-log-start): the partition's first start; records deleted before \
+         it are not billed, and any later gap is refused"
     );
 }
 
@@ -200,6 +213,9 @@ impl Core {
     ) -> Result<(), WorkerError> {
         for run in &polled.runs {
             self.process_run(consumer, polled, run)?;
+        }
+        if let Some(positions) = &polled.positions {
+            self.pass_positions(consumer, positions)?;
         }
         Ok(())
     }
@@ -396,13 +412,15 @@ impl Core {
     }
 
     /// A bounded run is done when it owns every partition of the input topic
-    /// (`topic_partitions`) and has read each to the log end seen at assignment.
+    /// (`topic_partitions`) and has read each to the log end seen at assignment
+    /// (`ledger::drained`; a log that ends in a transaction marker is read to its
+    /// end by the consumer's position, `pass_positions`).
     /// Owning all of them matters under incremental assignment (cooperative,
     /// KIP-848): a first, partial assignment drained is not the end of the input.
     pub fn drained(&self, topic_partitions: usize) -> bool {
         self.assigned_once
             && self.slots.len() >= topic_partitions
-            && self.slots.values().all(|s| s.next.0 >= s.end)
+            && self.slots.values().all(|s| ledger::drained(s.next, s.end))
     }
 
     /// Takes checkpoint N through the coordinator (steps 1–3); with `wait`, also
@@ -530,7 +548,8 @@ impl Core {
                 CheckpointError::Refused(m) => WorkerError::Refused(m),
                 other => WorkerError::Checkpoint(other),
             })?;
-            if r.is_none() {
+            let fresh = r.is_none();
+            if fresh {
                 self.store.drop_partition(p)?;
             }
             let (snapshot, at) = match r {
@@ -546,8 +565,14 @@ impl Core {
                     "rebuilding from the log start as requested (--reset-state earliest)"
                 );
             }
-            if let Some((gap, how)) = &start.accepted_gap {
-                log_accepted_gap(p, gap, how);
+            match &start.accepted_gap {
+                Some((gap, _)) if start.onboarded => log_onboarded(p, gap),
+                Some((gap, how)) => log_accepted_gap(p, gap, how),
+                None if self.policy.start_at_log_start && !fresh => info!(
+                    partition = p.0,
+                    "--start-at-log-start does not apply: the partition restores from a checkpoint"
+                ),
+                None => {}
             }
             let mut task = PartitionTask::restore(p, self.engine.clone(), snapshot);
             task.track_progress();

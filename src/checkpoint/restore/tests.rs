@@ -178,6 +178,10 @@ fn the_start_is_decided_from_the_restore_the_group_and_the_log() {
         reset_state_earliest: true,
         ..none
     };
+    let onboard = StartPolicy {
+        start_at_log_start: true,
+        ..none
+    };
     let at = |n: i64| {
         Some((
             NextOffset(n),
@@ -235,13 +239,37 @@ fn the_start_is_decided_from_the_restore_the_group_and_the_log() {
         // … or accepted and counted.
         (facts(60, 100, Some(50)), at(50), allow, Ok((60, 10, None))),
         // No checkpoint and a log that starts above 0: a partial history.
+        // Refused, naming both ways out.
         (
             facts(7, 100, None),
             None,
             none,
-            Err(&["log starts at offset 7", "partial history"]),
+            Err(&[
+                "offsets 0..7 (7 records)",
+                "log starts at offset 7",
+                "partial history",
+                "--start-at-log-start",
+                "--allow-truncated-log",
+            ]),
         ),
         (facts(7, 100, None), None, allow, Ok((7, 7, None))),
+        // The first start's choice: at the log start, the gap counted.
+        (facts(7, 100, None), None, onboard, Ok((7, 7, None))),
+        // A log from 0 needs no choice.
+        (facts(0, 100, None), None, onboard, Ok((0, 0, None))),
+        // The choice covers no later gap: a checkpoint behind the log start is refused.
+        (
+            facts(60, 100, Some(50)),
+            at(50),
+            onboard,
+            Err(&[
+                "offsets 50..60 (10 records)",
+                "--allow-truncated-log",
+                "`--start-at-log-start` does not cover it",
+            ]),
+        ),
+        // Nor does it change a restore inside the log.
+        (facts(0, 100, Some(50)), at(50), onboard, Ok((50, 0, None))),
     ];
     for (i, (f, restored, policy, want)) in rows.into_iter().enumerate() {
         let got = decide(&names, &f, restored, policy, 99);
@@ -253,6 +281,13 @@ fn the_start_is_decided_from_the_restore_the_group_and_the_log() {
                     "row {i}"
                 );
                 assert_eq!(s.accepted_gap.is_some(), gap > 0, "row {i}");
+                // Only a first start under the choice is onboarded.
+                let first = f.committed.is_none() || policy.reset_state_earliest;
+                assert_eq!(
+                    s.onboarded,
+                    gap > 0 && policy.start_at_log_start && first,
+                    "row {i}"
+                );
                 if let Some((g, _)) = s.accepted_gap {
                     assert_eq!(g.at_ms, 99, "row {i}");
                 }

@@ -22,6 +22,11 @@
 //!   whatever the relative speeds.
 //! - A fetch position outside the log (`auto.offset.reset=error`) ends a chunk,
 //!   which says so (`out_of_range`), after the records polled before it.
+//! - A poll that finds nothing ends a chunk with the consumer's positions
+//!   (`Positions`) when they moved since last sent: read after the poll, they are
+//!   past every record this thread has put in a chunk — and past the transaction
+//!   markers librdkafka consumed without handing them over, which no record shows
+//!   (`Core::pass_positions`).
 //! - Step 1 runs under the engine configuration current when the chunk was
 //!   polled (`Polled::cfg`); the loop applies a chunk prepared under another one
 //!   (a price reload came between) by running step 1 again itself.
@@ -35,8 +40,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use rdkafka::consumer::Consumer;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::topic_partition_list::Offset;
 use tracing::warn;
 
 use crate::engine::{EngineConfig, Prepared, RecordIn};
@@ -207,6 +214,33 @@ pub struct Polled {
     pub cfg: Arc<EngineConfig>,
     /// librdkafka reported a fetch position outside the log after these records.
     pub out_of_range: bool,
+    /// The consumer's positions after these records, when it had nothing more to
+    /// hand over and they moved since the last chunk that carried them.
+    pub positions: Option<Positions>,
+}
+
+/// The consumer's positions (librdkafka's: the offset after the last record or
+/// control record it consumed, per assigned partition), read after a poll that
+/// found nothing: every record before them is in this chunk or an earlier one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Positions {
+    /// `Core::epoch` when they were read.
+    pub epoch: u64,
+    pub at: Vec<(Partition, i64)>,
+}
+
+/// The positions of the assigned partitions that librdkafka knows.
+fn positions(consumer: &Source, epoch: u64) -> Option<Positions> {
+    let tpl = consumer.position().ok()?;
+    let at = tpl
+        .elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(o) => Some((Partition(e.partition()), o)),
+            _ => None,
+        })
+        .collect();
+    Some(Positions { epoch, at })
 }
 
 /// What the loop shares with the poll thread.
@@ -277,9 +311,10 @@ impl Drop for Poller {
 
 fn poll_loop(shared: &Shared, tx: &SyncSender<Polled>, stop: &AtomicBool) {
     let consumer = &*shared.consumer;
+    let mut sent_positions: Option<Positions> = None;
     while !stop.load(Ordering::Relaxed) {
         let mut runs: Vec<Run> = Vec::new();
-        let (mut n, mut wait, mut out_of_range) = (0, POLL_WAIT, false);
+        let (mut n, mut wait, mut out_of_range, mut idle) = (0, POLL_WAIT, false, false);
         while n < CHUNK {
             match consumer.poll(wait) {
                 Some(Ok(m)) => {
@@ -296,12 +331,22 @@ fn poll_loop(shared: &Shared, tx: &SyncSender<Polled>, stop: &AtomicBool) {
                     warn!(error = %e, "consumer error");
                     break;
                 }
-                None => break,
+                None => {
+                    idle = true;
+                    break;
+                }
             }
             wait = Duration::ZERO;
         }
-        if runs.is_empty() && !out_of_range {
+        let positions = idle
+            .then(|| positions(consumer, shared.epoch.load(Ordering::Acquire)))
+            .flatten()
+            .filter(|p| sent_positions.as_ref() != Some(p));
+        if runs.is_empty() && !out_of_range && positions.is_none() {
             continue;
+        }
+        if positions.is_some() {
+            sent_positions.clone_from(&positions);
         }
         let cfg = match shared.engine.lock() {
             Ok(cfg) => cfg.clone(),
@@ -314,6 +359,7 @@ fn poll_loop(shared: &Shared, tx: &SyncSender<Polled>, stop: &AtomicBool) {
             now_ms,
             cfg,
             out_of_range,
+            positions,
         };
         if tx.send(polled).is_err() {
             return;
