@@ -1,5 +1,5 @@
-//! The liveness rule (docs/DESIGN.md §4.3): when a quiet partition's watermark
-//! follows the wall clock, and to where. Pure: the caller reads the clocks and
+//! The liveness rule (docs/DESIGN.md §4.3): when a caught-up partition's
+//! watermark follows the wall clock, and to where. Pure: the caller reads the clocks and
 //! the consumer's position, and applies the answer with `Watermark::force`.
 //!
 //! Invariants:

@@ -261,3 +261,84 @@ fn minutes_become_final_under_the_defaults_with_a_silent_and_a_sparse_partition(
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(minutes(&db), rows);
 }
+
+/// The measured case of issue 34: four partitions of traffic, then one record
+/// per partition three days later (a quiet weekend ends). Each closing record
+/// leads by far more than `max_lead` and is held; nothing follows it. Under the
+/// defaults the minutes before the gap close as soon as the worker has read the
+/// closing records (caught up: held times count up to the wall clock), well
+/// before `idle_timeout` — in the view, with exact totals.
+#[test]
+fn the_minutes_before_a_weekend_gap_close_when_the_first_record_after_it_is_read() {
+    let dir = TempDir::new("defaults-gap");
+    let d = dir.path();
+    let broker = DevBroker::start(&[
+        ("requests", 4),
+        ("tenant-cost", 2),
+        ("requests.late", 1),
+        ("requests.dlq", 1),
+    ]);
+    let mut expected: BTreeMap<(String, i64), u64> = BTreeMap::new();
+    for p in 0..4 {
+        let tenant = format!("t{p}");
+        let payloads: Vec<String> = (0..400)
+            .map(|i| {
+                let ts = T10 + i * 300;
+                let end = (ts.div_euclid(MIN) + 1) * MIN;
+                *expected.entry((tenant.clone(), end)).or_default() += 1;
+                event(&format!("g{p}-{i}"), &tenant, "small", ts)
+            })
+            .collect();
+        produce(&broker, "requests", p, &tenant, &payloads);
+    }
+    let cfg = write_config(d, &broker, "gap", "");
+    let cfg = cfg.to_str().unwrap();
+    let db = fresh_database("defaults_gap");
+    let env = [
+        ("TALLY_SINK__DATABASE_URL", db.as_str()),
+        ("TALLY_LOG", "info"),
+    ];
+    let _sink = Service::start(&["sink", "--config", cfg], &env, d.join("sink.log"));
+    let worker = Service::start(&["run", "--config", cfg], &env, d.join("worker.log"));
+    // The traffic's first minutes close by data; then the weekend ends.
+    wait_until("the first minute", Duration::from_secs(60), || {
+        minutes(&db)
+            .contains_key(&("t0".to_string(), T10 + MIN))
+            .then_some(())
+    });
+    for p in 0..4 {
+        let ts = T10 + 3 * DAY;
+        produce(
+            &broker,
+            "requests",
+            p,
+            &format!("t{p}"),
+            &[event(&format!("monday-{p}"), &format!("t{p}"), "small", ts)],
+        );
+    }
+    let read = Instant::now();
+    let rows = wait_until(
+        "every minute before the gap",
+        Duration::from_secs(45),
+        || {
+            let rows = minutes(&db);
+            expected
+                .keys()
+                .all(|k| rows.contains_key(k))
+                .then_some(rows)
+        },
+    );
+    let took = read.elapsed();
+    assert!(
+        took < Duration::from_secs(50),
+        "closed after {took:?}, not by the caught-up rule:\n{}",
+        worker.log_text()
+    );
+    for (key, n) in &expected {
+        assert_eq!(rows[key].0.parse::<u64>().unwrap(), *n, "{key:?}");
+    }
+    assert!(read_topic(&broker.kafka(), "requests.late")
+        .unwrap()
+        .is_empty());
+    eprintln!("the minutes before the gap closed {took:?} after the first records after it");
+}
