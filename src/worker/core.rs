@@ -340,8 +340,6 @@ impl Core {
         if !self.slots.values().any(due) {
             return Ok(());
         }
-        // Read once, and only when some partition is due.
-        let positions = consumer.position().ok();
         let wall = clock::wall_ms();
         for (p, slot) in self.slots.iter_mut() {
             if !due(slot) {
@@ -349,13 +347,10 @@ impl Core {
             }
             slot.checked_at = now;
             let silence = now - slot.last_record;
-            let position = positions
-                .as_ref()
-                .and_then(|l| l.find_partition(&self.job.topic, p.0))
-                .and_then(|e| e.offset().to_raw())
-                .unwrap_or(-1);
-            let caught_up = cached_log_end(consumer, &self.job.topic, *p)
-                .is_some_and(|end| slot.next.0.max(position) >= end);
+            // `next` passes offsets without a record (a trailing transaction
+            // marker) once a poll comes back empty (`core::positions`).
+            let caught_up =
+                cached_log_end(consumer, &self.job.topic, *p).is_some_and(|end| slot.next.0 >= end);
             if !caught_up {
                 continue;
             }
