@@ -133,6 +133,43 @@ fn leading_clocks_make_no_agreeing_record_late_under_the_defaults() {
     );
 }
 
+/// A broker with the default topics, the input in four partitions.
+fn four_partitions() -> DevBroker {
+    DevBroker::start(&[
+        ("requests", 4),
+        ("tenant-cost", 2),
+        ("requests.late", 1),
+        ("requests.dlq", 1),
+    ])
+}
+
+/// A live sink and worker under the defaults (group `group`), on a fresh
+/// database: `(config, database, sink, worker)`.
+fn live(
+    d: &std::path::Path,
+    broker: &DevBroker,
+    group: &str,
+) -> (String, String, Service, Service) {
+    let cfg = write_config(d, broker, group, "");
+    let cfg = cfg.to_str().unwrap().to_string();
+    let db = fresh_database(&format!("defaults_{group}"));
+    let env = [
+        ("TALLY_SINK__DATABASE_URL", db.as_str()),
+        ("TALLY_LOG", "info"),
+    ];
+    let sink = Service::start(
+        &["sink", "--config", &cfg],
+        &env,
+        d.join(format!("{group}-sink.log")),
+    );
+    let worker = Service::start(
+        &["run", "--config", &cfg],
+        &env,
+        d.join(format!("{group}-worker.log")),
+    );
+    (cfg, db, sink, worker)
+}
+
 /// The minute rows of the invoice view: `(tenant, window_end) → (requests, final)`.
 fn minutes(db: &str) -> BTreeMap<(String, i64), (String, String)> {
     try_query(
@@ -159,16 +196,12 @@ fn minutes(db: &str) -> BTreeMap<(String, i64), (String, String)> {
 fn minutes_become_final_under_the_defaults_with_a_silent_and_a_sparse_partition() {
     let dir = TempDir::new("defaults-final");
     let d = dir.path();
-    let broker = DevBroker::start(&[
-        ("requests", 4),
-        ("tenant-cost", 2),
-        ("requests.late", 1),
-        ("requests.dlq", 1),
-    ]);
+    let broker = four_partitions();
     let mut expected: BTreeMap<(String, i64), u64> = BTreeMap::new();
     let mut count = |tenant: &str, ts: i64| {
-        let end = (ts.div_euclid(MIN) + 1) * MIN;
-        *expected.entry((tenant.to_string(), end)).or_default() += 1;
+        *expected
+            .entry((tenant.to_string(), (ts.div_euclid(MIN) + 1) * MIN))
+            .or_default() += 1;
     };
     for p in 0..2 {
         let payloads: Vec<String> = (0..600)
@@ -190,16 +223,9 @@ fn minutes_become_final_under_the_defaults_with_a_silent_and_a_sparse_partition(
     produce(&broker, "requests", 2, "sparse", &sparse);
     let last_end = *expected.keys().map(|(_, end)| end).max().unwrap();
 
-    let cfg = write_config(d, &broker, "fin", "");
-    let cfg = cfg.to_str().unwrap();
-    let db = fresh_database("defaults_final");
-    let env = [
-        ("TALLY_SINK__DATABASE_URL", db.as_str()),
-        ("TALLY_LOG", "info"),
-    ];
-    let _sink = Service::start(&["sink", "--config", cfg], &env, d.join("sink.log"));
     let started = Instant::now();
-    let worker = Service::start(&["run", "--config", cfg], &env, d.join("worker.log"));
+    let (cfg, db, _sink, worker) = live(d, &broker, "fin");
+    let cfg = cfg.as_str();
     // The bound: a minute away from the partitions going quiet (they are as soon as
     // the worker has read them), plus the group join, a loop and a sink batch.
     let final_through = wait_until("every minute final", Duration::from_secs(150), || {
@@ -272,34 +298,22 @@ fn minutes_become_final_under_the_defaults_with_a_silent_and_a_sparse_partition(
 fn the_minutes_before_a_weekend_gap_close_when_the_first_record_after_it_is_read() {
     let dir = TempDir::new("defaults-gap");
     let d = dir.path();
-    let broker = DevBroker::start(&[
-        ("requests", 4),
-        ("tenant-cost", 2),
-        ("requests.late", 1),
-        ("requests.dlq", 1),
-    ]);
+    let broker = four_partitions();
     let mut expected: BTreeMap<(String, i64), u64> = BTreeMap::new();
     for p in 0..4 {
         let tenant = format!("t{p}");
         let payloads: Vec<String> = (0..400)
             .map(|i| {
                 let ts = T10 + i * 300;
-                let end = (ts.div_euclid(MIN) + 1) * MIN;
-                *expected.entry((tenant.clone(), end)).or_default() += 1;
+                *expected
+                    .entry((tenant.clone(), (ts.div_euclid(MIN) + 1) * MIN))
+                    .or_default() += 1;
                 event(&format!("g{p}-{i}"), &tenant, "small", ts)
             })
             .collect();
         produce(&broker, "requests", p, &tenant, &payloads);
     }
-    let cfg = write_config(d, &broker, "gap", "");
-    let cfg = cfg.to_str().unwrap();
-    let db = fresh_database("defaults_gap");
-    let env = [
-        ("TALLY_SINK__DATABASE_URL", db.as_str()),
-        ("TALLY_LOG", "info"),
-    ];
-    let _sink = Service::start(&["sink", "--config", cfg], &env, d.join("sink.log"));
-    let worker = Service::start(&["run", "--config", cfg], &env, d.join("worker.log"));
+    let (_cfg, db, _sink, worker) = live(d, &broker, "gap");
     // The traffic's first minutes close by data; then the weekend ends.
     wait_until("the first minute", Duration::from_secs(60), || {
         minutes(&db)
