@@ -13,7 +13,8 @@
 //!   event time: well inside the dedup horizon);
 //! - malformed records cycle through the dead-letter reasons.
 //!
-//! Everything is a function of the seed and the options.
+//! Everything is a function of the seed, the options and the watermark settings
+//! (where a too-late event can be placed depends on the watermark).
 
 use std::collections::BTreeMap;
 
