@@ -7,7 +7,9 @@
 //! `TALLY_PAUSE_AT=<name>:<ms>` makes every `pause("<name>")` sleep `ms`
 //! milliseconds (0 without `:<ms>`): a test slows one step down to hold a race
 //! window open (the Kafka loop's `apply_chunk`, so that a rebalance finds chunks
-//! queued). Unset, `pause` costs the same load.
+//! queued). Unset, `pause` costs the same load. Each armed pause logs its start
+//! and its end (`pause point: sleeping`, `pause point: resumed`), so a test can
+//! tell when the step is held.
 
 #![allow(unsafe_code)] // FFI: raise(SIGKILL) at a crash point.
 
@@ -51,7 +53,9 @@ pub fn hit(name: &str) {
 pub fn pause(name: &str) {
     if let Some((armed, ms)) = PAUSE.get_or_init(|| armed("TALLY_PAUSE_AT", 0)) {
         if armed == name {
+            tracing::info!(point = name, ms, "pause point: sleeping");
             std::thread::sleep(std::time::Duration::from_millis(*ms));
+            tracing::info!(point = name, "pause point: resumed");
         }
     }
 }

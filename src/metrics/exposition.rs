@@ -7,6 +7,10 @@
 //! (`BOUNDS_MS`), so they can be summed across workers, not per-process
 //! quantiles. Every family is in `EXPORTED`; docs/reference/metrics.md explains
 //! each and lists the names they replace.
+//!
+//! Each family has one home: the worker's report renders everything but the
+//! consumer lag, which `consumer_lag` renders alone when `/metrics` is scraped
+//! (`worker::lag`), after the report's text.
 
 use std::fmt;
 
@@ -16,6 +20,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::{Histogram, PartitionReport, WorkerReport};
+use crate::model::Partition;
 
 /// Every metric family tally exports, as Prometheus shows it.
 pub const EXPORTED: &[&str] = &[
@@ -71,6 +76,15 @@ pub const BOUNDS_MS: [u64; 16] = [
 /// The Prometheus text of a worker's report.
 pub fn worker(report: &WorkerReport) -> String {
     render(Box::new(Worker(report.clone())))
+}
+
+/// The consumer lag family alone (no `tally_build_info`): each owned input
+/// partition's log end minus the worker's position, in records, as
+/// `worker::lag` computes it when scraped.
+pub fn consumer_lag(lags: &[(Partition, i64)]) -> String {
+    let mut reg = Registry::default();
+    reg.register_collector(Box::new(ConsumerLag(lags.to_vec())));
+    encode(&reg)
 }
 
 /// What the sink reports.
@@ -367,16 +381,6 @@ impl Collector for Worker {
         )?;
         gauges(
             &mut e,
-            "tally_consumer_lag",
-            "Input log end minus this worker's position, as of the last fetch (or the assignment).",
-            Some(&Unit::Other("records".into())),
-            ps.iter().filter_map(|p| {
-                p.log_end
-                    .map(|end| (partition(p), (end - p.next_offset.0).max(0) as f64))
-            }),
-        )?;
-        gauges(
-            &mut e,
             "tally_finality_lag",
             "Wall clock minus the end of the partition's last final window (its progress, DESIGN §6.1).",
             Some(&Unit::Seconds),
@@ -456,6 +460,23 @@ impl Collector for Worker {
             "checkpoint.interval.",
             Some(&Unit::Seconds),
             secs(r.checkpoint_interval_ms),
+        )
+    }
+}
+
+#[derive(Debug)]
+struct ConsumerLag(Vec<(Partition, i64)>);
+
+impl Collector for ConsumerLag {
+    fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
+        gauges(
+            &mut e,
+            "tally_consumer_lag",
+            "Input log end (librdkafka's last fetch, or the assignment) minus this worker's position, when scraped.",
+            Some(&Unit::Other("records".into())),
+            self.0
+                .iter()
+                .map(|(p, n)| (vec![("partition", p.to_string())], *n as f64)),
         )
     }
 }

@@ -50,8 +50,9 @@ pub struct PartitionReport {
     pub dedup_cold_reads: u64,
     pub delay: Histogram,
     pub disorder: Histogram,
-    /// The input log end as of librdkafka's last fetch (consumer lag = log_end −
-    /// next_offset); `None` before the first fetch.
+    /// The input log end as of librdkafka's last fetch (or the assignment), for
+    /// report.json; the consumer lag metric is computed when scraped
+    /// (`worker::lag`).
     #[serde(default)]
     pub log_end: Option<i64>,
     /// The end of the partition's last final window (its progress, DESIGN §6.1).
@@ -275,10 +276,6 @@ mod tests {
         assert!(text.contains("tally_job_watermark_partition 3.0"), "{text}");
         assert!(
             text.contains("tally_partition_watermark_lag_seconds{partition=\"1\"} 8.0"),
-            "{text}"
-        );
-        assert!(
-            text.contains("tally_consumer_lag_records{partition=\"1\"} 7.0"),
             "{text}"
         );
         assert!(text.contains("tally_audit_balanced 1.0"), "{text}");

@@ -1,7 +1,9 @@
 //! The service endpoints of the long-running commands (`run`, `sink`,
 //! `reprocess-late --follow`), served on `metrics.listen` (`http`):
 //!
-//! - `/metrics` — the Prometheus text the process last published;
+//! - `/metrics` — the Prometheus text the process last published, followed by
+//!   the families computed when scraped (`LiveFamilies`: the worker's consumer
+//!   lag, `worker::lag`), so those are true while the process loop is busy;
 //! - `/healthz` — 200 while the process loop is alive: it beat within
 //!   `STALL_MS` (a loop stuck that long is restarted by a liveness probe);
 //! - `/readyz` — 200 once the process can do its work (a worker has joined its
@@ -10,11 +12,14 @@
 //!   while a rebalance moves partitions;
 //! - anything else — 404.
 //!
-//! `State` is shared between the process loop (which publishes, beats and sets
-//! readiness) and the server thread (which only reads). `respond` is pure.
+//! `State` is shared between the process loop (which publishes, beats, sets
+//! readiness and installs the live families) and the server thread (which only
+//! reads, and runs the live families). `respond` is pure but for those. This
+//! module knows no Kafka type: a live family is a closure that renders text.
 
 pub mod http;
 
+use std::fmt;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Mutex;
 
@@ -23,9 +28,31 @@ use std::sync::Mutex;
 /// `max.poll.interval.ms`).
 pub const STALL_MS: i64 = 120_000;
 
+/// Renders metric families when `/metrics` is scraped (Prometheus text, whole
+/// families: `# HELP`, `# TYPE` and samples), on the server thread. It must not
+/// wait for the process loop.
+pub type LiveFamilies = Box<dyn Fn() -> String + Send + Sync>;
+
+/// The installed `LiveFamilies`, if any.
+#[derive(Default)]
+struct Live(Option<LiveFamilies>);
+
+impl fmt::Debug for Live {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Live(set)"
+        } else {
+            "Live(none)"
+        })
+    }
+}
+
 #[derive(Debug)]
 pub struct State {
     metrics: Mutex<String>,
+    /// Held while the families render: `set_live_metrics` returns only once no
+    /// scrape runs the old closure.
+    live: Mutex<Live>,
     /// `None` when ready, else why not.
     not_ready: Mutex<Option<String>>,
     beat_ms: AtomicI64,
@@ -48,6 +75,7 @@ impl State {
     pub fn new(now_ms: i64) -> Self {
         Self {
             metrics: Mutex::new(crate::metrics::exposition::build_info_only()),
+            live: Mutex::new(Live::default()),
             not_ready: Mutex::new(Some("starting".into())),
             beat_ms: AtomicI64::new(now_ms),
         }
@@ -57,6 +85,24 @@ impl State {
         if let Ok(mut m) = self.metrics.lock() {
             *m = text;
         }
+    }
+
+    /// Installs (`Some`) or removes (`None`) the families rendered at each
+    /// scrape; returns once no scrape runs the ones it replaced.
+    pub fn set_live_metrics(&self, families: Option<LiveFamilies>) {
+        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        live.0 = families;
+    }
+
+    /// The published text, then the live families.
+    fn metrics_text(&self) -> String {
+        let mut text = self.metrics.lock().map(|m| m.clone()).unwrap_or_default();
+        if let Ok(live) = self.live.lock() {
+            if let Some(render) = &live.0 {
+                text.push_str(&render());
+            }
+        }
+        text
     }
 
     pub fn beat(&self, now_ms: i64) {
@@ -90,11 +136,7 @@ impl State {
             return reply(405, TEXT, "only GET\n".into());
         }
         match path {
-            "/metrics" => reply(
-                200,
-                PROMETHEUS,
-                self.metrics.lock().map(|m| m.clone()).unwrap_or_default(),
-            ),
+            "/metrics" => reply(200, PROMETHEUS, self.metrics_text()),
             "/healthz" => {
                 let since = now_ms - self.beat_ms.load(Ordering::Relaxed);
                 if since <= STALL_MS {
@@ -146,6 +188,25 @@ mod tests {
         assert_eq!((m.status, m.content_type), (200, PROMETHEUS));
         assert!(m.body.contains("tally_build_info"));
         s.set_metrics("x 1\n".into());
+        assert_eq!(s.respond("GET", "/metrics", 0).body, "x 1\n");
+    }
+
+    #[test]
+    fn live_families_follow_the_published_text_at_each_scrape() {
+        use std::sync::atomic::AtomicU64;
+        use std::sync::Arc;
+        let s = State::new(0);
+        s.set_metrics("x 1\n".into());
+        let n = Arc::new(AtomicU64::new(7));
+        let m = n.clone();
+        s.set_live_metrics(Some(Box::new(move || {
+            format!("y {}\n", m.load(Ordering::Relaxed))
+        })));
+        assert_eq!(s.respond("GET", "/metrics", 0).body, "x 1\ny 7\n");
+        // Computed when scraped, not when published.
+        n.store(9, Ordering::Relaxed);
+        assert_eq!(s.respond("GET", "/metrics", 0).body, "x 1\ny 9\n");
+        s.set_live_metrics(None);
         assert_eq!(s.respond("GET", "/metrics", 0).body, "x 1\n");
     }
 }

@@ -29,6 +29,7 @@ use tracing::{debug, error, info, warn};
 
 use super::clock;
 use super::kafka::poller::{Polled, Run};
+use super::lag;
 use super::report::Publisher;
 use super::WorkerError;
 use crate::checkpoint::coordinator::{Completed, Coordinator, Cut, OffsetCommitter, Ports};
@@ -154,6 +155,10 @@ pub struct Core {
     /// Partitions of the input and of the results topic, for progress records
     /// (finality); `None`: not known, no progress records.
     pub progress_to: Option<(i32, i32)>,
+    /// Each owned partition's position, for the consumer lag computed when
+    /// `/metrics` is scraped (`worker::lag`): published whenever a `next`
+    /// moves or the assignment changes.
+    pub applied: Arc<lag::Applied>,
 }
 
 /// Sends the panes `slot`'s task appended to `panes`, with its progress records
@@ -217,7 +222,13 @@ impl Core {
         if let Some(positions) = &polled.positions {
             self.pass_positions(consumer, positions)?;
         }
+        self.publish_positions();
         Ok(())
+    }
+
+    /// Publishes each owned partition's position for the consumer lag.
+    pub fn publish_positions(&self) {
+        self.applied.publish(lag::positions(&self.slots));
     }
 
     /// Consecutive records of one partition (see `kafka::poller` for which runs
@@ -755,6 +766,7 @@ impl Core {
         reassigned.map_err(KafkaIoError::client(
             "fetching on after an offset out of range",
         ))?;
+        self.publish_positions();
         info!(partitions = %crate::logfmt::pairs(self.slots.iter().map(|(p, s)| (p.0, s.next.0))), "fetching on");
         Ok(())
     }
@@ -846,6 +858,7 @@ impl RebalanceHandler for Core {
             .service()
             .set_not_ready(format!("restoring {} partition(s)", facts.len()));
         let starts = self.restore_all(facts)?;
+        self.publish_positions();
         self.evict_to_budget();
         // Joined, and every assigned partition restored: the report shows the
         // restored positions and the backlog as of the assignment's log ends
@@ -869,6 +882,7 @@ impl RebalanceHandler for Core {
             self.slots.remove(p);
             self.store.drop_partition(*p)?;
         }
+        self.publish_positions();
         if self.slots.is_empty() {
             self.publisher
                 .service()

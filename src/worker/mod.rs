@@ -5,6 +5,7 @@ pub mod clock;
 pub mod core;
 pub mod file;
 pub mod kafka;
+pub mod lag;
 mod reload;
 pub mod report;
 pub mod shutdown;

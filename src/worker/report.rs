@@ -35,6 +35,12 @@ impl Publisher {
         &self.service
     }
 
+    /// The service endpoints' state, for a hook that outlives a borrow
+    /// (`worker::lag::Hook`).
+    pub fn service_handle(&self) -> Arc<State> {
+        self.service.clone()
+    }
+
     /// Publishes and logs the time line (at checkpoints).
     pub fn publish(&self, report: &WorkerReport) {
         self.publish_quiet(report);

@@ -1,7 +1,8 @@
 //! Issue 13, item 6: the service endpoints of a worker on `metrics.listen` —
 //! readiness follows the group join and the restore, an idle connection does not
 //! hold up a scrape, unknown paths are 404, and the consumer lag is read off a
-//! backlog the worker has not consumed yet.
+//! backlog the worker has not consumed yet. Issue 34, item 6: the lag is true
+//! when scraped, also while the worker loop is held.
 
 use std::net::TcpStream;
 use std::path::Path;
@@ -145,4 +146,109 @@ fn readiness_idle_connections_404_and_consumer_lag() {
 
     signal(worker.id(), libc::SIGTERM);
     assert!(worker.wait().unwrap().success(), "{}", log());
+}
+
+/// Issue 34, item 6: `tally_consumer_lag_records` is computed when scraped (the
+/// log end librdkafka last fetched minus the position the loop last applied), so
+/// it is true while the loop is held. The loop is held by the pause point
+/// `apply_chunk` (every chunk waits `PAUSE_MS` with the worker's state locked):
+/// the first record arrives, the loop holds its chunk, the rest arrive; a scrape
+/// then reads all `N`, with none consumed yet, and the lag drains to 0 after.
+#[test]
+fn consumer_lag_is_true_while_the_loop_is_held() {
+    const N: usize = 25;
+    const PAUSE_MS: u64 = 6_000;
+    let dir = TempDir::new("lag-held");
+    let d = dir.path();
+    let broker = DevBroker::start(&[
+        ("requests", 1),
+        ("tenant-cost", 1),
+        ("requests.late", 1),
+        ("requests.dlq", 1),
+    ]);
+    let cfg = write_config(d, &broker, "lag", "[metrics]\nlisten = \"127.0.0.1:0\"");
+    let pause = format!("apply_chunk:{PAUSE_MS}");
+    let worker = Service::start(
+        &["run", "--config", cfg.to_str().unwrap()],
+        &[("TALLY_LOG", "info"), ("TALLY_PAUSE_AT", &pause)],
+        d.join("worker.log"),
+    );
+    let addr = bound_addr(&worker.log, METRICS_SERVING);
+    let lag = "tally_consumer_lag_records{partition=\"0\"}";
+    let consumed = "tally_records_total{partition=\"0\",route=\"consumed\"}";
+    let scrape = || {
+        let text = http_get(&addr, "/metrics").filter(|r| r.0 == 200)?.1;
+        Some((sample(&text, lag), sample(&text, consumed), text))
+    };
+    // Caught up on the empty topic.
+    wait_until("lag 0 on the empty topic", Duration::from_secs(60), || {
+        scrape().filter(|(l, _, _)| *l == Some(0.0))
+    });
+    // Nothing held or queued: the pauses of the start (chunks that carry only
+    // the consumer's positions) are over, and no new one came for a while.
+    let pauses = |log: &str| {
+        (
+            log.matches("pause point: sleeping").count(),
+            log.matches("pause point: resumed").count(),
+        )
+    };
+    let mut seen = (usize::MAX, 0, Instant::now());
+    wait_until(
+        "the start's pauses to end",
+        Duration::from_secs(120),
+        || {
+            let now = pauses(&worker.log_text());
+            if (now.0, now.1) != (seen.0, seen.1) {
+                seen = (now.0, now.1, Instant::now());
+            }
+            let quiet = Duration::from_millis(PAUSE_MS + 2_000);
+            (now.0 == now.1 && seen.2.elapsed() >= quiet).then_some(())
+        },
+    );
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let records: Vec<String> = (0..N)
+        .map(|i| event(&format!("r{i}"), "acme", "small", ts))
+        .collect();
+    // The first record: the loop takes its chunk and holds it.
+    let before = pauses(&worker.log_text()).0;
+    produce(&broker, "requests", 0, "acme", &records[..1]);
+    wait_until("the loop to hold a chunk", Duration::from_secs(60), || {
+        (pauses(&worker.log_text()).0 > before).then_some(())
+    });
+    // The rest, while it is held: a scrape reads all N, none consumed yet.
+    produce(&broker, "requests", 0, "acme", &records[1..]);
+    let mut read: Vec<(Option<f64>, Option<f64>)> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut held = false;
+    while !held && Instant::now() < deadline {
+        if let Some((l, c, _)) = scrape() {
+            if read.last() != Some(&(l, c)) {
+                read.push((l, c));
+            }
+            held = l == Some(N as f64) && c == Some(0.0);
+            if c == Some(N as f64) && l == Some(0.0) {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        held,
+        "never read a lag of {N} while the loop held the records; (lag, consumed) read in turn: \
+         {read:?}\n{}",
+        worker.log_text()
+    );
+    println!("(lag, consumed) read while held: {read:?}");
+    // Then the loop applies the chunks, and the lag drains to 0.
+    let (_, _, text) = wait_until("the lag to drain", Duration::from_secs(180), || {
+        scrape().filter(|(l, c, _)| *l == Some(0.0) && *c == Some(N as f64))
+    });
+    assert_eq!(
+        text.matches("# TYPE tally_consumer_lag_records ").count(),
+        1,
+        "{text}"
+    );
 }

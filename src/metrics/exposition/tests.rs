@@ -79,7 +79,9 @@ fn exported_is_what_is_rendered() {
     });
     assert!(reprocess.contains("tally_reprocess_backlog_records{partition=\"0\"} 7.0"));
     assert!(reprocess.contains("tally_reprocess_records_total{outcome=\"adjusted\"} 3"));
+    let lag = super::consumer_lag(&[(Partition(2), 10)]);
     let mut seen = families(&worker(&report()));
+    seen.extend(families(&lag));
     seen.extend(families(&sink));
     seen.extend(families(&reprocess));
     seen.sort();
@@ -96,7 +98,6 @@ fn units_counters_and_histograms_follow_prometheus() {
         "# TYPE tally_records_total counter",
         "tally_records_total{partition=\"2\",route=\"folded\"} 5",
         "tally_partition_watermark_timestamp_seconds{partition=\"2\"} 1767261600.0",
-        "tally_consumer_lag_records{partition=\"2\"} 10.0",
         "tally_finality_lag_seconds{partition=\"2\"} 100.0",
         "tally_checkpoint_last_bytes 4096.0",
         "tally_checkpoint_state_bytes 65536.0",
@@ -114,4 +115,20 @@ fn units_counters_and_histograms_follow_prometheus() {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
     }
     assert!(text.contains("tally_build_info{version=\""), "{text}");
+}
+
+/// The consumer lag has one home: rendered alone when scraped, never in the
+/// worker's report (a family twice in one scrape is invalid text).
+#[test]
+fn the_consumer_lag_is_rendered_alone() {
+    let text = super::consumer_lag(&[(Partition(2), 10), (Partition(5), 0)]);
+    assert_eq!(
+        text,
+        "# HELP tally_consumer_lag_records Input log end (librdkafka's last fetch, or the \
+         assignment) minus this worker's position, when scraped.\n\
+         # TYPE tally_consumer_lag_records gauge\n\
+         tally_consumer_lag_records{partition=\"2\"} 10.0\n\
+         tally_consumer_lag_records{partition=\"5\"} 0.0\n"
+    );
+    assert!(!worker(&report()).contains("tally_consumer_lag"));
 }

@@ -20,6 +20,7 @@ use tracing::{info, warn};
 use self::poller::{Poller, Shared};
 
 use super::core::Core;
+use super::lag;
 use super::report::Publisher;
 use super::{shutdown, WorkerError};
 use crate::checkpoint::coordinator::Coordinator;
@@ -105,12 +106,24 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         checkpoint_interval_ms: cfg.checkpoint.interval.0,
         checkpoint_stats: Default::default(),
         progress_to: None,
+        applied: Default::default(),
     }));
     let consumer: Arc<Source> = Arc::new(
         consumer_config(&cfg.kafka)
             .create_with_context(SourceContext::new(core.clone()))
             .map_err(KafkaIoError::client("creating the consumer"))?,
     );
+    // The consumer lag is computed when scraped (`worker::lag`); the hook goes
+    // before the consumer does.
+    let lag_hook = {
+        let c = lock(&core)?;
+        lag::Hook::install(
+            c.publisher.service_handle(),
+            c.applied.clone(),
+            &consumer,
+            &cfg.topics.input,
+        )
+    };
     crate::kafka::await_cluster(&consumer, &cfg.kafka, &cfg.topics.input)?;
     consumer
         .subscribe(&[&cfg.topics.input])
@@ -284,6 +297,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
             path: "close-watchdog thread".into(),
             source: e,
         })?;
+    drop(lag_hook);
     drop(consumer);
     Ok(total)
 }
