@@ -25,8 +25,8 @@ use super::bench_state::{budget_of, mib, peak_rss, rig};
 use crate::checkpoint::evolution::Rules;
 use crate::checkpoint::store::CheckpointStore;
 use crate::devtools::rig::T0;
-use crate::engine::PartitionTask;
 use crate::model::Partition;
+use crate::state::bounded::restore_task;
 use crate::state::StateStore;
 
 #[derive(Args, Debug)]
@@ -40,6 +40,10 @@ pub struct MemoryArgs {
     /// Live dedup ids of the `dedup` case (at scale 1).
     #[arg(long, default_value_t = 50_000_000)]
     pub ids: u64,
+    /// A budget for every case instead of its own (e.g. to check the overhead
+    /// from 64 MiB to 2 GiB).
+    #[arg(long)]
+    pub budget: Option<String>,
     /// Internal: run one case (or the restore's `build`) and print its figures.
     #[arg(long, hide = true)]
     pub only: Option<String>,
@@ -50,7 +54,7 @@ pub struct MemoryArgs {
 /// One case: its name, budget and what it holds.
 struct Case {
     name: &'static str,
-    budget: &'static str,
+    budget: String,
     what: String,
 }
 
@@ -59,32 +63,32 @@ fn cases(a: &MemoryArgs) -> Vec<Case> {
     vec![
         Case {
             name: "windows",
-            budget: "64MiB",
+            budget: a.budget.clone().unwrap_or_else(|| "64MiB".into()),
             what: format!("{} open windows", n(1e6)),
         },
         Case {
             name: "long-ids",
-            budget: "1MiB",
+            budget: a.budget.clone().unwrap_or_else(|| "1MiB".into()),
             what: format!("{} windows of 256-byte tenant ids", n(2e5)),
         },
         Case {
             name: "lateness",
-            budget: "64MiB",
+            budget: a.budget.clone().unwrap_or_else(|| "64MiB".into()),
             what: format!("{} tenants × 60 min lateness, 70 min", n(1e5)),
         },
         Case {
             name: "dedup",
-            budget: "256MiB",
+            budget: a.budget.clone().unwrap_or_else(|| "256MiB".into()),
             what: format!("{} live dedup ids", n(a.ids as f64)),
         },
         Case {
             name: "build",
-            budget: "64MiB",
+            budget: a.budget.clone().unwrap_or_else(|| "64MiB".into()),
             what: format!("{} windows of one partition, checkpointed", n(1e7)),
         },
         Case {
             name: "restore",
-            budget: "64MiB",
+            budget: a.budget.clone().unwrap_or_else(|| "64MiB".into()),
             what: format!("restore of {} windows of one partition", n(1e7)),
         },
     ]
@@ -106,6 +110,7 @@ pub fn run(a: MemoryArgs) -> anyhow::Result<()> {
         let out = std::process::Command::new(std::env::current_exe()?)
             .args(["bench-memory", "--only", c.name])
             .args(["--scale", &a.scale.to_string(), "--ids", &a.ids.to_string()])
+            .args(a.budget.iter().flat_map(|b| ["--budget", b.as_str()]))
             .arg("--dir")
             .arg(&a.dir)
             .stderr(std::process::Stdio::inherit())
@@ -117,7 +122,7 @@ pub fn run(a: MemoryArgs) -> anyhow::Result<()> {
             .rfind(|l| l.starts_with("RESULT "))
             .and_then(|l| l[7..].trim().parse().ok())
             .ok_or_else(|| anyhow::anyhow!("the {} case printed no result", c.name))?;
-        let budget = budget_of(c.budget)?.unwrap_or(0) as u64;
+        let budget = budget_of(&c.budget)?.unwrap_or(0) as u64;
         println!(
             "| {} | {} | {} | {:.0} MiB | {:+.0} MiB | {:.0} |",
             c.name,
@@ -137,7 +142,7 @@ fn one_case(a: &MemoryArgs, name: &str) -> anyhow::Result<()> {
         .into_iter()
         .find(|c| c.name == name)
         .ok_or_else(|| anyhow::anyhow!("no case {name}"))?;
-    let budget = budget_of(case.budget)?.unwrap_or(usize::MAX);
+    let budget = budget_of(&case.budget)?.unwrap_or(usize::MAX);
     let n = |x: f64| ((x * a.scale) as usize).max(1);
     let dir = a.dir.join(name);
     match name {
@@ -151,6 +156,30 @@ fn one_case(a: &MemoryArgs, name: &str) -> anyhow::Result<()> {
     }?;
     println!("RESULT {}", peak_rss());
     Ok(())
+}
+
+/// With `TALLY_BENCH_TRACE` set: the process's RSS and peak now, and what the
+/// budget counts (stderr).
+fn trace(rig: &crate::devtools::rig::Rig, at: &str) {
+    if std::env::var_os("TALLY_BENCH_TRACE").is_none() {
+        return;
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .map_or("?".to_string(), |l| l[name.len()..].trim().to_string())
+    };
+    let windows: usize = rig.tasks.iter().map(|t| t.memory_bytes()).sum();
+    let ids: usize = rig.tasks.iter().map(|t| t.dedup_bytes()).sum();
+    eprintln!(
+        "{at}: rss {} peak {} windows {:.1} MiB ids {:.1} MiB",
+        field("VmRSS:"),
+        field("VmHWM:"),
+        mib(windows as u64),
+        mib(ids as u64)
+    );
 }
 
 /// A tenant id of `len` bytes (at least the digits of `t`).
@@ -172,7 +201,9 @@ fn windows(
         let p = t % partitions as usize;
         rig.feed_one(p, &format!("r{t}"), &tenant(t, id_len), T0 + t as i64)?;
         if t % (count / 4).max(1) == 0 {
+            trace(&rig, "before a checkpoint");
             rig.checkpoint()?;
+            trace(&rig, "after it");
         }
     }
     rig.checkpoint()?;
@@ -230,13 +261,12 @@ fn restore(dir: &Path, budget: usize, count: usize) -> anyhow::Result<()> {
     let engine = crate::devtools::support::one_price_engine(3 * 3_600_000);
     let started = Instant::now();
     let p = Partition(0);
-    let r = checkpoints
+    checkpoints
         .restore_partition(p, &Rules::opaque("f"), &state)?
         .ok_or_else(|| anyhow::anyhow!("partition 0 missing after restore"))?;
-    // As `worker::core` does on assignment; the worker evicts at its first commit.
-    let mut task = PartitionTask::restore(p, engine, r.snapshot);
-    task.attach_spill(state.clone());
-    task.evict(budget);
+    // As `worker::core` does on assignment: the task within its share.
+    let (mut task, _) = restore_task(&state, p, engine, Some(budget))?
+        .ok_or_else(|| anyhow::anyhow!("partition 0 has no state after restore"))?;
     eprintln!(
         "restored {} windows ({} in memory) in {:.1} s",
         task.open_windows(),

@@ -258,6 +258,34 @@ impl PartitionTask {
         }
     }
 
+    /// `restore` of the windows in memory, with `stored` windows — `(phase,
+    /// end, count)` — left in `store`, as an eviction leaves them (`state::bounded`).
+    pub fn restore_stored(
+        partition: Partition,
+        cfg: Arc<EngineConfig>,
+        snap: TaskSnapshot,
+        stored: &[(WindowPhase, i64, u64)],
+        store: Arc<dyn SpillStore>,
+    ) -> Self {
+        let mut task = Self::restore(partition, cfg, snap);
+        task.attach_spill(store);
+        for &(phase, end, n) in stored {
+            task.spilled.add(phase, end, n);
+        }
+        task
+    }
+
+    /// Moves restored dedup ids (live, sorted, one per fingerprint; their
+    /// chunks in the store) to the cold tier, with filters sized as an
+    /// eviction to `keep_bytes` sizes them.
+    pub fn restore_cold_ids(
+        &mut self,
+        ids: Vec<(Fingerprint, i64)>,
+        keep_bytes: usize,
+    ) -> Result<(), String> {
+        self.dedup.restore_cold(ids, (keep_bytes / 20).max(4096))
+    }
+
     pub fn partition(&self) -> Partition {
         self.partition
     }

@@ -51,6 +51,7 @@
 //! working copy itself is wiped at every start, so it has no compatibility of its
 //! own.
 
+pub mod bounded;
 pub mod changes;
 pub mod memory;
 pub mod stored;

@@ -39,7 +39,7 @@ use crate::checkpoint::OffsetLedger;
 use crate::checkpoint::{CheckpointError, CheckpointId};
 use crate::engine::{
     Counters, EngineConfig, PartitionTask, Progress, ProgressRecord, RecordIn, ResultKind,
-    ResultRecord, Route, TaskSnapshot,
+    ResultRecord, Route,
 };
 use crate::failpoint;
 use crate::kafka::outputs::{source_coords, Outputs};
@@ -49,7 +49,7 @@ use crate::kafka::source::{
 use crate::kafka::{now_ms, KafkaIoError};
 use crate::metrics::{CheckpointStats, PartitionReport, WorkerReport};
 use crate::model::Partition;
-use crate::state::{NextOffset, PartitionCommit, StateStore};
+use crate::state::{bounded, NextOffset, PartitionCommit, StateStore};
 use crate::time::EventTime;
 
 pub struct Slot {
@@ -499,10 +499,7 @@ impl Core {
             if r.is_none() {
                 self.store.drop_partition(p)?;
             }
-            let (snapshot, at) = match r {
-                Some(r) => (r.snapshot, Some((r.next_offset, r.offsets))),
-                None => (TaskSnapshot::default(), None),
-            };
+            let at = r.map(|r| (r.next_offset, r.offsets));
             let start = restore::decide(&names, f, at, self.policy, now_ms())
                 .map_err(WorkerError::Refused)?;
             if let Some(o) = start.rebuilt_over {
@@ -515,10 +512,21 @@ impl Core {
             if let Some((gap, how)) = &start.accepted_gap {
                 log_accepted_gap(p, gap, how);
             }
-            let mut task = PartitionTask::restore(p, self.engine.clone(), snapshot);
+            // The store holds exactly this state now (imported or empty): the
+            // task is built from it within the partition's share of the budget.
+            let share = self
+                .memory_budget
+                .map(|b| b / (self.slots.len() + facts.len()).max(1));
+            let restored = bounded::restore_task(&self.store, p, self.engine.clone(), share)?;
+            let mut task = match restored {
+                Some((task, _)) => task,
+                None => {
+                    let mut task = PartitionTask::new(p, self.engine.clone());
+                    task.attach_spill(self.store.clone());
+                    task
+                }
+            };
             task.track_progress();
-            // The store holds exactly this state now (imported or empty).
-            task.attach_spill(self.store.clone());
             self.slots.insert(
                 p,
                 Slot {
