@@ -27,7 +27,7 @@ use super::acc::{WindowAcc, LINE_BYTES};
 use super::dedup::{Dedup, DedupDelta, Fingerprint};
 use super::prepared::Prepared;
 use super::result::{LineItem, PaneKind, ResultKind, ResultRecord};
-use super::spill::{SpillStore, Spilled, WINDOW_BYTES};
+use super::spill::{SpillStore, Spilled, CHANGE_BYTES, WINDOW_BYTES};
 use super::{Counters, EngineConfig, RecordIn, Route, TimeSource};
 use crate::metrics::Histogram;
 use crate::model::event::MIN_MILLIS_TS;
@@ -424,6 +424,13 @@ impl PartitionTask {
         self.dedup.memory_bytes()
     }
 
+    /// Everything `state.memory_budget` bounds: the windows in memory, the
+    /// dedup ids, and the changed windows' copies until a commit
+    /// (`spill::CHANGE_BYTES`). The memory check compares it with the budget.
+    pub fn budgeted_bytes(&self) -> usize {
+        self.held_bytes + self.dedup.memory_bytes() + self.dirty.len() * CHANGE_BYTES
+    }
+
     /// Dedup ids moved out of memory so far, and the store reads that caused.
     pub fn dedup_cold_stats(&self) -> (u64, u64) {
         self.dedup.cold_stats()
@@ -477,6 +484,9 @@ impl PartitionTask {
             self.held_bytes -= freed;
             if tenants.is_empty() {
                 map.remove(&end);
+            } else if gone > 0 {
+                // The table's capacity would outlive its windows.
+                tenants.shrink_to_fit();
             }
             self.spilled.add(phase, end, gone as u64);
             excess = excess.saturating_sub(freed);

@@ -12,9 +12,9 @@
 //! A crash anywhere replays from the newest complete checkpoint; replayed outputs
 //! are byte-identical to the originals (same versions), so the sink ignores them.
 //!
-//! Between checkpoints, when the windows in memory pass the memory budget by a
-//! quarter, the worker *spills*: the coordinator's state write without the export,
-//! then evicts windows down to the budget. Nothing is flushed or committed; a crash
+//! Between checkpoints, when the windows in memory pass the memory budget, the
+//! worker *spills*: the coordinator's state write without the export, then
+//! evicts windows down to three quarters of it (`spill::keep_of`). Nothing is flushed or committed; a crash
 //! after a spill restores from the checkpoint store as usual (the store is a
 //! working copy).
 
@@ -576,7 +576,7 @@ impl Core {
         let Some(budget) = self.memory_budget else {
             return;
         };
-        let keep = budget / self.slots.len().max(1);
+        let keep = crate::engine::spill::keep_of(budget) / self.slots.len().max(1);
         let evicted: usize = self.slots.values_mut().map(|s| s.task.evict(keep)).sum();
         if evicted > 0 {
             debug!(
@@ -587,7 +587,7 @@ impl Core {
         }
     }
 
-    /// Every 4096 records: are the windows in memory a quarter over the budget?
+    /// Every 4096 records: are the windows and ids in memory over the budget?
     /// Then the next loop turn spills.
     fn check_memory(&mut self) {
         self.since_memory_check += 1;
@@ -596,12 +596,8 @@ impl Core {
         }
         self.since_memory_check = 0;
         if let Some(budget) = self.memory_budget {
-            let held: usize = self
-                .slots
-                .values()
-                .map(|s| s.task.memory_bytes() + s.task.dedup_bytes())
-                .sum();
-            self.spill_due |= held > budget + budget / 4;
+            let held: usize = self.slots.values().map(|s| s.task.budgeted_bytes()).sum();
+            self.spill_due |= held > budget;
         }
     }
 
