@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tally::devtools::{bench, bench_kafka, bench_state, certs, chaos};
+use tally::devtools::{bench, bench_kafka, bench_memory, bench_state, certs, chaos};
 
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -35,6 +35,8 @@ enum Command {
     BenchLateness(bench_state::LatenessArgs),
     /// Benchmark: tens of millions of live dedup ids, with and without a budget.
     BenchDedup(bench_state::DedupArgs),
+    /// Benchmark: peak RSS against the memory budget, per case (restore included).
+    BenchMemory(bench_memory::MemoryArgs),
     /// Throw-away TLS certificates (CA, server for localhost/127.0.0.1, client,
     /// a second CA) for `tally dev-broker --tls-*` and a TLS PostgreSQL.
     Certs(CertsArgs),
@@ -61,6 +63,7 @@ fn main() -> ExitCode {
         Command::BenchCheckpoint(a) => bench::run(a),
         Command::BenchLateness(a) => bench_state::run_lateness(a),
         Command::BenchDedup(a) => bench_state::run_dedup(a),
+        Command::BenchMemory(a) => bench_memory::run(a),
         Command::Certs(a) => certs::generate(&a.out, a.client_key_password.as_deref()),
     };
     match result {

@@ -66,8 +66,7 @@ fn own_kind(m: &Manifest, name: &str, p: i32) -> SegmentKind {
 fn assert_restores(rig: &Rig, dir: &Dir, n: usize) {
     let scratch = StateStore::open_fresh(&dir.0.join(format!("scratch-{n}"))).unwrap();
     for t in &rig.tasks {
-        let r = rig
-            .coord
+        rig.coord
             .checkpoints()
             .restore_partition(
                 t.partition(),
@@ -77,7 +76,7 @@ fn assert_restores(rig: &Rig, dir: &Dir, n: usize) {
             .unwrap()
             .unwrap();
         assert_eq!(
-            r.snapshot,
+            scratch.load(t.partition()).unwrap().unwrap().0,
             t.snapshot(),
             "checkpoint {n}, {}",
             t.partition()
@@ -220,7 +219,7 @@ fn a_restored_partition_starts_a_new_chain() {
     b.tasks.push(crate::engine::PartitionTask::restore(
         Partition(0),
         one_price_engine(0),
-        r.snapshot,
+        b.state.load(Partition(0)).unwrap().unwrap().0,
     ));
     b.offsets.push(r.next_offset.0);
     feed(&mut b, 4);

@@ -15,10 +15,9 @@ use super::objects::{ObjectInfo, Objects};
 use super::restore::{none_usable, plan, read_failure, Found, Try};
 use super::{CheckpointError, CheckpointId, Manifest, OffsetLedger};
 use crate::config::CheckpointConfig;
-use crate::engine::TaskSnapshot;
 use crate::kafka::source::StartPolicy;
 use crate::model::Partition;
-use crate::state::{NextOffset, StateStore};
+use crate::state::{NextOffset, PartitionMeta, StateStore};
 
 pub const MANIFEST: &str = "MANIFEST";
 
@@ -91,8 +90,9 @@ pub struct Restored {
     pub offsets: OffsetLedger,
     /// Newer candidates skipped because their parts were damaged.
     pub skipped: usize,
-    /// The restored state, ready for `PartitionTask::restore`.
-    pub snapshot: TaskSnapshot,
+    /// The restored partition's meta; its windows and dedup ids are in the
+    /// state store (`state::bounded::restore_task` builds its task).
+    pub meta: PartitionMeta,
 }
 
 pub struct CheckpointStore {
@@ -362,7 +362,7 @@ impl CheckpointStore {
                 Try::Refuse(msg) => return Err(CheckpointError::Refused(msg)),
             };
             match self.load_snapshot(name, entry, state) {
-                Ok(snapshot) => {
+                Ok(meta) => {
                     let skipped = problems.len();
                     if skipped > 0 {
                         error!(partition = p.0, checkpoint = %name, skipped, "RESTORED FROM AN OLDER CHECKPOINT: newer ones are damaged");
@@ -373,7 +373,7 @@ impl CheckpointStore {
                         next_offset: entry.next_offset,
                         offsets: entry.offsets.clone(),
                         skipped,
-                        snapshot,
+                        meta,
                     }));
                 }
                 Err(e) if e.is_damage() => {
@@ -422,18 +422,23 @@ impl CheckpointStore {
             }
         }
         let listed = &listed;
-        Ok(std::thread::scope(|scope| {
-            joined(
-                partitions
-                    .iter()
-                    .map(|(p, end)| {
-                        scope.spawn(move || {
-                            self.restore_listed(*p, *end, listed, rules, policy, state)
+        // `RESTORERS` at a time: each holds a share of the read budget (`load`).
+        let mut restored = Vec::with_capacity(partitions.len());
+        for group in partitions.chunks(load::RESTORERS) {
+            restored.extend(std::thread::scope(|scope| {
+                joined(
+                    group
+                        .iter()
+                        .map(|(p, end)| {
+                            scope.spawn(move || {
+                                self.restore_listed(*p, *end, listed, rules, policy, state)
+                            })
                         })
-                    })
-                    .collect(),
-            )
-        }))
+                        .collect(),
+                )
+            }));
+        }
+        Ok(restored)
     }
 
     /// Re-reads and re-hashes every part of every complete checkpoint; returns

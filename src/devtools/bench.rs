@@ -14,7 +14,7 @@ use clap::Args;
 
 use crate::checkpoint::store::CheckpointStore;
 use crate::devtools::rig::{Rig, T0};
-use crate::engine::{EngineConfig, PartitionTask};
+use crate::engine::EngineConfig;
 use crate::model::Partition;
 use crate::state::StateStore;
 
@@ -180,7 +180,7 @@ fn measure(a: &BenchArgs, n: usize, s3: Option<&str>) -> anyhow::Result<Row> {
         .ok_or_else(|| anyhow::anyhow!("partition 0 missing after restore"))?;
     let restore_one_ms = started.elapsed().as_secs_f64() * 1e3;
     drop(one);
-    let fresh = StateStore::open_fresh(&a.dir.join("restore"))?;
+    let fresh = std::sync::Arc::new(StateStore::open_fresh(&a.dir.join("restore"))?);
     let started = Instant::now();
     let parts: Vec<(Partition, Option<i64>)> =
         (0..a.partitions).map(|p| (Partition(p), None)).collect();
@@ -191,8 +191,10 @@ fn measure(a: &BenchArgs, n: usize, s3: Option<&str>) -> anyhow::Result<Row> {
         Default::default(),
         &fresh,
     )?) {
-        let r = r?.ok_or_else(|| anyhow::anyhow!("partition {p} missing after restore"))?;
-        restored += PartitionTask::restore(*p, engine(), r.snapshot).open_windows();
+        r?.ok_or_else(|| anyhow::anyhow!("partition {p} missing after restore"))?;
+        let (task, _) = crate::state::bounded::restore_task(&fresh, *p, engine(), None)?
+            .ok_or_else(|| anyhow::anyhow!("partition {p} has no state after restore"))?;
+        restored += task.open_windows();
     }
     let restore_ms = started.elapsed().as_secs_f64() * 1e3;
     anyhow::ensure!(

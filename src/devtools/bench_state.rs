@@ -18,7 +18,7 @@ use crate::devtools::rig::{Rig, T0};
 use crate::devtools::support::one_price_engine;
 
 /// Peak resident memory of this process, bytes (`VmHWM`, Linux).
-fn peak_rss() -> u64 {
+pub(crate) fn peak_rss() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -28,18 +28,18 @@ fn peak_rss() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-fn mib(b: u64) -> f64 {
+pub(crate) fn mib(b: u64) -> f64 {
     b as f64 / (1 << 20) as f64
 }
 
-fn budget_of(s: &str) -> anyhow::Result<Option<usize>> {
+pub(crate) fn budget_of(s: &str) -> anyhow::Result<Option<usize>> {
     Ok(Budget::parse(s)
         .map_err(|e| anyhow::anyhow!("--budget: {e}"))?
         .0
         .map(|b| b as usize))
 }
 
-fn rig(dir: &std::path::Path, partitions: i32, lateness_ms: i64) -> anyhow::Result<Rig> {
+pub(crate) fn rig(dir: &std::path::Path, partitions: i32, lateness_ms: i64) -> anyhow::Result<Rig> {
     let _ = std::fs::remove_dir_all(dir);
     let cfg = crate::config::CheckpointConfig {
         dir: dir.join("checkpoints"),

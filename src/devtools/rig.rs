@@ -68,7 +68,7 @@ impl Rig {
     }
 
     /// Lets the rig evict windows and move dedup ids out under `budget` bytes,
-    /// as a worker does (after each commit; a spill when a quarter over).
+    /// as a worker does (after each commit; a spill when over it).
     pub fn with_budget(mut self, budget: usize) -> Self {
         for t in &mut self.tasks {
             t.attach_spill(self.state.clone());
@@ -79,23 +79,20 @@ impl Rig {
 
     /// Bytes the tasks hold that the budget bounds.
     pub fn held_bytes(&self) -> usize {
-        self.tasks
-            .iter()
-            .map(|t| t.memory_bytes() + t.dedup_bytes())
-            .sum()
+        self.tasks.iter().map(|t| t.budgeted_bytes()).sum()
     }
 
     fn evict(&mut self) {
         if let (Some(budget), true) = (self.budget, self.coord.settled()) {
-            let keep = budget / self.tasks.len().max(1);
+            let keep = crate::engine::spill::keep_of(budget) / self.tasks.len().max(1);
             for t in &mut self.tasks {
                 t.evict(keep);
             }
         }
     }
 
-    /// The worker's memory check (every 4096 records): a quarter over the
-    /// budget, the changes go to the store and the tasks shrink.
+    /// The worker's memory check (every 4096 records): over the budget, the
+    /// changes go to the store and the tasks shrink (`spill::keep_of`).
     fn check_memory(&mut self) -> Result<(), CheckpointError> {
         self.since_check += 1;
         if self.since_check < 4096 {
@@ -105,7 +102,7 @@ impl Rig {
         let Some(budget) = self.budget else {
             return Ok(());
         };
-        if self.held_bytes() <= budget + budget / 4 {
+        if self.held_bytes() <= budget {
             return Ok(());
         }
         self.commit()

@@ -167,6 +167,20 @@ impl Dedup {
         Ok(n - stay.len())
     }
 
+    /// Restored ids (live, sorted, one per fingerprint) straight to the cold
+    /// tier, or hot without one (or beyond its buckets).
+    pub fn restore_cold(&mut self, ids: Vec<(Fp, i64)>, bloom_bytes: usize) -> Result<(), String> {
+        let stay = match &mut self.cold {
+            Some(cold) => cold.take(ids, self.watermark, bloom_bytes)?,
+            None => ids,
+        };
+        self.hint = None;
+        for (fp, e) in stay {
+            self.seen.insert_max(fp, e);
+        }
+        Ok(())
+    }
+
     /// Memory the hot table takes.
     pub fn hot_bytes(&self) -> usize {
         self.seen.bytes()

@@ -25,13 +25,29 @@ use std::sync::Arc;
 use super::{WindowAcc, WindowPhase};
 use crate::model::Partition;
 
-/// Memory one window takes while in memory (hash-map slot with its tenant key and
-/// accumulator, the tenant string, map overhead, and its share of a checkpoint's
-/// change list), for turning a byte budget into a window count. Measured with
-/// `scripts/bench.sh` (state scale; see BENCHMARKS.md) as 160 before line items,
-/// which added a shared model name and an empty vector (40 bytes) to every window;
-/// a line beyond the first counts `LINE_BYTES` more.
-pub const WINDOW_BYTES: usize = 200;
+/// Memory one clean window takes while in memory (hash-map slot with its tenant
+/// key and 96-byte accumulator, at the map's load between 7/16 and 7/8; the
+/// tenant string; the map's share of its window end), for turning a byte budget
+/// into a window count. Measured with `tally-dev bench-memory` (BENCHMARKS.md
+/// §4.2): about 310 bytes of RSS a window; it was 200 (160 measured before line
+/// items, +40) until the RSS of a budgeted worker was measured against its
+/// budget. A line beyond the first counts `LINE_BYTES` more.
+pub const WINDOW_BYTES: usize = 320;
+
+/// What a changed window costs besides itself until the state store has it:
+/// its entry in the task's dirty list (a window key and its tenant string) and
+/// its copy in the delta a commit writes (`StateDelta::changed`, 128 bytes an
+/// element). Counted by `PartitionTask::budgeted_bytes`, so the windows and the
+/// copy a checkpoint takes of them fit in the budget together.
+pub const CHANGE_BYTES: usize = 176;
+
+/// What eviction keeps of a budget (`state.memory_budget`, or a partition's
+/// share): a quarter below it, so that the spill a memory check starts once the
+/// budget is passed is not due again at once. Windows and ids in memory stay
+/// within the budget, give or take one memory check's records.
+pub fn keep_of(budget: usize) -> usize {
+    budget - budget / 4
+}
 
 /// Read access to a partition's stored windows, and its cold dedup ids (the
 /// state store, in a worker).

@@ -27,7 +27,7 @@ use super::acc::{WindowAcc, LINE_BYTES};
 use super::dedup::{Dedup, DedupDelta, Fingerprint};
 use super::prepared::Prepared;
 use super::result::{LineItem, PaneKind, ResultKind, ResultRecord};
-use super::spill::{SpillStore, Spilled, WINDOW_BYTES};
+use super::spill::{SpillStore, Spilled, CHANGE_BYTES, WINDOW_BYTES};
 use super::{Counters, EngineConfig, RecordIn, Route, TimeSource};
 use crate::metrics::Histogram;
 use crate::model::event::MIN_MILLIS_TS;
@@ -258,6 +258,34 @@ impl PartitionTask {
         }
     }
 
+    /// `restore` of the windows in memory, with `stored` windows — `(phase,
+    /// end, count)` — left in `store`, as an eviction leaves them (`state::bounded`).
+    pub fn restore_stored(
+        partition: Partition,
+        cfg: Arc<EngineConfig>,
+        snap: TaskSnapshot,
+        stored: &[(WindowPhase, i64, u64)],
+        store: Arc<dyn SpillStore>,
+    ) -> Self {
+        let mut task = Self::restore(partition, cfg, snap);
+        task.attach_spill(store);
+        for &(phase, end, n) in stored {
+            task.spilled.add(phase, end, n);
+        }
+        task
+    }
+
+    /// Moves restored dedup ids (live, sorted, one per fingerprint; their
+    /// chunks in the store) to the cold tier, with filters sized as an
+    /// eviction to `keep_bytes` sizes them.
+    pub fn restore_cold_ids(
+        &mut self,
+        ids: Vec<(Fingerprint, i64)>,
+        keep_bytes: usize,
+    ) -> Result<(), String> {
+        self.dedup.restore_cold(ids, (keep_bytes / 20).max(4096))
+    }
+
     pub fn partition(&self) -> Partition {
         self.partition
     }
@@ -396,6 +424,13 @@ impl PartitionTask {
         self.dedup.memory_bytes()
     }
 
+    /// Everything `state.memory_budget` bounds: the windows in memory, the
+    /// dedup ids, and the changed windows' copies until a commit
+    /// (`spill::CHANGE_BYTES`). The memory check compares it with the budget.
+    pub fn budgeted_bytes(&self) -> usize {
+        self.held_bytes + self.dedup.memory_bytes() + self.dirty.len() * CHANGE_BYTES
+    }
+
     /// Dedup ids moved out of memory so far, and the store reads that caused.
     pub fn dedup_cold_stats(&self) -> (u64, u64) {
         self.dedup.cold_stats()
@@ -449,6 +484,9 @@ impl PartitionTask {
             self.held_bytes -= freed;
             if tenants.is_empty() {
                 map.remove(&end);
+            } else if gone > 0 {
+                // The table's capacity would outlive its windows.
+                tenants.shrink_to_fit();
             }
             self.spilled.add(phase, end, gone as u64);
             excess = excess.saturating_sub(freed);

@@ -51,7 +51,9 @@
 //! working copy itself is wiped at every start, so it has no compatibility of its
 //! own.
 
+pub mod bounded;
 pub mod changes;
+pub mod memory;
 pub mod stored;
 
 use std::collections::HashMap;
@@ -133,9 +135,10 @@ pub struct StateStore {
     changes: Mutex<Tracker>,
 }
 
-/// The most key bytes `changes` holds (about a million changed windows between
-/// two checkpoints); past it, every partition's next checkpoint is a base.
-pub const CHANGES_LIMIT: usize = 64 << 20;
+/// The most key bytes `changes` holds (about 300,000 changed windows between
+/// two checkpoints); past it, every partition's next checkpoint is a base. Part
+/// of a worker's fixed memory overhead (docs/DESIGN.md §7.7).
+pub const CHANGES_LIMIT: usize = 16 << 20;
 
 fn p_bytes(p: i32) -> [u8; 4] {
     ((p as u32) ^ 0x8000_0000).to_be_bytes()
@@ -334,10 +337,8 @@ impl StateStore {
         opts.create_if_missing(true);
         opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
         opts.set_max_open_files(256);
-        // Writes come in commit batches and spills, never per event: small
-        // memtables bound the store's memory (two of 16 MiB) without slowing them.
-        opts.set_write_buffer_size(16 << 20);
-        opts.set_max_write_buffer_number(2);
+        // A fixed amount of memory, whatever the state's size (`memory`).
+        memory::bound(&mut opts);
         let dead_through: Arc<RwLock<HashMap<i32, i64>>> = Arc::default();
         let dead = dead_through.clone();
         opts.set_compaction_filter("tally-dead-cold-ids", move |_: u32, k: &[u8], v: &[u8]| {

@@ -12,9 +12,9 @@
 //! A crash anywhere replays from the newest complete checkpoint; replayed outputs
 //! are byte-identical to the originals (same versions), so the sink ignores them.
 //!
-//! Between checkpoints, when the windows in memory pass the memory budget by a
-//! quarter, the worker *spills*: the coordinator's state write without the export,
-//! then evicts windows down to the budget. Nothing is flushed or committed; a crash
+//! Between checkpoints, when the windows in memory pass the memory budget, the
+//! worker *spills*: the coordinator's state write without the export, then
+//! evicts windows down to three quarters of it (`spill::keep_of`). Nothing is flushed or committed; a crash
 //! after a spill restores from the checkpoint store as usual (the store is a
 //! working copy).
 
@@ -40,7 +40,7 @@ use crate::checkpoint::OffsetLedger;
 use crate::checkpoint::{CheckpointError, CheckpointId};
 use crate::engine::{
     Counters, EngineConfig, PartitionTask, Progress, ProgressRecord, RecordIn, ResultKind,
-    ResultRecord, Route, TaskSnapshot,
+    ResultRecord, Route,
 };
 use crate::failpoint;
 use crate::kafka::outputs::{source_coords, Outputs};
@@ -50,7 +50,7 @@ use crate::kafka::source::{
 use crate::kafka::{now_ms, KafkaIoError};
 use crate::metrics::{CheckpointStats, PartitionReport, WorkerReport};
 use crate::model::Partition;
-use crate::state::{NextOffset, PartitionCommit, StateStore};
+use crate::state::{bounded, NextOffset, PartitionCommit, StateStore};
 use crate::time::liveness::{self, Quiet};
 use crate::time::EventTime;
 
@@ -558,10 +558,7 @@ impl Core {
             if fresh {
                 self.store.drop_partition(p)?;
             }
-            let (snapshot, at) = match r {
-                Some(r) => (r.snapshot, Some((r.next_offset, r.offsets))),
-                None => (TaskSnapshot::default(), None),
-            };
+            let at = r.map(|r| (r.next_offset, r.offsets));
             let start = restore::decide(&names, f, at, self.policy, now_ms())
                 .map_err(WorkerError::Refused)?;
             if let Some(o) = start.rebuilt_over {
@@ -580,10 +577,21 @@ impl Core {
                 ),
                 None => {}
             }
-            let mut task = PartitionTask::restore(p, self.engine.clone(), snapshot);
+            // The store holds exactly this state now (imported or empty): the
+            // task is built from it within the partition's share of the budget.
+            let share = self
+                .memory_budget
+                .map(|b| b / (self.slots.len() + facts.len()).max(1));
+            let restored = bounded::restore_task(&self.store, p, self.engine.clone(), share)?;
+            let mut task = match restored {
+                Some((task, _)) => task,
+                None => {
+                    let mut task = PartitionTask::new(p, self.engine.clone());
+                    task.attach_spill(self.store.clone());
+                    task
+                }
+            };
             task.track_progress();
-            // The store holds exactly this state now (imported or empty).
-            task.attach_spill(self.store.clone());
             self.slots.insert(
                 p,
                 Slot {
@@ -634,7 +642,7 @@ impl Core {
         let Some(budget) = self.memory_budget else {
             return;
         };
-        let keep = budget / self.slots.len().max(1);
+        let keep = crate::engine::spill::keep_of(budget) / self.slots.len().max(1);
         let evicted: usize = self.slots.values_mut().map(|s| s.task.evict(keep)).sum();
         if evicted > 0 {
             debug!(
@@ -645,7 +653,7 @@ impl Core {
         }
     }
 
-    /// Every 4096 records: are the windows in memory a quarter over the budget?
+    /// Every 4096 records: are the windows and ids in memory over the budget?
     /// Then the next loop turn spills.
     fn check_memory(&mut self) {
         self.since_memory_check += 1;
@@ -654,12 +662,8 @@ impl Core {
         }
         self.since_memory_check = 0;
         if let Some(budget) = self.memory_budget {
-            let held: usize = self
-                .slots
-                .values()
-                .map(|s| s.task.memory_bytes() + s.task.dedup_bytes())
-                .sum();
-            self.spill_due |= held > budget + budget / 4;
+            let held: usize = self.slots.values().map(|s| s.task.budgeted_bytes()).sum();
+            self.spill_due |= held > budget;
         }
     }
 

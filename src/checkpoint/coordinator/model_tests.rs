@@ -256,7 +256,7 @@ impl Model {
         }
         let (task, next) = match restored {
             Some(r) => (
-                PartitionTask::restore(Partition(p), engine(), r.snapshot),
+                PartitionTask::restore(Partition(p), engine(), loaded(&w.state, p)),
                 r.next_offset.0 as usize,
             ),
             None => {
@@ -324,7 +324,7 @@ impl Model {
                 .expect("a checkpointed partition");
             assert_eq!(r.next_offset, NextOffset(*next as i64), "partition {p}");
             assert_eq!(
-                r.snapshot,
+                loaded(&scratch, *p),
                 task.snapshot(),
                 "partition {p} from {}",
                 r.checkpoint
@@ -545,4 +545,13 @@ fn random_records_barriers_crashes_restores_and_rebalances_match_an_uninterrupte
         delta_restores > 0,
         "no restore read a delta in {seeds} seeds: the model does not exercise increments"
     );
+}
+
+/// Partition `p` as the store holds it, whole.
+fn loaded(state: &StateStore, p: i32) -> crate::engine::TaskSnapshot {
+    state
+        .load(Partition(p))
+        .unwrap()
+        .expect("a restored partition")
+        .0
 }

@@ -280,11 +280,14 @@ fn a_restore_holds_one_wave_of_parts_not_the_chain() {
     .with_read_budget(1);
     let fresh = StateStore::open_fresh(&f.dir.join("fresh")).unwrap();
     load::PEAK_HELD.with(|p| p.set(0));
-    let r = store
+    store
         .restore_partition(Partition(0), &opaque(), &fresh)
         .unwrap()
         .unwrap();
-    assert_eq!(r.snapshot.open.len(), 300_000);
+    assert_eq!(
+        fresh.load(Partition(0)).unwrap().unwrap().0.open.len(),
+        300_000
+    );
     assert_eq!(load::PEAK_HELD.with(|p| p.get()), largest);
 }
 

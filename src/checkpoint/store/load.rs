@@ -3,9 +3,11 @@
 //! Invariants:
 //! - A restore holds at most one wave of parts in memory, however long the chain
 //!   and whatever sizes its manifest lists: a wave is up to `READ_THREADS`
-//!   consecutive parts whose listed sizes fit the store's read budget
-//!   (`READ_BUDGET` in production), or a single part when one alone is larger
-//!   (at most `format::MAX_PART_BYTES`, checked when the manifest was decoded).
+//!   consecutive parts whose listed sizes fit its share of the store's read
+//!   budget (`READ_BUDGET` in production, shared by the `RESTORERS` partitions
+//!   restored at once: 8 MiB, one part, each), or a single part when one alone
+//!   is larger (at most `format::MAX_PART_BYTES`, checked when the manifest was
+//!   decoded).
 //!   The wave's parts are read in parallel, each checked against the manifest
 //!   (size, then sha256) and its framing (`part::entries`, which allocates
 //!   nothing per entry), and written to the working state in chain order before
@@ -27,16 +29,20 @@ use crate::checkpoint::format::MAX_PART_BYTES;
 use crate::checkpoint::objects::ObjectError;
 use crate::checkpoint::part::entries;
 use crate::checkpoint::{hex, CheckpointError, PartitionEntry, Segment, SegmentKind};
-use crate::engine::TaskSnapshot;
 use crate::model::Partition;
-use crate::state::{StateError, StateStore};
+use crate::state::{PartitionMeta, StateError, StateStore};
 
 /// Parts a restore reads at once (object stores serve them in parallel).
 const READ_THREADS: usize = 8;
 
-/// The listed bytes of the parts one wave holds (parts are about 8 MiB:
-/// `READ_THREADS` of them fit).
-pub const READ_BUDGET: u64 = 64 << 20;
+/// The listed bytes of the parts the restores running at once hold (parts are
+/// about 8 MiB: one each). Part of a worker's fixed memory overhead
+/// (docs/DESIGN.md §7.7).
+pub const READ_BUDGET: u64 = 32 << 20;
+
+/// Partitions restored at once (`CheckpointStore::restore_many`); each holds
+/// a wave of at most `READ_BUDGET / RESTORERS` listed bytes.
+pub const RESTORERS: usize = 4;
 
 /// The waves of a chain whose parts list `sizes`, in order: consecutive runs of
 /// at most `threads` parts and `budget` listed bytes — or one part alone, when
@@ -139,18 +145,20 @@ impl CheckpointStore {
         name: &str,
         entry: &PartitionEntry,
         state: &StateStore,
-    ) -> Result<TaskSnapshot, CheckpointError> {
+    ) -> Result<PartitionMeta, CheckpointError> {
         let loaded = self.import_chain(entry, state).and_then(|()| {
             let p = entry.partition;
             let corrupt = |msg: String| CheckpointError::Corrupt {
                 path: self.objects.location(&manifest_key(name)),
                 msg: format!("partition {p}: {msg}"),
             };
-            let (snapshot, _) = state
-                .load(p)
+            // The meta alone: the partition's windows and ids stay in the store
+            // (`state::bounded` builds the task from there, within the budget).
+            let meta = state
+                .meta(p)
                 .map_err(|e| corrupt(e.to_string()))?
                 .ok_or_else(|| corrupt("no partition meta in its chain".into()))?;
-            let (c, o) = (&snapshot.counters, &entry.offsets);
+            let (c, o) = (&meta.counters, &entry.offsets);
             if !o.balanced(c.consumed, entry.next_offset) {
                 return Err(corrupt(format!(
                     "its offset ledger cannot balance: consumed {} + empty_offsets {} + gap_offsets {} \
@@ -165,7 +173,7 @@ impl CheckpointStore {
                     c.consumed, c.folded, c.too_late, c.dead_letter, c.duplicate
                 )));
             }
-            Ok(snapshot)
+            Ok(meta)
         });
         if loaded.is_err() {
             // Best effort: the next candidate imports over it anyway.
@@ -191,7 +199,8 @@ impl CheckpointStore {
             .iter()
             .map(|&(s, i)| entry.segments[s].parts[i].bytes)
             .collect();
-        for wave in waves(&sizes, self.read_budget, READ_THREADS) {
+        let budget = self.read_budget / RESTORERS as u64;
+        for wave in waves(&sizes, budget, READ_THREADS) {
             #[cfg(test)]
             PEAK_HELD.with(|peak| peak.set(peak.get().max(sizes[wave.clone()].iter().sum())));
             let bufs = self.read_wave(entry, &all, wave.clone())?;

@@ -104,7 +104,10 @@ fn a_checkpoint_restores_what_was_written_across_parts() {
         .unwrap()
         .unwrap();
     assert_eq!((r.next_offset, r.skipped), (NextOffset(50), 0));
-    assert_eq!(r.snapshot.open.len(), 300_000);
+    assert_eq!(
+        fresh.load(Partition(1)).unwrap().unwrap().0.open.len(),
+        300_000
+    );
     assert!(f
         .store
         .restore_partition(

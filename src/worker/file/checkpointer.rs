@@ -33,7 +33,8 @@ pub(super) fn group(input: &Path) -> String {
 pub(super) struct Checkpointer {
     pub(super) store: Arc<StateStore>,
     coord: Coordinator,
-    /// Bytes of windows kept in memory after a commit (`state.memory_budget`).
+    /// Bytes of windows kept in memory after a commit (`spill::keep_of` the
+    /// budget).
     budget: Option<usize>,
     /// Checkpoints taken and windows evicted so far.
     pub(super) taken: u64,
@@ -116,7 +117,10 @@ impl Checkpointer {
         Ok(Self {
             coord: Coordinator::new(store.clone(), checkpoints, job)?,
             store,
-            budget: cfg.state.memory_budget_bytes(),
+            budget: cfg
+                .state
+                .memory_budget_bytes()
+                .map(crate::engine::spill::keep_of),
             taken: 0,
             evicted: 0,
         })

@@ -37,9 +37,10 @@
 //! A file run always starts from the first line with empty state; the end-of-input
 //! panes are not checkpointed (as with `--until-end`).
 //!
-//! Under `state.memory_budget`, windows beyond it are evicted after each commit;
-//! when the windows in memory are a quarter over the budget between checkpoints,
-//! the run spills (commits to RocksDB without exporting) and evicts.
+//! Under `state.memory_budget`, windows beyond it are evicted after each commit
+//! (down to `spill::keep_of` the budget); when the windows in memory pass the
+//! budget between checkpoints, the run spills (commits to RocksDB without
+//! exporting) and evicts.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -211,7 +212,7 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
                     || flush_all(&mut out, output, &mut late, &late_path, &mut dlq, &dlq_path);
                 checkpointer.checkpoint(&mut task, line_no, &mut flush)?;
                 last_checkpoint = Instant::now();
-            } else if budget.is_some_and(|b| task.memory_bytes() + task.dedup_bytes() > b + b / 4) {
+            } else if budget.is_some_and(|b| task.budgeted_bytes() > b) {
                 checkpointer.spill(&mut task, line_no)?;
             }
         }
