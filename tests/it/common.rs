@@ -186,6 +186,35 @@ pub fn produce(broker: &DevBroker, topic: &str, partition: i32, key: &str, paylo
     p.flush(Duration::from_secs(30)).unwrap();
 }
 
+/// Produces events `from..from + n` of tenant-a to `requests`/0, uncompressed (so
+/// they fill the log: the dev broker keeps the newest 5 MiB of a partition, and
+/// enough of them move its log start), event `i` at `base_ts + 100 ms · i`.
+pub fn produce_filling(broker: &DevBroker, from: i64, n: i64, base_ts: i64) {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let p: BaseProducer =
+        tally::kafka::client_config(&broker.kafka(), tally::kafka::PRODUCER_DEFAULTS)
+            .set("compression.type", "none")
+            .create()
+            .unwrap();
+    for i in from..from + n {
+        let payload = event(
+            &format!("req-{i:09}"),
+            "tenant-a",
+            "small",
+            base_ts + i * 100,
+        );
+        let mut record = BaseRecord::to("requests")
+            .partition(0)
+            .key("tenant-a")
+            .payload(&payload);
+        while let Err((_, r)) = p.send(record) {
+            p.poll(Duration::from_millis(10));
+            record = r;
+        }
+    }
+    p.flush(Duration::from_secs(60)).unwrap();
+}
+
 /// Every window result on `topic`, in partition then offset order (progress
 /// records left out).
 pub fn results(broker: &DevBroker, topic: &str) -> Vec<tally::engine::ResultRecord> {

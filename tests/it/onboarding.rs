@@ -27,29 +27,7 @@ impl Job {
     /// `n` more distinct, in-order events, uncompressed: the dev broker keeps the
     /// newest 5 MiB of a partition, so enough of them move its log start.
     fn produce(&mut self, n: i64) {
-        use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-        let p: BaseProducer =
-            tally::kafka::client_config(&self.broker.kafka(), tally::kafka::PRODUCER_DEFAULTS)
-                .set("compression.type", "none")
-                .create()
-                .unwrap();
-        for i in self.produced..self.produced + n {
-            let payload = event(
-                &format!("req-{i:09}"),
-                "tenant-a",
-                "small",
-                BASE_TS + i * 100,
-            );
-            let mut record = BaseRecord::to("requests")
-                .partition(0)
-                .key("tenant-a")
-                .payload(&payload);
-            while let Err((_, r)) = p.send(record) {
-                p.poll(Duration::from_millis(10));
-                record = r;
-            }
-        }
-        p.flush(Duration::from_secs(60)).unwrap();
+        produce_filling(&self.broker, self.produced, n, BASE_TS);
         self.produced += n;
     }
 

@@ -592,34 +592,7 @@ impl Retention {
 
     /// `n` valid, distinct, in-order events, uncompressed (so they fill the log).
     fn produce(&mut self, n: i64) {
-        use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-        let p: BaseProducer =
-            tally::kafka::client_config(&self.broker.kafka(), tally::kafka::PRODUCER_DEFAULTS)
-                .set("compression.type", "none")
-                .create()
-                .unwrap();
-        for i in self.produced..self.produced + n {
-            let payload = event(
-                &format!("req-{i:09}"),
-                "tenant-a",
-                "small",
-                1_767_225_600_000 + i * 100,
-            );
-            loop {
-                match p.send(
-                    BaseRecord::to("requests")
-                        .partition(0)
-                        .key("tenant-a")
-                        .payload(&payload),
-                ) {
-                    Ok(()) => break,
-                    Err((_, _)) => {
-                        p.poll(Duration::from_millis(10));
-                    }
-                }
-            }
-        }
-        p.flush(Duration::from_secs(60)).unwrap();
+        produce_filling(&self.broker, self.produced, n, 1_767_225_600_000);
         self.produced += n;
     }
 
