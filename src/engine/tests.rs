@@ -120,6 +120,53 @@ fn burst_with_lateness_emits_one_late_pane_per_late_event() {
     assert_eq!(task.open_windows(), 1);
 }
 
+/// The same burst under the shipped lead limit (`auto` = the 30 s lateness), on a
+/// busy partition: another tenant's records every 2 s carry the watermark, as
+/// they do in production. acme's panes are the seed's: on time $0.20, then a late
+/// pane per late request, and the 10:00 window is purged after.
+#[test]
+fn burst_with_lateness_under_the_default_lead_limit_emits_the_same_late_panes() {
+    let mut c = (*cfg(30 * S)).clone();
+    c.max_lead_ms = Some(30 * S);
+    let mut task = PartitionTask::new(Partition(3), Arc::new(c));
+    let mut records = Vec::new();
+    let busy = |records: &mut Vec<String>, from: i64, to: i64| {
+        for t in (from..to).step_by(2) {
+            records.push(ev(&format!("b-{t}"), "busy", T10 + t * S));
+        }
+    };
+    let story = burst();
+    busy(&mut records, 0, 10);
+    records.push(story[0].clone()); // r-101 at :10
+    busy(&mut records, 10, 20);
+    records.push(story[1].clone()); // r-102 at :20
+    busy(&mut records, 20, 69);
+    records.push(story[2].clone()); // r-105 at 10:01:09, moves W past 10:00:59
+    records.push(story[3].clone()); // r-103 (:44) late, within lateness
+    records.push(story[4].clone()); // r-104 (:52) late, within lateness
+    busy(&mut records, 69, 100);
+    let (routes, panes) = run(&mut task, &records);
+    assert!(routes.iter().all(|r| *r == Route::Window), "{routes:?}");
+    assert_eq!(task.watermark_state().held(), 0);
+    let acme: Vec<_> = panes
+        .iter()
+        .filter(|p| p.tenant_id == "acme")
+        .map(|p| (p.window_end, p.usd.as_str(), p.pane, p.pane_index))
+        .collect();
+    assert_eq!(
+        acme,
+        vec![
+            (T10 + MIN, "0.200000000000", PaneKind::OnTime, 0),
+            (T10 + MIN, "0.300000000000", PaneKind::Late, 1),
+            (T10 + MIN, "0.400000000000", PaneKind::Late, 2),
+        ]
+    );
+    // W is 10:01:33 (10:01:38 − 5 s): 10:00's purge line 10:01:29 is passed.
+    let (_, too_late) = run(&mut task, &[ev("r-108", "acme", T10 + 30 * S)]);
+    assert!(too_late.is_empty());
+    assert_eq!(task.counters().too_late, 1);
+}
+
 #[test]
 fn window_created_after_its_end_emits_a_late_pane_at_once() {
     let mut task = PartitionTask::new(Partition(0), cfg(30 * S));
