@@ -27,7 +27,7 @@ use super::acc::{WindowAcc, LINE_BYTES};
 use super::dedup::{Dedup, DedupDelta, Fingerprint};
 use super::prepared::Prepared;
 use super::result::{LineItem, PaneKind, ResultKind, ResultRecord};
-use super::spill::{SpillStore, Spilled, CHANGE_BYTES, WINDOW_BYTES};
+use super::spill::{filter_bytes, SpillStore, Spilled, CHANGE_BYTES, WINDOW_BYTES};
 use super::{Counters, EngineConfig, RecordIn, Route, TimeSource};
 use crate::metrics::Histogram;
 use crate::model::event::MIN_MILLIS_TS;
@@ -283,7 +283,7 @@ impl PartitionTask {
         ids: Vec<(Fingerprint, i64)>,
         keep_bytes: usize,
     ) -> Result<(), String> {
-        self.dedup.restore_cold(ids, (keep_bytes / 20).max(4096))
+        self.dedup.restore_cold(ids, filter_bytes(keep_bytes))
     }
 
     pub fn partition(&self) -> Partition {
@@ -438,7 +438,7 @@ impl PartitionTask {
 
     /// Keeps the task within `keep_bytes`: first, when the dedup table takes
     /// more than a quarter of it (and holds `MIN_COLD_MOVE` ids), its ids move to
-    /// the cold tier (filters of a twentieth each); then clean windows are evicted until at most what is left
+    /// the cold tier (filters of a twentieth of the share each, `filter_bytes`); then clean windows are evicted until at most what is left
     /// of `keep_bytes` holds them (`memory_bytes`): fired windows oldest end
     /// first, then open windows latest end first. Call right after
     /// `drain_changes` has been committed (the evicted windows and the moved ids'
@@ -449,7 +449,7 @@ impl PartitionTask {
         }
         if self.dedup.hot_bytes() >= keep_bytes / 4 && self.dedup.len() >= MIN_COLD_MOVE {
             // A failure is remembered by the cold tier (`take_spill_error`).
-            let _ = self.dedup.spill_cold((keep_bytes / 20).max(4096));
+            let _ = self.dedup.spill_cold(filter_bytes(keep_bytes));
         }
         let keep_bytes = keep_bytes.saturating_sub(self.dedup.memory_bytes());
         let mut excess = self.held_bytes.saturating_sub(keep_bytes);

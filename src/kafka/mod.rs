@@ -67,6 +67,10 @@ pub const PRODUCER_DEFAULTS: &[(&str, &str)] = &[
     ("linger.ms", "5"),
     ("message.timeout.ms", "30000"),
     ("queue.buffering.max.messages", "500000"),
+    // The local queue's bytes are part of a worker's fixed memory overhead
+    // (docs/operations/memory.md); librdkafka's default is 1 GiB. A full queue
+    // makes `send` wait for delivery reports, never drop a record.
+    ("queue.buffering.max.kbytes", "32768"),
 ];
 
 /// Consumer defaults (the user's `[kafka]` properties go on top), besides the
@@ -79,6 +83,9 @@ pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     // queue is over the prefetch thresholds; the default (1 s) left a worker that
     // drains a backlog idle most of the time (4x slower on a preloaded topic).
     ("fetch.queue.backoff.ms", "50"),
+    // Prefetched records are part of a worker's fixed memory overhead
+    // (docs/operations/memory.md); librdkafka's default is 64 MiB.
+    ("queued.max.messages.kbytes", "16384"),
     // Eager rebalancing is the default: against the dev broker, cooperative-sticky
     // needs two rebalance rounds per membership change and recovered slower in the
     // chaos run. Both work (the revoke callback handles incremental revokes); set
