@@ -203,7 +203,7 @@ fn produce(
                 std::thread::sleep(wait);
             }
         }
-        if sent % 100_000 == 0 {
+        if sent.is_multiple_of(100_000) {
             tracing::info!(sent, "generating");
         }
     }
