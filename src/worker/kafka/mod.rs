@@ -1,7 +1,7 @@
 //! The Kafka worker loop: chunks from the poll thread (`poller`: consume, step 1)
 //! → partition tasks → producers, with a checkpoint every `checkpoint.interval`,
 //! on revoke (inside the rebalance callback, on the poll thread) and on shutdown.
-//! The protocol itself lives in `core.rs`.
+//! The protocol itself is `checkpoint::coordinator` (docs/DESIGN.md §7.2).
 //!
 //! The loop and the rebalance callback take turns on the worker's state (`Core`,
 //! behind one lock). Before the final checkpoint the poll thread is stopped and
