@@ -5,6 +5,7 @@
 //! are the I/O edges.
 
 pub mod api;
+pub mod base;
 pub mod checkpoint;
 pub mod cli;
 pub mod config;

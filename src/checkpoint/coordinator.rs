@@ -222,7 +222,7 @@ impl Coordinator {
         let job = ExportJob {
             id,
             job: self.job.clone(),
-            created_at_ms: crate::kafka::now_ms(),
+            created_at_ms: crate::base::clock::now_ms(),
             partitions: listed,
             commits,
             store: self.state.clone(),

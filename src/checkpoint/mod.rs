@@ -56,6 +56,7 @@
 //!   manifest, then applies base and deltas in order; damage anywhere in the
 //!   chain fails that candidate, and the restore falls back to the next one.
 
+pub mod config;
 pub mod coordinator;
 pub mod evolution;
 pub mod export;
@@ -90,9 +91,11 @@ pub enum CheckpointError {
     State(#[from] crate::state::StateError),
     #[error("checkpoint store: {0}")]
     Store(#[from] objects::ObjectError),
-    /// The outputs could not be flushed at the barrier (step 2).
+    /// The outputs could not be flushed at the barrier (step 2): the outputs'
+    /// own error (`kafka::KafkaIoError` converts into this), which the exit
+    /// status is read from.
     #[error("flushing the outputs at the checkpoint barrier: {0}")]
-    Outputs(#[from] crate::kafka::KafkaIoError),
+    Outputs(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// A refusal to restore, with the way out.
     #[error("{0}")]
     Refused(String),

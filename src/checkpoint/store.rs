@@ -7,15 +7,15 @@ use std::path::Path;
 
 use tracing::{error, info, warn};
 
+use super::config::CheckpointConfig;
 use super::evolution::Rules;
 use super::format::{decode_manifest, encode_manifest, Unreadable, MAX_MANIFEST_BYTES};
 use super::objects::local::LocalObjects;
 use super::objects::remote::{is_url, RemoteObjects};
 use super::objects::{ObjectInfo, Objects};
+use super::restore::StartPolicy;
 use super::restore::{none_usable, plan, read_failure, Found, Try};
 use super::{CheckpointError, CheckpointId, Manifest, OffsetLedger};
-use crate::config::CheckpointConfig;
-use crate::kafka::source::StartPolicy;
 use crate::model::Partition;
 use crate::state::{NextOffset, PartitionMeta, StateStore};
 
@@ -402,7 +402,7 @@ impl CheckpointStore {
             return Ok(partitions.iter().map(|_| Ok(None)).collect());
         }
         self.objects
-            .interrupt_when(Some(crate::worker::shutdown::requested));
+            .interrupt_when(Some(crate::base::shutdown::requested));
         let restored = self.restore_all(partitions, rules, policy, state);
         self.objects.interrupt_when(None);
         restored
@@ -507,7 +507,7 @@ impl CheckpointStore {
             .filter(|(name, _)| !removed.contains(name))
             .flat_map(|(name, m)| referenced(name, m))
             .collect();
-        let now = crate::kafka::now_ms();
+        let now = crate::base::clock::now_ms();
         for l in &listed {
             let remove = match &l.manifest {
                 Some(Ok(_)) => removed.contains(l.name.as_str()),

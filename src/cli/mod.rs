@@ -174,7 +174,7 @@ pub fn init_logging() {
 }
 
 pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
-    crate::worker::shutdown::install();
+    crate::base::shutdown::install();
     match cli.command {
         Command::Run(a) => run::run(a),
         Command::Sink(a) => {

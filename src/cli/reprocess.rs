@@ -18,15 +18,16 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::ConfigArg;
+use crate::base::clock::now_ms;
+use crate::base::shutdown;
 use crate::engine::RecordIn;
 use crate::kafka::logging::Logged;
 use crate::kafka::outputs::{source_coords, Outputs};
-use crate::kafka::{client_config, headers, now_ms};
+use crate::kafka::{client_config, headers};
 use crate::model::Partition;
 use crate::progress::Progress;
 use crate::reprocess::{Outcome, Reprocessor};
 use crate::time::utc::parse_utc_ms;
-use crate::worker::shutdown;
 
 #[derive(Args, Debug)]
 pub struct ReprocessArgs {
@@ -149,7 +150,7 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
     }
     consumer.assign(&tpl)?;
     // --follow is a long-running service: the endpoints of metrics.listen.
-    let service = std::sync::Arc::new(crate::service::State::new(crate::kafka::now_ms()));
+    let service = std::sync::Arc::new(crate::service::State::new(crate::base::clock::now_ms()));
     if let (true, Some(addr)) = (a.follow, &cfg.metrics.listen) {
         crate::service::http::serve(addr, service.clone())
             .with_context(|| format!("metrics.listen {addr}"))?;
@@ -176,7 +177,7 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
             last_follow = Some(Instant::now());
             follow_round(&consumer, &outputs, &topic, &next, &summary, &service)?;
         }
-        service.beat(crate::kafka::now_ms());
+        service.beat(crate::base::clock::now_ms());
         let Some(msg) = consumer.poll(Duration::from_millis(200)) else {
             continue;
         };

@@ -18,7 +18,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 
 use super::support::{self, signal, tally_beside_me};
-use crate::config::Millis;
+use crate::base::duration::Millis;
 use crate::gen::{Expected, Rng};
 use crate::kafka::headers;
 use crate::kafka::read::read_topic;
@@ -190,7 +190,7 @@ pub fn run(a: ChaosArgs) -> anyhow::Result<()> {
             "dir = \"s3://tally/chaos-{}-{}\"\nobject_store = {{ aws_endpoint = \"{endpoint}\", \
              aws_allow_http = \"true\" }}",
             std::process::id(),
-            crate::kafka::now_ms()
+            crate::base::clock::now_ms()
         ),
         None => format!("dir = \"{}/checkpoints\"", dir.display()),
     };

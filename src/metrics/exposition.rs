@@ -19,7 +19,8 @@ use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::{Histogram, PartitionReport, WorkerReport};
+use super::{PartitionReport, WorkerReport};
+use crate::base::histogram::Histogram;
 use crate::model::Partition;
 
 /// Every metric family tally exports, as Prometheus shows it.

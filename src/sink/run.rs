@@ -22,16 +22,17 @@ use tracing::{error, info, warn};
 
 use super::apply::{applied_offsets, apply_batch, Batch, Delivered, Rejected};
 use super::{check, connect, migrate, SinkError};
+use crate::base::clock::now_ms;
+use crate::base::shutdown;
 use crate::config::Config;
 use crate::engine::SinkRecord;
 use crate::kafka::logging::Logged;
 use crate::kafka::source::cached_watermarks;
-use crate::kafka::{client_config, now_ms, KafkaIoError};
+use crate::kafka::{client_config, KafkaIoError};
 use crate::metrics::exposition::{self, SinkFigures};
 use crate::model::Partition;
 use crate::service::State;
 use crate::state::NextOffset;
-use crate::worker::shutdown;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SinkOptions {

@@ -28,7 +28,8 @@ use std::sync::{Arc, Mutex, Weak};
 
 use super::core::Slot;
 
-use crate::kafka::source::{cached_log_end, Source};
+use super::rebalance::Source;
+use crate::kafka::source::cached_log_end;
 use crate::metrics::exposition;
 use crate::model::Partition;
 use crate::service::State;

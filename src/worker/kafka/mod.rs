@@ -29,9 +29,10 @@ use crate::checkpoint::store::CheckpointStore;
 use crate::config::Config;
 use crate::engine::Counters;
 use crate::kafka::outputs::Outputs;
-use crate::kafka::source::{Source, SourceContext, StartPolicy};
+use crate::kafka::source::StartPolicy;
 use crate::kafka::{consumer_config, now_ms, KafkaIoError};
 use crate::state::StateStore;
+use crate::worker::rebalance::{Source, SourceContext};
 
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
