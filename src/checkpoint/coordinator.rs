@@ -40,8 +40,9 @@ use super::export::{self, ExportJob, ExportPartition, JobIdentity, PendingExport
 use super::store::CheckpointStore;
 use super::{CheckpointError, CheckpointId, Manifest, OffsetLedger, Segment};
 use crate::engine::{Counters, StateDelta};
+use crate::model::NextOffset;
 use crate::model::Partition;
-use crate::state::{Changes, NextOffset, PartitionCommit, StateStore};
+use crate::state::{Changes, PartitionCommit, StateStore};
 use crate::time::EventTime;
 
 /// The named crash points of the protocol's own steps (the upload's are in

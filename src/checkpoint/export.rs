@@ -28,15 +28,17 @@ use sha2::{Digest, Sha256};
 use super::coordinator::plan_segment;
 use super::evolution::Rules;
 use super::format::VERSION;
+use super::names::part_key;
 use super::part::PartWriter;
-use super::store::{part_key, CheckpointStore};
+use super::store::CheckpointStore;
 use super::{
     CheckpointError, CheckpointId, Manifest, OffsetLedger, PartRef, PartitionEntry, Segment,
     SegmentKind,
 };
 use crate::engine::Counters;
+use crate::model::NextOffset;
 use crate::model::Partition;
-use crate::state::{KnownChanges, NextOffset, PartitionCommit, StateStore};
+use crate::state::{KnownChanges, PartitionCommit, StateStore};
 use crate::time::EventTime;
 
 /// One partition as the barrier cut it.

@@ -57,9 +57,9 @@ use sha2::{Digest, Sha256};
 use super::evolution::Semantics;
 use super::ledger::{Gap, OffsetLedger};
 use super::{CheckpointId, Manifest, PartRef, PartitionEntry, Segment, SegmentKind};
+use crate::model::NextOffset;
 use crate::model::Partition;
 use crate::state::stored::StoredCounters;
-use crate::state::NextOffset;
 use crate::time::EventTime;
 
 /// The checkpoint format this tally writes.
@@ -281,7 +281,7 @@ struct PartitionBodyV3 {
 impl ManifestBodyV3 {
     /// The same manifest in format 4: each partition a chain of one base.
     fn upgrade(self) -> ManifestBodyV4 {
-        let own = super::store::checkpoint_name(CheckpointId(self.id), &self.worker);
+        let own = super::names::checkpoint_name(CheckpointId(self.id), &self.worker);
         ManifestBodyV4 {
             id: self.id,
             worker: self.worker,
@@ -580,7 +580,7 @@ fn check_chain(p: Partition, segments: &[Segment]) -> Result<(), String> {
         if i > 0 && s.kind == SegmentKind::Base {
             return Err(format!("partition {p}: segment {i} is a second base"));
         }
-        if !s.checkpoint.starts_with("chk-") || !super::store::is_one_dir_name(&s.checkpoint) {
+        if !super::names::is_checkpoint_name(&s.checkpoint) {
             return Err(format!(
                 "partition {p}: segment {i} names {:?}, not a checkpoint",
                 s.checkpoint

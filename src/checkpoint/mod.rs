@@ -10,6 +10,8 @@
 //!     MANIFEST                     the manifest (`format`); written last
 //! ```
 //!
+//! Every key and name of that layout is built and parsed in `names`.
+//!
 //! ## Rules
 //! - Every object is created once and never replaced (`objects`: a hard link of
 //!   a synced file, or a conditional `PutMode::Create`). The manifest is written
@@ -62,6 +64,7 @@ pub mod evolution;
 pub mod export;
 pub mod format;
 pub mod ledger;
+pub mod names;
 pub mod objects;
 pub mod part;
 pub mod restore;
@@ -73,8 +76,8 @@ mod chain_tests;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{Counters, EngineConfig};
+use crate::model::NextOffset;
 use crate::model::Partition;
-use crate::state::NextOffset;
 use crate::time::EventTime;
 pub use ledger::OffsetLedger;
 
@@ -229,7 +232,7 @@ impl Manifest {
 
     /// The bytes this checkpoint wrote: its own segments.
     pub fn written_bytes(&self) -> u64 {
-        let name = store::checkpoint_name(self.id, &self.worker);
+        let name = names::checkpoint_name(self.id, &self.worker);
         self.partitions.iter().map(|e| e.written_bytes(&name)).sum()
     }
 

@@ -29,8 +29,8 @@ use super::format::Unreadable;
 use super::ledger::Gap;
 use super::objects::ObjectError;
 use super::{Manifest, OffsetLedger, PartitionEntry};
+use crate::model::NextOffset;
 use crate::model::Partition;
-use crate::state::NextOffset;
 
 /// Options for partitions without any checkpoint.
 #[derive(Debug, Clone, Copy, Default)]

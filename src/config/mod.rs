@@ -371,7 +371,7 @@ impl Config {
         self.topics.validate()?;
         self.kafka.validate()?;
         let g = &self.kafka.group_id;
-        if !crate::checkpoint::store::is_one_dir_name(g) {
+        if !crate::checkpoint::names::is_one_dir_name(g) {
             return Err(invalid(
                 "kafka.group_id",
                 format!(

@@ -17,8 +17,8 @@ use tracing::warn;
 use crate::checkpoint::coordinator::OffsetCommitter;
 use crate::checkpoint::restore::LogFacts;
 use crate::checkpoint::CheckpointId;
+use crate::model::NextOffset;
 use crate::model::Partition;
-use crate::state::NextOffset;
 
 /// Options for partitions without any checkpoint: the restore decision's own
 /// (`checkpoint::restore`), named here too for the commands that pass them in.

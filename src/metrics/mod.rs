@@ -15,8 +15,8 @@ pub use exposition::EXPORTED;
 use crate::base::histogram::Histogram;
 use crate::checkpoint::OffsetLedger;
 use crate::engine::Counters;
+use crate::model::NextOffset;
 use crate::model::Partition;
-use crate::state::NextOffset;
 use crate::time::EventTime;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -1,4 +1,4 @@
-//! Domain types: events, prices, money and partitions, and the input mapping that
+//! Domain types: events, prices, money, partitions and offsets, and the input mapping that
 //! reads events. Pure; no I/O.
 
 pub mod event;
@@ -10,7 +10,7 @@ pub mod price;
 
 pub use event::{DeadLetterReason, Event};
 pub use money::{NanoPer1k, Pico};
-pub use partition::Partition;
+pub use partition::{NextOffset, Partition};
 pub use price::{PriceEntry, PriceError, PriceTable};
 
 /// Whether two short byte strings (member names, model names) are equal: inline,

@@ -30,9 +30,9 @@ use crate::kafka::logging::Logged;
 use crate::kafka::source::cached_watermarks;
 use crate::kafka::{client_config, KafkaIoError};
 use crate::metrics::exposition::{self, SinkFigures};
+use crate::model::NextOffset;
 use crate::model::Partition;
 use crate::service::State;
-use crate::state::NextOffset;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SinkOptions {

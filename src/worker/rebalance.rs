@@ -24,8 +24,8 @@ use super::WorkerError;
 use crate::checkpoint::coordinator::OffsetCommitter;
 use crate::checkpoint::restore::LogFacts;
 use crate::kafka::source::{gather_facts, GroupCommitter};
+use crate::model::NextOffset;
 use crate::model::Partition;
-use crate::state::NextOffset;
 
 /// The worker side of a rebalance: it never sees the consumer.
 pub trait RebalanceHandler: Send {
