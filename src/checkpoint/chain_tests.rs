@@ -291,7 +291,7 @@ fn retention_keeps_the_store_bounded_over_100_checkpoints() {
             round + 1
         );
         assert!(
-            *objects <= 2 * 2 * (super::coordinator::MAX_DELTAS + 2) + 8,
+            *objects <= 2 * 2 * (super::export::MAX_DELTAS + 2) + 8,
             "{objects} objects"
         );
     }

@@ -600,7 +600,7 @@ fn check_chain(p: Partition, segments: &[Segment]) -> Result<(), String> {
 }
 
 /// The longest chain read: a base and more deltas than any writer makes
-/// (`coordinator::MAX_DELTAS`).
+/// (`export::MAX_DELTAS`).
 pub const MAX_CHAIN: usize = 64;
 
 #[cfg(test)]
