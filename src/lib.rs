@@ -2,7 +2,9 @@
 //!
 //! Data flows one way: source → partition task → outputs (docs/DESIGN.md, docs/architecture.md).
 //! `model`, `time` and `engine` are pure; `state`, `kafka`, `sink` and `worker`
-//! are the I/O edges.
+//! are the I/O edges. `base` is the ground floor every layer may import; which
+//! module may import which is docs/DEVELOPING.md#layers (checked by the test
+//! `codebase` in tests/it).
 
 pub mod api;
 pub mod base;
