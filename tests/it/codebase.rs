@@ -136,7 +136,6 @@ const LONG_FILES: &[(&str, &str)] = &[
 #[rustfmt::skip]
 const LONG_FNS: &[(&str, &str, &str)] = &[
     ("src/cli/demo.rs", "run", "the demo's script, one step after another"),
-    ("src/cli/reprocess.rs", "run", "to be cut into setup, loop and summary"),
     ("src/gen.rs", "next_record", "one record's kinds as one match, its arms short"),
     ("src/metrics/exposition.rs", "encode", "to be cut per metric family"),
     ("src/sink/run.rs", "run_async", "the sink's loop; to be cut like the worker's"),
