@@ -32,6 +32,7 @@ impl Whole {
         Self("0".into())
     }
 
+    #[cfg(test)]
     pub fn as_str(&self) -> &str {
         &self.0
     }
