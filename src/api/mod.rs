@@ -14,9 +14,9 @@
 //! is re-made on the next request after it broke. Nothing here holds a secret
 //! beyond the URL, which is never logged or answered.
 
-pub mod params;
-pub mod usage;
-pub mod whole;
+pub(crate) mod params;
+pub(crate) mod usage;
+pub(crate) mod whole;
 
 use std::collections::HashSet;
 use std::convert::Infallible;

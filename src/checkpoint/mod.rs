@@ -58,16 +58,16 @@
 //!   manifest, then applies base and deltas in order; damage anywhere in the
 //!   chain fails that candidate, and the restore falls back to the next one.
 
-pub mod config;
-pub mod coordinator;
+pub(crate) mod config;
+pub(crate) mod coordinator;
 pub mod evolution;
-pub mod export;
+pub(crate) mod export;
 pub mod format;
-pub mod ledger;
+pub(crate) mod ledger;
 pub mod names;
 pub mod objects;
-pub mod part;
-pub mod restore;
+pub(crate) mod part;
+pub(crate) mod restore;
 pub mod store;
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 mod broker;
 mod checkpoints;
 mod config_check;
-pub mod demo;
+pub(crate) mod demo;
 pub mod exit;
 mod gen;
 mod reprocess;

@@ -4,14 +4,14 @@
 //! commit), so the same code runs against Apache Kafka, Redpanda, a managed Kafka
 //! or the dev broker.
 
-pub mod broker;
-pub mod config;
+pub(crate) mod broker;
+pub(crate) mod config;
 pub mod headers;
-pub mod logging;
+pub(crate) mod logging;
 pub mod outputs;
 pub mod read;
-pub mod source;
-pub mod tls_listener;
+pub(crate) mod source;
+pub(crate) mod tls_listener;
 
 use rdkafka::ClientConfig;
 

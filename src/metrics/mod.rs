@@ -4,7 +4,7 @@
 //! The Prometheus names and their units are in `exposition` (the list:
 //! `exposition::EXPORTED`; the meanings: docs/reference/metrics.md).
 
-pub mod exposition;
+pub(crate) mod exposition;
 
 use std::fmt::Write;
 
