@@ -40,7 +40,23 @@ use tracing::{debug, info, warn};
 
 use crate::config::Config;
 use params::ParamError;
-use usage::ReadError;
+
+/// What a read can fail on.
+#[derive(Debug)]
+pub enum ReadError {
+    /// A window crosses a bucket boundary: the window size does not divide the
+    /// bucket in that zone's offsets (answered 400, naming `window`).
+    Unaligned(String),
+    Db(tokio_postgres::Error),
+    /// A value the schema should not hold.
+    Data(String),
+}
+
+impl From<tokio_postgres::Error> for ReadError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        ReadError::Db(e)
+    }
+}
 
 type Body = BoxBody<Bytes, std::io::Error>;
 

@@ -9,7 +9,7 @@
 
 use serde::{Serialize, Serializer};
 
-use super::usage::ReadError;
+use super::ReadError;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Whole(String);
