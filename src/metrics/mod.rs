@@ -4,6 +4,7 @@
 //! The Prometheus names and their units are in `exposition` (the list:
 //! `exposition::EXPORTED`; the meanings: docs/reference/metrics.md).
 
+pub mod config;
 pub(crate) mod exposition;
 
 use std::fmt::Write;
