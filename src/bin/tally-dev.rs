@@ -55,7 +55,7 @@ struct CertsArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tally::cli::init_logging();
-    tally::worker::shutdown::install();
+    tally::base::shutdown::install();
     let result = match cli.command {
         Command::Chaos(a) => chaos::run(a),
         Command::BenchEngine(a) => bench::run_engine(a),

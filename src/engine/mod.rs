@@ -10,6 +10,7 @@
 mod acc;
 pub mod bloom;
 pub mod cold;
+pub mod config;
 pub mod dedup;
 pub mod fpset;
 mod prepared;

@@ -29,7 +29,7 @@ use super::prepared::Prepared;
 use super::result::{LineItem, PaneKind, ResultKind, ResultRecord};
 use super::spill::{filter_bytes, SpillStore, Spilled, CHANGE_BYTES, WINDOW_BYTES};
 use super::{Counters, EngineConfig, RecordIn, Route, TimeSource};
-use crate::metrics::Histogram;
+use crate::base::histogram::Histogram;
 use crate::model::event::MIN_MILLIS_TS;
 use crate::model::input::{COMPLETED_TS, STARTED_TS};
 use crate::model::{DeadLetterReason, Event, Partition, Pico, PriceError};

@@ -44,15 +44,14 @@ use crate::engine::{
 };
 use crate::failpoint;
 use crate::kafka::outputs::{source_coords, Outputs};
-use crate::kafka::source::{
-    cached_log_end, cached_log_start, GroupCommitter, RebalanceHandler, Source, StartPolicy,
-};
+use crate::kafka::source::{cached_log_end, cached_log_start, GroupCommitter, StartPolicy};
 use crate::kafka::{now_ms, KafkaIoError};
 use crate::metrics::{CheckpointStats, PartitionReport, WorkerReport};
 use crate::model::Partition;
 use crate::state::{bounded, NextOffset, PartitionCommit, StateStore};
 use crate::time::liveness::{self, Quiet};
 use crate::time::EventTime;
+use crate::worker::rebalance::{RebalanceHandler, Source};
 
 mod positions;
 

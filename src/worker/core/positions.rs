@@ -22,9 +22,10 @@
 use super::{accept_gap, Core};
 use crate::checkpoint::ledger;
 use crate::kafka::now_ms;
-use crate::kafka::source::{cached_log_start, Source};
+use crate::kafka::source::cached_log_start;
 use crate::state::NextOffset;
 use crate::worker::kafka::poller::Positions;
+use crate::worker::rebalance::Source;
 use crate::worker::WorkerError;
 
 impl Core {

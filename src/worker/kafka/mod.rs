@@ -1,7 +1,7 @@
 //! The Kafka worker loop: chunks from the poll thread (`poller`: consume, step 1)
 //! → partition tasks → producers, with a checkpoint every `checkpoint.interval`,
 //! on revoke (inside the rebalance callback, on the poll thread) and on shutdown.
-//! The protocol itself lives in `core.rs`.
+//! The protocol itself is `checkpoint::coordinator` (docs/DESIGN.md §7.2).
 //!
 //! The loop and the rebalance callback take turns on the worker's state (`Core`,
 //! behind one lock). Before the final checkpoint the poll thread is stopped and
@@ -29,9 +29,10 @@ use crate::checkpoint::store::CheckpointStore;
 use crate::config::Config;
 use crate::engine::Counters;
 use crate::kafka::outputs::Outputs;
-use crate::kafka::source::{Source, SourceContext, StartPolicy};
+use crate::kafka::source::StartPolicy;
 use crate::kafka::{consumer_config, now_ms, KafkaIoError};
 use crate::state::StateStore;
+use crate::worker::rebalance::{Source, SourceContext};
 
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {

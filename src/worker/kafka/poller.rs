@@ -47,9 +47,9 @@ use rdkafka::topic_partition_list::Offset;
 use tracing::warn;
 
 use crate::engine::{EngineConfig, Prepared, RecordIn};
-use crate::kafka::source::Source;
 use crate::model::Partition;
 use crate::worker::clock;
+use crate::worker::rebalance::Source;
 
 /// Records per chunk: one hand-over per chunk, small enough to stay in cache.
 const CHUNK: usize = 512;
