@@ -1,12 +1,14 @@
 //! The ground floor: small utilities every layer may import, and that import
 //! nothing of tally's own (docs/DEVELOPING.md#layers).
 //!
+//! - `alloc`: the global allocator's setting (freed memory back to the OS at once);
 //! - `clock`: wall and monotonic milliseconds, precise (`now_ms`) and coarse;
 //! - `shutdown`: the signal flags the loops check (SIGTERM, SIGINT, SIGHUP);
 //! - `histogram`: a log-linear histogram of milliseconds;
 //! - `duration`, `size`: human durations and byte sizes as the config writes them;
 //! - `InvalidKey`: a config value a section's own check refuses, named by its key.
 
+pub mod alloc;
 pub mod clock;
 pub mod duration;
 pub mod histogram;

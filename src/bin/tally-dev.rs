@@ -53,6 +53,7 @@ struct CertsArgs {
 }
 
 fn main() -> ExitCode {
+    tally::base::alloc::purge_freed_memory_at_once();
     let cli = Cli::parse();
     tally::cli::init_logging();
     tally::base::shutdown::install();
