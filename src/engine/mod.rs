@@ -16,6 +16,7 @@ pub mod fpset;
 mod prepared;
 mod result;
 pub mod spill;
+mod step1;
 mod task;
 
 pub use acc::{Line, WindowAcc, LINE_BYTES};
@@ -24,9 +25,9 @@ pub use prepared::Prepared;
 pub use result::{
     AdjustmentRecord, LineItem, PaneKind, ProgressRecord, ResultKind, ResultRecord, SinkRecord,
 };
+pub use step1::{validate, Valid};
 pub use task::{
-    validate, window_bytes, PartitionTask, Progress, StateDelta, TaskSnapshot, Valid, WindowKey,
-    WindowPhase,
+    window_bytes, PartitionTask, Progress, StateDelta, TaskSnapshot, WindowKey, WindowPhase,
 };
 
 use serde::{Deserialize, Serialize};
