@@ -25,6 +25,7 @@ pub use crate::checkpoint::config::CheckpointConfig;
 pub use crate::engine::config::{DedupConfig, LimitsConfig, WatermarkConfig, WindowConfig};
 pub use crate::kafka::config::{KafkaConfig, TopicsConfig};
 pub use crate::metrics::config::MetricsConfig;
+pub use crate::state::config::StateConfig;
 pub use prices::{PriceConfig, ScheduledPrice, UtcTime};
 
 use crate::base::InvalidKey;
@@ -101,35 +102,6 @@ pub struct JobConfig {
 impl Default for JobConfig {
     fn default() -> Self {
         Self { generation: 1 }
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct StateConfig {
-    pub dir: PathBuf,
-    /// Memory for window state and dedup ids per worker; windows beyond it are
-    /// evicted to RocksDB after a commit (read back when touched), and dedup ids
-    /// move there behind filters (docs/operations/memory.md). `"off"`: unlimited.
-    pub memory_budget: Budget,
-}
-
-impl Default for StateConfig {
-    fn default() -> Self {
-        Self {
-            dir: "./data/state".into(),
-            memory_budget: Budget(Some(512 << 20)),
-        }
-    }
-}
-
-impl StateConfig {
-    /// The bytes of windows a worker may hold in memory (`memory_budget`), as
-    /// `engine::window_bytes` counts them.
-    pub fn memory_budget_bytes(&self) -> Option<usize> {
-        self.memory_budget
-            .0
-            .map(|b| usize::try_from(b).unwrap_or(usize::MAX))
     }
 }
 

@@ -53,6 +53,7 @@
 
 pub mod bounded;
 pub mod changes;
+pub mod config;
 pub mod memory;
 pub mod stored;
 
