@@ -28,22 +28,23 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use tracing::{debug, error, info, warn};
 
 use super::clock;
+use super::kafka::outputs::KafkaOutputs;
 use super::kafka::poller::{Polled, Run};
 use super::lag;
+use super::partitions::{OutputPorts, Outputs, Record};
 use super::report::Publisher;
 use super::WorkerError;
-use crate::checkpoint::coordinator::{Completed, Coordinator, Cut, OffsetCommitter, Ports};
+use crate::checkpoint::coordinator::{Completed, Coordinator, Cut, OffsetCommitter};
 use crate::checkpoint::export::JobIdentity;
 use crate::checkpoint::ledger::{self, Gap};
 use crate::checkpoint::restore::{self, LogFacts, Names};
+use crate::checkpoint::CheckpointError;
 use crate::checkpoint::OffsetLedger;
-use crate::checkpoint::{CheckpointError, CheckpointId};
 use crate::engine::{
     Counters, EngineConfig, PartitionTask, Progress, ProgressRecord, RecordIn, ResultKind,
     ResultRecord, Route,
 };
 use crate::failpoint;
-use crate::kafka::outputs::{source_coords, Outputs};
 use crate::kafka::source::{
     cached_log_end, cached_log_start, GroupCommitter, RebalanceHandler, Source, StartPolicy,
 };
@@ -128,7 +129,7 @@ pub struct Core {
     pub store: Arc<StateStore>,
     /// The checkpoint protocol (and the checkpoint store).
     pub coord: Coordinator,
-    pub outputs: Outputs,
+    pub outputs: KafkaOutputs,
     pub slots: BTreeMap<Partition, Slot>,
     pub panes: Vec<ResultRecord>,
     pub policy: StartPolicy,
@@ -164,7 +165,7 @@ pub struct Core {
 /// Sends the panes `slot`'s task appended to `panes`, with its progress records
 /// where its watermark purged a new window end (`PartitionTask::take_progress`).
 fn send_panes(
-    outputs: &Outputs,
+    outputs: &mut KafkaOutputs,
     slot: &mut Slot,
     panes: &mut Vec<ResultRecord>,
     to: Option<(i32, i32)>,
@@ -172,7 +173,7 @@ fn send_panes(
 ) -> Result<(), WorkerError> {
     let marks = slot.task.take_progress();
     let mut marks = marks.iter().peekable();
-    let progress = |p: &Progress| -> Result<(), WorkerError> {
+    let progress = |outputs: &mut KafkaOutputs, p: &Progress| -> Result<(), WorkerError> {
         let Some((source_partitions, results_partitions)) = to else {
             return Ok(());
         };
@@ -190,7 +191,7 @@ fn send_panes(
     let burst = panes.len() > 1;
     for (i, pane) in panes.drain(..).enumerate() {
         while let Some(p) = marks.next_if(|p| p.at <= i) {
-            progress(p)?;
+            progress(outputs, p)?;
         }
         if burst && i == 1 {
             failpoint::hit("mid_pane_burst");
@@ -198,12 +199,10 @@ fn send_panes(
         outputs.result(&pane)?;
     }
     for p in marks {
-        progress(p)?;
+        progress(outputs, p)?;
     }
     Ok(())
 }
-
-const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Core {
     /// Routes a chunk of polled records (any partitions, poll order) and produces
@@ -293,7 +292,7 @@ impl Core {
         slot.next = NextOffset(run.offset(range.end - 1) + 1);
         slot.last_record = clock::mono_ms();
         send_panes(
-            &self.outputs,
+            &mut self.outputs,
             slot,
             &mut self.panes,
             self.progress_to,
@@ -302,33 +301,23 @@ impl Core {
         self.since_memory_check += range.len() as u32 - 1;
         self.check_memory();
         for (i, route) in range.zip(routes) {
-            let (key, payload, offset) = (run.key(i), run.payload(i), run.offset(i));
+            let record = Record {
+                partition: p,
+                offset: run.offset(i),
+                key: run.key(i),
+                payload: run.payload(i),
+                kafka_ts: run.kafka_ts(i),
+                true_len: None,
+            };
             match route {
                 Route::Window | Route::Duplicate => {}
                 Route::TooLate {
                     window_end,
                     watermark,
-                } => {
-                    let src = source_coords(&self.job.topic, p, offset);
-                    self.outputs.late(
-                        key,
-                        payload,
-                        window_end,
-                        watermark,
-                        &src,
-                        run.kafka_ts(i),
-                    )?;
-                }
+                } => self.outputs.late(&record, window_end, watermark)?,
                 Route::DeadLetter(reason) => {
-                    let src = source_coords(&self.job.topic, p, offset);
                     dead_letters += 1;
-                    // The first dead letters of a partition are logged one by one,
-                    // then every 1000th: a flood of poison must not flood the log.
-                    let n = dead_letters;
-                    if n <= 10 || n % 1000 == 0 {
-                        warn!(source = %src, reason = %reason, dead_letters = n, "dead letter");
-                    }
-                    self.outputs.dead_letter(key, payload, &reason, &src)?;
+                    self.outputs.dead_letter(&record, &reason, dead_letters)?;
                 }
             }
         }
@@ -387,7 +376,7 @@ impl Core {
                 return Err(WorkerError::Refused(e));
             }
             send_panes(
-                &self.outputs,
+                &mut self.outputs,
                 slot,
                 &mut self.panes,
                 self.progress_to,
@@ -445,10 +434,7 @@ impl Core {
         wait: bool,
         consumer: Option<&Source>,
     ) -> Result<(), WorkerError> {
-        let mut ports = WorkerPorts {
-            outputs: &mut self.outputs,
-            committer,
-        };
+        let mut ports = OutputPorts::new(&mut self.outputs, committer);
         let done = if self.slots.is_empty() {
             self.coord.finish(&mut ports, true)?.into_iter().collect()
         } else {
@@ -512,10 +498,7 @@ impl Core {
     /// Completes the pending export if its thread is done (non-blocking).
     pub fn poll_export(&mut self, consumer: &Source) -> Result<(), WorkerError> {
         let mut committer = GroupCommitter::new(consumer, &self.job.topic);
-        let mut ports = WorkerPorts {
-            outputs: &mut self.outputs,
-            committer: &mut committer,
-        };
+        let mut ports = OutputPorts::new(&mut self.outputs, &mut committer);
         if let Some(c) = self.coord.finish(&mut ports, false)? {
             // The barrier's deltas are in the store now: windows may go.
             self.evict_to_budget();
@@ -624,10 +607,7 @@ impl Core {
             })
             .collect();
         let mut committer = GroupCommitter::new(consumer, &self.job.topic);
-        let mut ports = WorkerPorts {
-            outputs: &mut self.outputs,
-            committer: &mut committer,
-        };
+        let mut ports = OutputPorts::new(&mut self.outputs, &mut committer);
         let done = self.coord.spill(&mut ports, parts)?;
         if let Some(c) = done {
             self.completed(c, Some(consumer));
@@ -810,7 +790,7 @@ impl Core {
                     final_through: s.task.final_through(),
                 })
                 .collect(),
-            pane_ack_us: self.outputs.pane_ack_latency_us(),
+            pane_ack_us: self.outputs.producer().pane_ack_latency_us(),
         }
     }
 
@@ -824,23 +804,6 @@ impl Core {
     }
 }
 
-/// The coordinator's ports in the worker: the Kafka producer's flush, and the
-/// group offsets through the adapter's committer.
-struct WorkerPorts<'a> {
-    outputs: &'a mut Outputs,
-    committer: &'a mut dyn OffsetCommitter,
-}
-
-impl Ports for WorkerPorts<'_> {
-    fn flush_outputs(&mut self) -> Result<(), CheckpointError> {
-        Ok(self.outputs.flush(FLUSH_TIMEOUT)?)
-    }
-
-    fn commit_offsets(&mut self, id: CheckpointId, offsets: &[(Partition, NextOffset)]) {
-        self.committer.commit(id, offsets);
-    }
-}
-
 impl RebalanceHandler for Core {
     fn on_assign(
         &mut self,
@@ -848,10 +811,7 @@ impl RebalanceHandler for Core {
         facts: &[LogFacts],
     ) -> Result<Vec<(Partition, NextOffset)>, WorkerError> {
         // The store must not be written while an export reads it.
-        let mut ports = WorkerPorts {
-            outputs: &mut self.outputs,
-            committer,
-        };
+        let mut ports = OutputPorts::new(&mut self.outputs, committer);
         let done = self.coord.finish(&mut ports, true)?;
         if let Some(c) = done {
             self.completed(c, None);

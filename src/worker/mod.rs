@@ -6,6 +6,7 @@ pub mod core;
 pub mod file;
 pub mod kafka;
 pub mod lag;
+pub mod partitions;
 mod reload;
 pub mod report;
 pub mod shutdown;

@@ -11,14 +11,16 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::checkpoint::coordinator::{Coordinator, Cut, Ports};
+use super::outputs::SideFiles;
+use crate::checkpoint::coordinator::{Coordinator, Cut};
 use crate::checkpoint::export::JobIdentity;
 use crate::checkpoint::store::CheckpointStore;
-use crate::checkpoint::{CheckpointError, CheckpointId, OffsetLedger};
+use crate::checkpoint::OffsetLedger;
 use crate::config::Config;
 use crate::engine::PartitionTask;
 use crate::model::Partition;
 use crate::state::{NextOffset, PartitionCommit, StateStore};
+use crate::worker::partitions::{NoGroup, OutputPorts};
 use crate::worker::WorkerError;
 
 /// The checkpoint store's group of a file run: `file-<input stem>`.
@@ -39,50 +41,6 @@ pub(super) struct Checkpointer {
     /// Checkpoints taken and windows evicted so far.
     pub(super) taken: u64,
     pub(super) evicted: u64,
-}
-
-/// The flush of a file run's outputs; its error names the file and the operation.
-pub(super) type Flush<'a> = &'a mut dyn FnMut() -> Result<(), WorkerError>;
-
-/// The coordinator's ports in a file run: the output files' flush, no group.
-struct FilePorts<'a> {
-    flush: Flush<'a>,
-    /// The flush's own error, returned instead of the coordinator's: the
-    /// coordinator knows only that step 2 failed, the flush knows which file.
-    failed: Option<WorkerError>,
-}
-
-impl Ports for FilePorts<'_> {
-    fn flush_outputs(&mut self) -> Result<(), CheckpointError> {
-        (self.flush)().map_err(|e| {
-            let why = CheckpointError::Io {
-                path: "the run's outputs".into(),
-                source: std::io::Error::other(e.to_string()),
-            };
-            self.failed = Some(e);
-            why
-        })
-    }
-
-    fn commit_offsets(&mut self, _: CheckpointId, _: &[(Partition, NextOffset)]) {}
-}
-
-fn no_flush() -> Result<(), WorkerError> {
-    Ok(())
-}
-
-impl<'a> FilePorts<'a> {
-    fn new(flush: Flush<'a>) -> Self {
-        Self {
-            flush,
-            failed: None,
-        }
-    }
-
-    /// The error of a step: the flush's own when it was the flush that failed.
-    fn error(&mut self, e: CheckpointError) -> WorkerError {
-        self.failed.take().unwrap_or(WorkerError::Checkpoint(e))
-    }
 }
 
 fn cut(task: &mut PartitionTask, lines: u64) -> Cut {
@@ -127,9 +85,9 @@ impl Checkpointer {
     }
 
     /// Waits for the pending export; retention runs.
-    pub(super) fn finish(&mut self) -> Result<(), WorkerError> {
-        let mut flush = no_flush;
-        let mut ports = FilePorts::new(&mut flush);
+    pub(super) fn finish(&mut self, outputs: &mut SideFiles) -> Result<(), WorkerError> {
+        let mut group = NoGroup;
+        let mut ports = OutputPorts::new(outputs, &mut group);
         self.coord
             .finish(&mut ports, true)
             .map_err(|e| ports.error(e))?;
@@ -142,6 +100,7 @@ impl Checkpointer {
         &mut self,
         task: &mut PartitionTask,
         lines: u64,
+        outputs: &mut SideFiles,
     ) -> Result<(), WorkerError> {
         let c = cut(task, lines);
         let commit = PartitionCommit {
@@ -149,8 +108,8 @@ impl Checkpointer {
             next_offset: c.next_offset,
             delta: c.delta,
         };
-        let mut flush = no_flush;
-        let mut ports = FilePorts::new(&mut flush);
+        let mut group = NoGroup;
+        let mut ports = OutputPorts::new(outputs, &mut group);
         self.coord
             .spill(&mut ports, vec![commit])
             .map_err(|e| ports.error(e))?;
@@ -160,15 +119,16 @@ impl Checkpointer {
         Ok(())
     }
 
-    /// A checkpoint through the coordinator; `flush` flushes the output files
-    /// (step 2), and its error is the checkpoint's.
+    /// A checkpoint through the coordinator; the output files are flushed at
+    /// step 2, and a flush's error is the checkpoint's.
     pub(super) fn checkpoint(
         &mut self,
         task: &mut PartitionTask,
         lines: u64,
-        flush: Flush<'_>,
+        outputs: &mut SideFiles,
     ) -> Result<(), WorkerError> {
-        let mut ports = FilePorts::new(flush);
+        let mut group = NoGroup;
+        let mut ports = OutputPorts::new(outputs, &mut group);
         self.coord
             .checkpoint(&mut ports, || vec![cut(task, lines)], false)
             .map_err(|e| ports.error(e))?;

@@ -42,14 +42,13 @@
 //! budget between checkpoints, the run spills (commits to RocksDB without
 //! exporting) and evicts.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 mod checkpointer;
 mod decode;
 mod lines;
+mod outputs;
 mod paths;
 mod reader;
 mod side;
@@ -57,15 +56,16 @@ mod source;
 
 use checkpointer::{group, Checkpointer};
 use lines::Lines;
+use outputs::SideFiles;
 use paths::Paths;
 use reader::{End, Reader};
 use source::Source;
 
+use super::partitions::{Outputs, Record};
 use super::{shutdown, WorkerError};
 use crate::config::Config;
 use crate::engine::{Counters, PartitionTask, Route, TimeSource};
 use crate::kafka::now_ms;
-use crate::model::event::DeadLetterReason;
 use crate::model::Partition;
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> WorkerError + '_ {
@@ -73,63 +73,6 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> WorkerError + '_ {
         path: path.display().to_string(),
         source,
     }
-}
-
-/// An error of `doing` on one of the run's output files (`what`: "output file",
-/// "too-late side file", "dead-letter side file"), naming both and the file.
-fn out_err<'a>(
-    doing: &'a str,
-    what: &'a str,
-    path: &'a Path,
-) -> impl FnOnce(std::io::Error) -> WorkerError + 'a {
-    move |source| WorkerError::Io {
-        path: format!("{doing} the {what} {}", path.display()),
-        source,
-    }
-}
-
-fn create(what: &str, path: &Path) -> Result<BufWriter<File>, WorkerError> {
-    File::create(path)
-        .map(|f| BufWriter::with_capacity(1 << 20, f))
-        .map_err(out_err("creating", what, path))
-}
-
-const OUTPUT: &str = "output file";
-const LATE: &str = "too-late side file";
-const DLQ: &str = "dead-letter side file";
-
-/// Step 2 of a checkpoint in a file run (and the end of one): the three output
-/// files flushed, an error naming the file.
-fn flush_all(
-    out: &mut BufWriter<File>,
-    output: &Path,
-    late: &mut BufWriter<File>,
-    late_path: &Path,
-    dlq: &mut BufWriter<File>,
-    dlq_path: &Path,
-) -> Result<(), WorkerError> {
-    out.flush().map_err(out_err("writing", OUTPUT, output))?;
-    late.flush().map_err(out_err("writing", LATE, late_path))?;
-    dlq.flush().map_err(out_err("writing", DLQ, dlq_path))
-}
-
-/// One result payload per line, exactly as on the results topic.
-fn write_panes(
-    out: &mut BufWriter<File>,
-    output: &Path,
-    panes: &mut Vec<crate::engine::ResultRecord>,
-    scratch: &mut Vec<u8>,
-) -> Result<(), WorkerError> {
-    if panes.is_empty() {
-        return Ok(());
-    }
-    scratch.clear();
-    for pane in panes.drain(..) {
-        pane.append_json(scratch);
-        scratch.push(b'\n');
-    }
-    out.write_all(scratch)
-        .map_err(out_err("writing", OUTPUT, output))
 }
 
 /// Configurations that cannot work over a file, refused before anything is touched.
@@ -181,13 +124,8 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
     let budget = cfg.state.memory_budget_bytes();
     let interval = Duration::from_millis(cfg.checkpoint.interval.0 as u64);
     let mut last_checkpoint = Instant::now();
-    let mut out = create(OUTPUT, output)?;
-    let (late_path, dlq_path) = (paths.late, paths.dlq);
-    let mut late = create(LATE, &late_path)?;
-    let mut dlq = create(DLQ, &dlq_path)?;
+    let mut outputs = SideFiles::create(input, output, &paths.late, &paths.dlq, limit)?;
     let mut panes = Vec::new();
-    // The JSON of a chunk's panes (reused).
-    let mut scratch = Vec::new();
     let mut routes = Vec::new();
     let now = now_ms();
     tracing::info!(input = %input.display(), "reading input");
@@ -208,12 +146,10 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
             progress.show(line_no, Some(bytes), false);
             // Lines so far are applied: the offset of a commit here.
             if last_checkpoint.elapsed() >= interval {
-                let mut flush =
-                    || flush_all(&mut out, output, &mut late, &late_path, &mut dlq, &dlq_path);
-                checkpointer.checkpoint(&mut task, line_no, &mut flush)?;
+                checkpointer.checkpoint(&mut task, line_no, &mut outputs)?;
                 last_checkpoint = Instant::now();
             } else if budget.is_some_and(|b| task.budgeted_bytes() > b) {
-                checkpointer.spill(&mut task, line_no)?;
+                checkpointer.spill(&mut task, line_no, &mut outputs)?;
             }
         }
         let mut chunk = reader.next();
@@ -228,32 +164,29 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
         if let Some(e) = task.take_spill_error() {
             return Err(WorkerError::Refused(e));
         }
-        write_panes(&mut out, output, &mut panes, &mut scratch)?;
+        for pane in panes.drain(..) {
+            outputs.result(&pane)?;
+        }
+        let mut dead_letters = 0;
         for (i, route) in routes.drain(..).enumerate() {
-            // Built only for the rare records that go to a side file.
-            let source = || format!("{}:{}", input.display(), chunk.numbers[i]);
-            let record = chunk.record(i);
+            let record = Record {
+                partition: Partition(0),
+                offset: chunk.numbers[i] as i64 - 1,
+                key: None,
+                payload: chunk.record(i),
+                kafka_ts: None,
+                true_len: chunk.oversized[i],
+            };
             match route {
                 Route::Window | Route::Duplicate => {}
                 Route::TooLate {
                     window_end,
                     watermark,
-                } => side::too_late(&mut late, window_end, watermark, &source(), record)
-                    .map_err(out_err("writing", LATE, &late_path))?,
-                Route::DeadLetter(reason) => match chunk.oversized[i] {
-                    None => side::dead_letter(&mut dlq, &reason, &source(), record, None),
-                    // The engine saw a prefix: the reason gets the true length, the
-                    // dead letter the first `limit` bytes.
-                    Some(bytes) => {
-                        let reason = DeadLetterReason::Oversized {
-                            bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
-                            limit,
-                        };
-                        let prefix = &record[..limit];
-                        side::dead_letter(&mut dlq, &reason, &source(), prefix, Some(bytes))
-                    }
+                } => outputs.late(&record, window_end, watermark)?,
+                Route::DeadLetter(reason) => {
+                    dead_letters += 1;
+                    outputs.dead_letter(&record, &reason, dead_letters)?;
                 }
-                .map_err(out_err("writing", DLQ, &dlq_path))?,
             }
         }
         (line_no, bytes) = (chunk.line_no, chunk.bytes_read);
@@ -266,9 +199,8 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
         }
     };
     progress.show(line_no, Some(bytes), true);
-    let mut flush = || flush_all(&mut out, output, &mut late, &late_path, &mut dlq, &dlq_path);
-    checkpointer.checkpoint(&mut task, line_no, &mut flush)?;
-    checkpointer.finish()?;
+    checkpointer.checkpoint(&mut task, line_no, &mut outputs)?;
+    checkpointer.finish(&mut outputs)?;
     if stopped {
         tracing::info!(
             lines = line_no,
@@ -294,8 +226,10 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
     if let Some(e) = task.take_spill_error() {
         return Err(WorkerError::Refused(e));
     }
-    write_panes(&mut out, output, &mut panes, &mut scratch)?;
-    flush_all(&mut out, output, &mut late, &late_path, &mut dlq, &dlq_path)?;
+    for pane in panes.drain(..) {
+        outputs.result(&pane)?;
+    }
+    outputs.flush()?;
     Ok(FileRun {
         counters: task.counters(),
         lines: line_no,

@@ -7,6 +7,7 @@
 //! behind one lock). Before the final checkpoint the poll thread is stopped and
 //! joined: from then on nothing polls but the loop's own leaving of the group.
 
+pub mod outputs;
 pub mod poller;
 
 use std::collections::BTreeMap;
@@ -17,10 +18,12 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::Consumer;
 use tracing::{info, warn};
 
+use self::outputs::KafkaOutputs;
 use self::poller::{Poller, Shared};
 
 use super::core::Core;
 use super::lag;
+use super::partitions::Outputs;
 use super::report::Publisher;
 use super::{shutdown, WorkerError};
 use crate::checkpoint::coordinator::Coordinator;
@@ -28,7 +31,6 @@ use crate::checkpoint::export::JobIdentity;
 use crate::checkpoint::store::CheckpointStore;
 use crate::config::Config;
 use crate::engine::Counters;
-use crate::kafka::outputs::Outputs;
 use crate::kafka::source::{Source, SourceContext, StartPolicy};
 use crate::kafka::{consumer_config, now_ms, KafkaIoError};
 use crate::state::StateStore;
@@ -90,7 +92,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         epoch: epoch.clone(),
         store,
         coord,
-        outputs: Outputs::new(&cfg.kafka, &cfg.topics)?,
+        outputs: KafkaOutputs::new(&cfg.kafka, &cfg.topics)?,
         slots: BTreeMap::new(),
         panes: Vec::new(),
         policy: opts.policy,
@@ -230,7 +232,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
             outputs,
             ..
         } = &mut *c;
-        outputs.stop_timing_panes();
+        outputs.producer().stop_timing_panes();
         for slot in slots.values_mut() {
             slot.task.end_of_input(panes);
             if let Some(e) = slot.task.take_spill_error() {
@@ -240,7 +242,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         for pane in panes.drain(..) {
             outputs.result(&pane)?;
         }
-        outputs.flush(Duration::from_secs(60))?;
+        outputs.flush()?;
     }
     let total = c.audit();
     let mut pauses: Vec<u64> = c.coord.pauses_us.iter().map(|us| us / 1000).collect();
@@ -251,7 +253,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
             .copied()
             .unwrap_or(0)
     };
-    let ack = c.outputs.pane_ack_latency_us();
+    let ack = c.outputs.producer().pane_ack_latency_us();
     info!(
         consumed = total.consumed,
         folded = total.folded,
@@ -332,7 +334,7 @@ fn progress_targets(
     topics: &crate::config::TopicsConfig,
 ) -> Result<(), WorkerError> {
     let source = crate::kafka::partition_count(consumer, &topics.input)? as i32;
-    let results = lock(core)?.outputs.results_partitions()?;
+    let results = lock(core)?.outputs.producer().results_partitions()?;
     if source == 0 || results == 0 {
         warn!(input = %topics.input, results = %topics.results, "an input or results topic has no partitions yet: no progress records, so the sink marks nothing final until a restart");
         return Ok(());
