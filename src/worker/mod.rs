@@ -2,12 +2,10 @@
 //! the same engine over JSON lines (backfills, benchmarks).
 
 pub mod clock;
-pub mod core;
 pub mod file;
 pub mod kafka;
 pub mod lag;
 pub mod partitions;
-mod reload;
 pub mod report;
 pub mod shutdown;
 

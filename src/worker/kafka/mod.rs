@@ -1,16 +1,20 @@
 //! The Kafka worker loop: chunks from the poll thread (`poller`: consume, step 1)
-//! → partition tasks → producers, with a checkpoint every `checkpoint.interval`,
-//! on revoke (inside the rebalance callback, on the poll thread) and on shutdown.
-//! The protocol itself lives in `core.rs`.
+//! → the partitions (`worker::partitions`) → producers (`outputs`), with a
+//! checkpoint every `checkpoint.interval`, on revoke (inside the rebalance
+//! callback, on the poll thread) and on shutdown, through the coordinator.
 //!
-//! The loop and the rebalance callback take turns on the worker's state (`Core`,
-//! behind one lock). Before the final checkpoint the poll thread is stopped and
-//! joined: from then on nothing polls but the loop's own leaving of the group.
+//! The loop and the rebalance callback take turns on the worker's state (`worker`,
+//! behind one lock); what only a consumer group meets — restores, a fetch position
+//! outside the log — is in `restore`. Before the final checkpoint the poll thread
+//! is stopped and joined: from then on nothing polls but the loop's own leaving of
+//! the group.
 
 pub mod outputs;
 pub mod poller;
+mod reload;
+mod restore;
+pub mod worker;
 
-use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -20,10 +24,10 @@ use tracing::{info, warn};
 
 use self::outputs::KafkaOutputs;
 use self::poller::{Poller, Shared};
+use self::worker::Worker;
 
-use super::core::Core;
 use super::lag;
-use super::partitions::Outputs;
+use super::partitions::{Outputs, Partitions, Settings};
 use super::report::Publisher;
 use super::{shutdown, WorkerError};
 use crate::checkpoint::coordinator::Coordinator;
@@ -40,7 +44,7 @@ pub struct RunOptions {
     /// Stop at the log ends seen at assignment; flush all open windows as end of input.
     pub until_end: bool,
     pub policy: StartPolicy,
-    /// The config file SIGHUP reloads the price table from (`Core::reload_prices`).
+    /// The config file SIGHUP reloads the price table from (`Worker::reload_prices`).
     pub config_path: Option<std::path::PathBuf>,
 }
 
@@ -50,7 +54,7 @@ const REPORT_EVERY: Duration = Duration::from_millis(500);
 /// How long the loop waits for a chunk before its housekeeping runs anyway.
 const QUIET: Duration = Duration::from_millis(100);
 
-fn lock(core: &Mutex<Core>) -> Result<MutexGuard<'_, Core>, WorkerError> {
+fn lock(core: &Mutex<Worker>) -> Result<MutexGuard<'_, Worker>, WorkerError> {
     core.lock()
         .map_err(|_| WorkerError::Refused("worker state lock poisoned".into()))
 }
@@ -85,29 +89,28 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
     let coord = Coordinator::new(store.clone(), checkpoints, job.clone())?;
     let shared_engine = Arc::new(Mutex::new(engine.clone()));
     let epoch = Arc::new(AtomicU64::new(0));
-    let core = Arc::new(Mutex::new(Core {
-        job,
+    let settings = Settings {
         engine,
+        topic: cfg.topics.input.clone(),
+        policy: opts.policy,
+        bounded: opts.until_end,
+        idle_ms: cfg.watermark.idle_timeout.0.map(|m| m.0),
+        memory_budget: cfg.state.memory_budget_bytes(),
+    };
+    let outputs = KafkaOutputs::new(&cfg.kafka, &cfg.topics)?;
+    let core = Arc::new(Mutex::new(Worker {
+        parts: Partitions::new(settings, outputs),
+        job,
         shared_engine: shared_engine.clone(),
         epoch: epoch.clone(),
         store,
         coord,
-        outputs: KafkaOutputs::new(&cfg.kafka, &cfg.topics)?,
-        slots: BTreeMap::new(),
-        panes: Vec::new(),
-        policy: opts.policy,
-        assigned_once: false,
-        idle_ms: cfg.watermark.idle_timeout.0.map(|m| m.0),
         publisher: Publisher::new(&cfg.state.dir, cfg.metrics.listen.as_deref())
             .map_err(io(&cfg.state.dir))?,
+        assigned_once: false,
         closed: false,
-        bounded: opts.until_end,
-        memory_budget: cfg.state.memory_budget_bytes(),
-        since_memory_check: 0,
-        spill_due: false,
         checkpoint_interval_ms: cfg.checkpoint.interval.0,
         checkpoint_stats: Default::default(),
-        progress_to: None,
         applied: Default::default(),
     }));
     let consumer: Arc<Source> = Arc::new(
@@ -150,6 +153,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
     let mut last_report = Instant::now();
     let mut poller = Poller::start(Shared {
         consumer: consumer.clone(),
+        topic: cfg.topics.input.clone(),
         engine: shared_engine,
         epoch,
     })
@@ -176,14 +180,14 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         let mut c = lock(&core)?;
         if let Some(polled) = &polled {
             crate::failpoint::pause("apply_chunk");
-            c.process_polled(&consumer, polled)?;
+            c.process_polled(polled)?;
             // A fetch position outside the log: handled after the records polled before it.
             if polled.out_of_range {
                 c.out_of_range(&consumer)?;
             }
         }
         drop(polled);
-        if c.spill_due {
+        if c.parts.spill_due() {
             c.spill(&consumer)?;
         }
         if opts.until_end && c.drained(topic_partitions) {
@@ -211,10 +215,10 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
         }
         if opts.until_end
             && c.assigned_once
-            && c.slots.len() < topic_partitions
+            && c.parts.len() < topic_partitions
             && last_waiting_log.elapsed() >= Duration::from_secs(5)
         {
-            let owned: Vec<i32> = c.slots.keys().map(|p| p.0).collect();
+            let owned: Vec<i32> = c.parts.owned().map(|p| p.0).collect();
             warn!(owned = %crate::logfmt::list(&owned), topic_partitions, "bounded run: waiting to own every partition of the input topic (another member holds the rest)");
             last_waiting_log = Instant::now();
         }
@@ -226,25 +230,11 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
     c.closed = true;
     if opts.until_end {
         // End of input: emit every open window. Not checkpointed (see PartitionTask::end_of_input).
-        let Core {
-            slots,
-            panes,
-            outputs,
-            ..
-        } = &mut *c;
-        outputs.producer().stop_timing_panes();
-        for slot in slots.values_mut() {
-            slot.task.end_of_input(panes);
-            if let Some(e) = slot.task.take_spill_error() {
-                return Err(WorkerError::Refused(e));
-            }
-        }
-        for pane in panes.drain(..) {
-            outputs.result(&pane)?;
-        }
-        outputs.flush()?;
+        c.parts.outputs().producer().stop_timing_panes();
+        c.parts.end_of_input()?;
+        c.parts.outputs_mut().flush()?;
     }
-    let total = c.audit();
+    let total = c.parts.audit();
     let mut pauses: Vec<u64> = c.coord.pauses_us.iter().map(|us| us / 1000).collect();
     pauses.sort_unstable();
     let pct = |q: usize| {
@@ -253,7 +243,7 @@ pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
             .copied()
             .unwrap_or(0)
     };
-    let ack = c.outputs.producer().pane_ack_latency_us();
+    let ack = c.parts.outputs().producer().pane_ack_latency_us();
     info!(
         consumed = total.consumed,
         folded = total.folded,
@@ -330,16 +320,20 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(15);
 /// the input and results topics, read once at start.
 fn progress_targets(
     consumer: &Source,
-    core: &Mutex<Core>,
+    core: &Mutex<Worker>,
     topics: &crate::config::TopicsConfig,
 ) -> Result<(), WorkerError> {
     let source = crate::kafka::partition_count(consumer, &topics.input)? as i32;
-    let results = lock(core)?.outputs.producer().results_partitions()?;
+    let results = lock(core)?
+        .parts
+        .outputs()
+        .producer()
+        .results_partitions()?;
     if source == 0 || results == 0 {
         warn!(input = %topics.input, results = %topics.results, "an input or results topic has no partitions yet: no progress records, so the sink marks nothing final until a restart");
         return Ok(());
     }
-    lock(core)?.progress_to = Some((source, results));
+    lock(core)?.parts.send_progress_to((source, results));
     Ok(())
 }
 
