@@ -43,6 +43,7 @@
 //! exporting) and evicts.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod checkpointer;
@@ -61,12 +62,15 @@ use paths::Paths;
 use reader::{End, Reader};
 use source::Source;
 
-use super::partitions::{Outputs, Record};
+use super::partitions::{Outputs, Partitions, Settings, Start};
 use super::{shutdown, WorkerError};
+use crate::checkpoint::OffsetLedger;
 use crate::config::Config;
-use crate::engine::{Counters, PartitionTask, Route, TimeSource};
+use crate::engine::{Counters, EngineConfig, PartitionTask, TimeSource};
 use crate::kafka::now_ms;
+use crate::kafka::source::StartPolicy;
 use crate::model::Partition;
+use crate::state::NextOffset;
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> WorkerError + '_ {
     move |source| WorkerError::Io {
@@ -118,21 +122,17 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
     let (decoded, bytes_read) =
         decode::open(source, decode::Compression::of(input)).map_err(io_err(input))?;
     let progress = crate::progress::Progress::new("input", None, size);
-    let mut task = PartitionTask::new(Partition(0), engine.clone());
     let mut checkpointer = Checkpointer::open(cfg, input)?;
-    task.attach_spill(checkpointer.store.clone());
-    let budget = cfg.state.memory_budget_bytes();
+    let outputs = SideFiles::create(input, output, &paths.late, &paths.dlq, limit)?;
+    let mut parts = partitions(cfg, input, &engine, &checkpointer, outputs);
     let interval = Duration::from_millis(cfg.checkpoint.interval.0 as u64);
     let mut last_checkpoint = Instant::now();
-    let mut outputs = SideFiles::create(input, output, &paths.late, &paths.dlq, limit)?;
-    let mut panes = Vec::new();
-    let mut routes = Vec::new();
     let now = now_ms();
     tracing::info!(input = %input.display(), "reading input");
     let mut reader = Reader::spawn(
         Lines::new(decoded, limit),
         bytes_read,
-        engine,
+        engine.clone(),
         now,
         input.display().to_string(),
     )
@@ -144,50 +144,18 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
         if line_no >= next_check {
             next_check = line_no + 4096;
             progress.show(line_no, Some(bytes), false);
-            // Lines so far are applied: the offset of a commit here.
+            // Lines so far are applied: the offset of a checkpoint here.
             if last_checkpoint.elapsed() >= interval {
-                checkpointer.checkpoint(&mut task, line_no, &mut outputs)?;
+                checkpointer.checkpoint(&mut parts)?;
                 last_checkpoint = Instant::now();
-            } else if budget.is_some_and(|b| task.budgeted_bytes() > b) {
-                checkpointer.spill(&mut task, line_no, &mut outputs)?;
             }
         }
         let mut chunk = reader.next();
-        routes.clear();
-        task.process_prepared(
-            &chunk.prepared,
-            0..chunk.prepared.len(),
-            now,
-            &mut panes,
-            &mut routes,
-        );
-        if let Some(e) = task.take_spill_error() {
-            return Err(WorkerError::Refused(e));
-        }
-        for pane in panes.drain(..) {
-            outputs.result(&pane)?;
-        }
-        let mut dead_letters = 0;
-        for (i, route) in routes.drain(..).enumerate() {
-            let record = Record {
-                partition: Partition(0),
-                offset: chunk.numbers[i] as i64 - 1,
-                key: None,
-                payload: chunk.record(i),
-                kafka_ts: None,
-                true_len: chunk.oversized[i],
-            };
-            match route {
-                Route::Window | Route::Duplicate => {}
-                Route::TooLate {
-                    window_end,
-                    watermark,
-                } => outputs.late(&record, window_end, watermark)?,
-                Route::DeadLetter(reason) => {
-                    dead_letters += 1;
-                    outputs.dead_letter(&record, &reason, dead_letters)?;
-                }
-            }
+        parts.apply(&chunk, &engine, now)?;
+        // Lines with no record after the chunk's last record are passed.
+        parts.pass(Partition(0), 0, chunk.line_no as i64, Some(0))?;
+        if parts.spill_due() {
+            checkpointer.spill(&mut parts)?;
         }
         (line_no, bytes) = (chunk.line_no, chunk.bytes_read);
         match chunk.end.take() {
@@ -199,8 +167,8 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
         }
     };
     progress.show(line_no, Some(bytes), true);
-    checkpointer.checkpoint(&mut task, line_no, &mut outputs)?;
-    checkpointer.finish(&mut outputs)?;
+    checkpointer.checkpoint(&mut parts)?;
+    checkpointer.finish(&mut parts)?;
     if stopped {
         tracing::info!(
             lines = line_no,
@@ -208,31 +176,56 @@ pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerE
             "stop requested; outputs flushed and state committed at the last line read"
         );
         return Ok(FileRun {
-            counters: task.counters(),
+            counters: parts.audit(),
             lines: line_no,
             interrupted: Some(shutdown::signal().unwrap_or(libc::SIGTERM)),
         });
     }
-    let (ids_cold, cold_reads) = task.dedup_cold_stats();
+    let reports = parts.reports(|_| None);
+    let sum = |f: fn(&crate::metrics::PartitionReport) -> u64| reports.iter().map(f).sum::<u64>();
     tracing::info!(
         checkpoints = checkpointer.taken,
-        windows_evicted = checkpointer.evicted,
-        windows_spilled = task.open_windows() - task.windows_in_memory(),
-        dedup_ids_moved_out = ids_cold,
-        dedup_cold_reads = cold_reads,
+        windows_evicted = parts.evicted(),
+        windows_spilled = sum(|r| r.spilled_windows as u64),
+        dedup_ids_moved_out = sum(|r| r.dedup_cold_ids),
+        dedup_cold_reads = sum(|r| r.dedup_cold_reads),
         "input read; state committed"
     );
-    task.end_of_input(&mut panes);
-    if let Some(e) = task.take_spill_error() {
-        return Err(WorkerError::Refused(e));
-    }
-    for pane in panes.drain(..) {
-        outputs.result(&pane)?;
-    }
-    outputs.flush()?;
+    parts.end_of_input()?;
+    parts.outputs_mut().flush()?;
     Ok(FileRun {
-        counters: task.counters(),
+        counters: parts.audit(),
         lines: line_no,
         interrupted: None,
     })
+}
+
+/// The run's one partition (0), from the first line with empty state, its task
+/// spilling to the checkpointer's working copy.
+fn partitions(
+    cfg: &Config,
+    input: &Path,
+    engine: &Arc<EngineConfig>,
+    checkpointer: &Checkpointer,
+    outputs: SideFiles,
+) -> Partitions<SideFiles> {
+    let settings = Settings {
+        engine: engine.clone(),
+        topic: format!("file:{}", input.display()),
+        policy: StartPolicy::default(),
+        bounded: false,
+        idle_ms: None,
+        memory_budget: cfg.state.memory_budget_bytes(),
+    };
+    let mut parts = Partitions::new(settings, outputs);
+    let mut task = PartitionTask::new(Partition(0), engine.clone());
+    task.attach_spill(checkpointer.store.clone());
+    let start = Start {
+        next: NextOffset(0),
+        end: i64::MAX,
+        offsets: OffsetLedger::default(),
+        epoch: 0,
+    };
+    parts.assign(Partition(0), task, start);
+    parts
 }

@@ -30,6 +30,8 @@ use super::decode::BytesRead;
 use super::lines::{Line, Lines};
 use super::source;
 use crate::engine::{EngineConfig, Prepared, RecordIn};
+use crate::model::Partition;
+use crate::worker::partitions::Record;
 
 /// Records per chunk: one hand-over per chunk, small enough to stay in cache.
 const CHUNK: usize = 1024;
@@ -79,6 +81,11 @@ impl Chunk {
         &self.bytes[self.span(i)]
     }
 
+    /// The `i`-th record's line number.
+    fn line(&self, i: usize) -> u64 {
+        self.numbers[i]
+    }
+
     fn span(&self, i: usize) -> std::ops::Range<usize> {
         let start = if i == 0 { 0 } else { self.ends[i - 1] };
         start..self.ends[i]
@@ -108,6 +115,53 @@ impl Chunk {
         self.oversized.clear();
         self.prepared.clear();
         self.end = None;
+    }
+}
+
+/// A chunk is a run of partition 0, its offsets the lines' numbers − 1; a file has
+/// every line from the first (its log start is 0), read under no assignment.
+impl crate::worker::partitions::Run for Chunk {
+    fn partition(&self) -> Partition {
+        Partition(0)
+    }
+
+    fn epoch(&self) -> u64 {
+        0
+    }
+
+    fn log_start(&self) -> Option<i64> {
+        Some(0)
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn offset(&self, i: usize) -> i64 {
+        self.line(i) as i64 - 1
+    }
+
+    fn prepared(&self) -> &Prepared {
+        &self.prepared
+    }
+
+    fn record_in(&self, i: usize, now_ms: i64) -> RecordIn<'_> {
+        RecordIn {
+            payload: self.record(i),
+            kafka_ts: None,
+            now_ms,
+        }
+    }
+
+    fn record(&self, i: usize) -> Record<'_> {
+        Record {
+            partition: Partition(0),
+            offset: self.offset(i),
+            key: None,
+            payload: self.record(i),
+            kafka_ts: None,
+            true_len: self.oversized[i],
+        }
     }
 }
 
