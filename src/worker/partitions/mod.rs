@@ -32,6 +32,8 @@ mod audit;
 mod idle;
 mod memory;
 mod outputs;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 use std::ops::Range;
