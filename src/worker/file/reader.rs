@@ -59,9 +59,9 @@ pub struct Chunk {
     bytes: Vec<u8>,
     ends: Vec<usize>,
     /// Each record's line number.
-    pub numbers: Vec<u64>,
+    numbers: Vec<u64>,
     /// For an oversized record, its true length (it holds a prefix of it).
-    pub oversized: Vec<Option<u64>>,
+    oversized: Vec<Option<u64>>,
     pub prepared: Prepared,
     /// Lines read through this chunk (empty ones included).
     pub line_no: u64,

@@ -36,15 +36,15 @@ pub struct Worker {
     pub(super) parts: Partitions<KafkaOutputs>,
     /// The engine configuration as the poll thread reads it for step 1
     /// (`kafka::poller`), replaced by a price reload.
-    pub(crate) shared_engine: Arc<Mutex<Arc<EngineConfig>>>,
+    pub(super) shared_engine: Arc<Mutex<Arc<EngineConfig>>>,
     /// Raised by every assignment, read by the poll thread after each poll: the
     /// runs polled before a partition was assigned again are not applied.
     pub(super) epoch: Arc<AtomicU64>,
     /// Worker name, group, input topic and config fingerprint.
-    pub(crate) job: JobIdentity,
+    pub(super) job: JobIdentity,
     pub(super) store: Arc<StateStore>,
     /// The checkpoint protocol (and the checkpoint store).
-    pub(crate) coord: Coordinator,
+    pub(super) coord: Coordinator,
     pub(super) publisher: Publisher,
     pub(super) assigned_once: bool,
     /// Set after the final checkpoint: nothing more is checkpointed (in particular
