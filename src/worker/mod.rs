@@ -1,5 +1,8 @@
-//! `tally run`: the worker. `kafka` runs it against a consumer group; `file` runs
-//! the same engine over JSON lines (backfills, benchmarks).
+//! `tally run`: the worker. One unit, `partitions`, applies records to the
+//! partitions a worker owns and sends what they produce through its one port,
+//! `Outputs`; two drivers are short loops around it: `kafka` against a consumer
+//! group (the producer as its outputs), `file` over JSON lines (backfills,
+//! benchmarks; the output and side files as its outputs).
 
 pub mod clock;
 pub mod file;
