@@ -151,18 +151,23 @@ impl<O: Outputs> Partitions<O> {
             return Ok(());
         }
         // Offsets the records skip (see `checkpoint::ledger`): empty ones in the
-        // retained log, or — below the log start — deleted ones.
-        let mut expected = slot.next.0;
-        for offset in range.clone().map(|i| run.offset(i)) {
-            if offset > expected {
-                let how = "the records after them arrived without them";
-                let at = (expected, offset, run.log_start());
-                skip(policy, &self.settings.topic, p, slot, at, how)?;
+        // retained log, or — below the log start — deleted ones. Offsets increase,
+        // so a run from the next offset that spans its length skips none.
+        let (first, last) = (run.offset(range.start), run.offset(range.end - 1));
+        if first != slot.next.0 || last - first != range.len() as i64 - 1 {
+            let mut expected = slot.next.0;
+            for offset in range.clone().map(|i| run.offset(i)) {
+                if offset > expected {
+                    let how = "the records after them arrived without them";
+                    let at = (expected, offset, run.log_start());
+                    skip(policy, &self.settings.topic, p, slot, at, how)?;
+                }
+                expected = offset + 1;
             }
-            expected = offset + 1;
         }
-        let mut routes = Vec::with_capacity(range.len());
-        let dead_letters = slot.task.counters().dead_letter;
+        let mut routes = std::mem::take(&mut self.routes);
+        routes.clear();
+        let before = slot.task.counters();
         if Arc::ptr_eq(cfg, slot.task.config()) {
             let (prepared, panes) = (run.prepared(), &mut self.panes);
             slot.task
@@ -180,8 +185,16 @@ impl<O: Outputs> Partitions<O> {
         let generation = self.settings.engine.generation;
         let to = self.progress_to;
         send_panes(&mut self.outputs, slot, &mut self.panes, to, generation)?;
+        // Only too-late records and dead letters go anywhere of their own: a run
+        // that counted none (nearly every one) has nothing to dispatch.
+        let after = slot.task.counters();
+        let routed = after.too_late != before.too_late || after.dead_letter != before.dead_letter;
         self.count_for_memory(range.len());
-        self.dispatch(run, range.zip(routes), dead_letters)
+        if routed {
+            self.dispatch(run, range.zip(routes.drain(..)), before.dead_letter)?;
+        }
+        self.routes = routes;
+        Ok(())
     }
 
     /// Each record's route to its output; `dead_letters`: the partition's before.

@@ -45,7 +45,7 @@ use super::clock;
 use super::lag;
 use super::WorkerError;
 use crate::checkpoint::OffsetLedger;
-use crate::engine::{EngineConfig, PartitionTask, Prepared, RecordIn, ResultRecord};
+use crate::engine::{EngineConfig, PartitionTask, Prepared, RecordIn, ResultRecord, Route};
 use crate::kafka::source::StartPolicy;
 use crate::model::Partition;
 use crate::state::NextOffset;
@@ -152,6 +152,8 @@ pub struct Partitions<O> {
     slots: BTreeMap<Partition, Slot>,
     /// The panes of the run being applied (reused).
     panes: Vec<ResultRecord>,
+    /// The routes of the run being applied (reused).
+    routes: Vec<Route>,
     outputs: O,
     memory: Memory,
     /// Partitions of the input and of the results topic, for progress records
@@ -165,6 +167,7 @@ impl<O: Outputs> Partitions<O> {
             settings,
             slots: BTreeMap::new(),
             panes: Vec::new(),
+            routes: Vec::new(),
             outputs,
             memory: Memory::default(),
             progress_to: None,
