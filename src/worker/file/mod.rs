@@ -42,7 +42,7 @@
 //! budget between checkpoints, the run spills (commits to RocksDB without
 //! exporting) and evicts.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -106,98 +106,160 @@ pub struct FileRun {
 }
 
 pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerError> {
-    refuse_config(cfg)?;
-    let engine = cfg.engine()?;
-    // Before anything is opened for writing or wiped.
-    let paths = Paths::new(input, output);
-    let state_copy = cfg.state.dir.join("rocksdb");
-    let store = cfg.checkpoint.dir.join(group(input));
-    paths.check(&[&state_copy, &store])?;
-    let limit = engine.max_record_bytes;
-    let source = Source::open(input, shutdown::requested).map_err(io_err(input))?;
-    let size = std::fs::metadata(input)
-        .ok()
-        .filter(|m| m.is_file())
-        .map(|m| m.len());
-    let (decoded, bytes_read) =
-        decode::open(source, decode::Compression::of(input)).map_err(io_err(input))?;
-    let progress = crate::progress::Progress::new("input", None, size);
-    let mut checkpointer = Checkpointer::open(cfg, input)?;
-    let outputs = SideFiles::create(input, output, &paths.late, &paths.dlq, limit)?;
-    let mut parts = partitions(cfg, input, &engine, &checkpointer, outputs);
-    let interval = Duration::from_millis(cfg.checkpoint.interval.0 as u64);
-    let mut last_checkpoint = Instant::now();
-    let now = now_ms();
-    tracing::info!(input = %input.display(), "reading input");
-    let mut reader = Reader::spawn(
-        Lines::new(decoded, limit),
-        bytes_read,
-        engine.clone(),
-        now,
-        input.display().to_string(),
-    )
-    .map_err(io_err(input))?;
-    let (mut line_no, mut bytes) = (0u64, 0u64);
-    let mut next_check = 4096u64;
+    let mut driver = Driver::open(cfg, input, output)?;
     let stopped = loop {
-        // Every 4096 lines, between chunks: reading the clock per line would show.
-        if line_no >= next_check {
-            next_check = line_no + 4096;
-            progress.show(line_no, Some(bytes), false);
-            // Lines so far are applied: the offset of a checkpoint here.
-            if last_checkpoint.elapsed() >= interval {
-                checkpointer.checkpoint(&mut parts)?;
-                last_checkpoint = Instant::now();
-            }
-        }
-        let mut chunk = reader.next();
-        parts.apply(&chunk, &engine, now)?;
-        // Lines with no record after the chunk's last record are passed.
-        parts.pass(Partition(0), 0, chunk.line_no as i64, Some(0))?;
-        if parts.spill_due() {
-            checkpointer.spill(&mut parts)?;
-        }
-        (line_no, bytes) = (chunk.line_no, chunk.bytes_read);
-        match chunk.end.take() {
-            None => reader.recycle(chunk),
-            Some(End::Eof) => break false,
-            // A stop request: the lines read so far are applied; stop there.
-            Some(End::Stopped) => break true,
-            Some(End::Failed(e)) => return Err(io_err(input)(e)),
+        if let Some(stopped) = driver.step()? {
+            break stopped;
         }
     };
-    progress.show(line_no, Some(bytes), true);
-    checkpointer.checkpoint(&mut parts)?;
-    checkpointer.finish(&mut parts)?;
-    if stopped {
+    driver.close(stopped)
+}
+
+/// The file loop around the partitions: the reading thread, the checkpoints, the
+/// progress.
+struct Driver {
+    // Dropped in this order: the reading thread first, as when the loop was one
+    // function.
+    reader: Reader,
+    parts: Partitions<SideFiles>,
+    checkpointer: Checkpointer,
+    progress: crate::progress::Progress,
+    input: PathBuf,
+    engine: Arc<EngineConfig>,
+    /// Every record's ingest time: the run's start.
+    now: i64,
+    interval: Duration,
+    last_checkpoint: Instant,
+    /// Lines and bytes read and applied so far.
+    line_no: u64,
+    bytes: u64,
+    /// The line count at which the clock and the progress are looked at next.
+    next_check: u64,
+}
+
+impl Driver {
+    /// Checks the paths and the configuration, then opens the input, the outputs
+    /// and the working copy, and starts the reading thread.
+    fn open(cfg: &Config, input: &Path, output: &Path) -> Result<Self, WorkerError> {
+        refuse_config(cfg)?;
+        let engine = cfg.engine()?;
+        // Before anything is opened for writing or wiped.
+        let paths = Paths::new(input, output);
+        let state_copy = cfg.state.dir.join("rocksdb");
+        let store = cfg.checkpoint.dir.join(group(input));
+        paths.check(&[&state_copy, &store])?;
+        let limit = engine.max_record_bytes;
+        let source = Source::open(input, shutdown::requested).map_err(io_err(input))?;
+        let size = std::fs::metadata(input)
+            .ok()
+            .filter(|m| m.is_file())
+            .map(|m| m.len());
+        let (decoded, bytes_read) =
+            decode::open(source, decode::Compression::of(input)).map_err(io_err(input))?;
+        let progress = crate::progress::Progress::new("input", None, size);
+        let checkpointer = Checkpointer::open(cfg, input)?;
+        let outputs = SideFiles::create(input, output, &paths.late, &paths.dlq, limit)?;
+        let parts = partitions(cfg, input, &engine, &checkpointer, outputs);
+        let now = now_ms();
+        tracing::info!(input = %input.display(), "reading input");
+        let lines = Lines::new(decoded, limit);
+        let reader = Reader::spawn(
+            lines,
+            bytes_read,
+            engine.clone(),
+            now,
+            input.display().to_string(),
+        )
+        .map_err(io_err(input))?;
+        Ok(Self {
+            input: input.to_owned(),
+            engine,
+            parts,
+            checkpointer,
+            reader,
+            progress,
+            now,
+            interval: Duration::from_millis(cfg.checkpoint.interval.0 as u64),
+            last_checkpoint: Instant::now(),
+            line_no: 0,
+            bytes: 0,
+            next_check: 4096,
+        })
+    }
+
+    /// Applies the next chunk; `Some(stopped)` once the input ended (`stopped`: by
+    /// a stop request).
+    fn step(&mut self) -> Result<Option<bool>, WorkerError> {
+        // Every 4096 lines, between chunks: reading the clock per line would show.
+        if self.line_no >= self.next_check {
+            self.next_check = self.line_no + 4096;
+            self.progress.show(self.line_no, Some(self.bytes), false);
+            // Lines so far are applied: the offset of a checkpoint here.
+            if self.last_checkpoint.elapsed() >= self.interval {
+                self.checkpointer.checkpoint(&mut self.parts)?;
+                self.last_checkpoint = Instant::now();
+            }
+        }
+        let mut chunk = self.reader.next();
+        self.parts.apply(&chunk, &self.engine, self.now)?;
+        // Lines with no record after the chunk's last record are passed.
+        self.parts
+            .pass(Partition(0), 0, chunk.line_no as i64, Some(0))?;
+        if self.parts.spill_due() {
+            self.checkpointer.spill(&mut self.parts)?;
+        }
+        (self.line_no, self.bytes) = (chunk.line_no, chunk.bytes_read);
+        match chunk.end.take() {
+            None => {
+                self.reader.recycle(chunk);
+                Ok(None)
+            }
+            Some(End::Eof) => Ok(Some(false)),
+            // A stop request: the lines read so far are applied; stop there.
+            Some(End::Stopped) => Ok(Some(true)),
+            Some(End::Failed(e)) => Err(io_err(&self.input)(e)),
+        }
+    }
+
+    /// The last checkpoint; at the end of the input (not after a stop request)
+    /// every open window's panes, and the outputs flushed.
+    fn close(mut self, stopped: bool) -> Result<FileRun, WorkerError> {
+        let (parts, checkpointer, line_no) =
+            (&mut self.parts, &mut self.checkpointer, self.line_no);
+        self.progress.show(line_no, Some(self.bytes), true);
+        checkpointer.checkpoint(parts)?;
+        checkpointer.finish(parts)?;
+        if stopped {
+            tracing::info!(
+                lines = line_no,
+                checkpoints = checkpointer.taken,
+                "stop requested; outputs flushed and state committed at the last line read"
+            );
+            return Ok(FileRun {
+                counters: parts.audit(),
+                lines: line_no,
+                interrupted: Some(shutdown::signal().unwrap_or(libc::SIGTERM)),
+            });
+        }
+        let reports = parts.reports(|_| None);
+        let sum =
+            |f: fn(&crate::metrics::PartitionReport) -> u64| reports.iter().map(f).sum::<u64>();
         tracing::info!(
-            lines = line_no,
             checkpoints = checkpointer.taken,
-            "stop requested; outputs flushed and state committed at the last line read"
+            windows_evicted = parts.evicted(),
+            windows_spilled = sum(|r| r.spilled_windows as u64),
+            dedup_ids_moved_out = sum(|r| r.dedup_cold_ids),
+            dedup_cold_reads = sum(|r| r.dedup_cold_reads),
+            "input read; state committed"
         );
-        return Ok(FileRun {
+        parts.end_of_input()?;
+        parts.outputs_mut().flush()?;
+        Ok(FileRun {
             counters: parts.audit(),
             lines: line_no,
-            interrupted: Some(shutdown::signal().unwrap_or(libc::SIGTERM)),
-        });
+            interrupted: None,
+        })
     }
-    let reports = parts.reports(|_| None);
-    let sum = |f: fn(&crate::metrics::PartitionReport) -> u64| reports.iter().map(f).sum::<u64>();
-    tracing::info!(
-        checkpoints = checkpointer.taken,
-        windows_evicted = parts.evicted(),
-        windows_spilled = sum(|r| r.spilled_windows as u64),
-        dedup_ids_moved_out = sum(|r| r.dedup_cold_ids),
-        dedup_cold_reads = sum(|r| r.dedup_cold_reads),
-        "input read; state committed"
-    );
-    parts.end_of_input()?;
-    parts.outputs_mut().flush()?;
-    Ok(FileRun {
-        counters: parts.audit(),
-        lines: line_no,
-        interrupted: None,
-    })
 }
 
 /// The run's one partition (0), from the first line with empty state, its task
