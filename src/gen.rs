@@ -274,6 +274,63 @@ impl<'a> Generator<'a> {
         e
     }
 
+    /// A malformed record of a random kind (counted as that dead letter), and its
+    /// reason.
+    fn malformed(
+        &mut self,
+        id: &str,
+        tenant: &str,
+        model: &str,
+        (prompt, completion): (u64, u64),
+        base: i64,
+    ) -> (String, &'static str) {
+        let reason = MALFORMED[self.rng.below(MALFORMED.len() as u64) as usize];
+        // A seconds value only where the format is milliseconds.
+        let millis = self.input.ts_format(COMPLETED_TS) == TimestampFormat::EpochMs;
+        let reason = match reason {
+            "timestamp_not_millis" if !millis => "missing_field",
+            r => r,
+        };
+        let f = Fields {
+            request_id: id,
+            tenant_id: Some(tenant),
+            model,
+            prompt_tokens: prompt as i64,
+            completion_tokens: completion as i64,
+            started_ts: base - 1_500,
+            completed_ts: base,
+            completed_raw: None,
+        };
+        let payload = match reason {
+            "malformed_json" => {
+                let good = self.input.render(&f);
+                good[..good.len() / 2].to_string()
+            }
+            "negative_tokens" => self.input.render(&Fields {
+                prompt_tokens: -7,
+                ..f
+            }),
+            "unknown_model" => self.input.render(&Fields {
+                model: "no-such-model",
+                ..f
+            }),
+            "timestamp_not_millis" => self.input.render(&Fields {
+                completed_raw: Some(base / 1000),
+                ..f
+            }),
+            _ => self.input.render(&Fields {
+                tenant_id: None,
+                ..f
+            }),
+        };
+        *self
+            .expected
+            .dead_letters
+            .entry(reason.to_string())
+            .or_default() += 1;
+        (payload, reason)
+    }
+
     fn next_record(&mut self) -> GenRecord {
         let i = self.i;
         self.i += 1;
@@ -290,50 +347,8 @@ impl<'a> Generator<'a> {
             kind,
         };
         if self.rng.chance(self.opts.malformed_per_million) {
-            let reason = MALFORMED[self.rng.below(MALFORMED.len() as u64) as usize];
-            // A seconds value only where the format is milliseconds.
-            let millis = self.input.ts_format(COMPLETED_TS) == TimestampFormat::EpochMs;
-            let reason = match reason {
-                "timestamp_not_millis" if !millis => "missing_field",
-                r => r,
-            };
-            let f = Fields {
-                request_id: &id,
-                tenant_id: Some(&tenant),
-                model: &model,
-                prompt_tokens: prompt as i64,
-                completion_tokens: completion as i64,
-                started_ts: base - 1_500,
-                completed_ts: base,
-                completed_raw: None,
-            };
-            let payload = match reason {
-                "malformed_json" => {
-                    let good = self.input.render(&f);
-                    good[..good.len() / 2].to_string()
-                }
-                "negative_tokens" => self.input.render(&Fields {
-                    prompt_tokens: -7,
-                    ..f
-                }),
-                "unknown_model" => self.input.render(&Fields {
-                    model: "no-such-model",
-                    ..f
-                }),
-                "timestamp_not_millis" => self.input.render(&Fields {
-                    completed_raw: Some(base / 1000),
-                    ..f
-                }),
-                _ => self.input.render(&Fields {
-                    tenant_id: None,
-                    ..f
-                }),
-            };
-            *self
-                .expected
-                .dead_letters
-                .entry(reason.to_string())
-                .or_default() += 1;
+            let (payload, reason) =
+                self.malformed(&id, &tenant, &model, (prompt, completion), base);
             return record(payload, Kind::Malformed(reason));
         }
         if self.rng.chance(self.opts.duplicate_per_million) {

@@ -8,6 +8,7 @@ use clap::Parser;
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    tally::base::alloc::purge_freed_memory_at_once();
     let cli = tally::cli::Cli::parse();
     tally::cli::init_logging();
     match tally::cli::dispatch(cli) {

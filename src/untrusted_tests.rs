@@ -20,8 +20,9 @@ use crate::checkpoint::{
 };
 use crate::config::Config;
 use crate::engine::{validate, Counters, RecordIn};
+use crate::model::NextOffset;
 use crate::model::{event, Partition};
-use crate::state::{decode_partition, NextOffset};
+use crate::state::decode_partition;
 
 const RECORD: &str = r#"{"request_id":"r-1","tenant_id":"acme","model":"small","prompt_tokens":1000,"completion_tokens":500,"completed_ts":1767261600000}"#;
 const EXAMPLE: &str = include_str!("../tally.example.toml");

@@ -14,9 +14,9 @@
 //! is re-made on the next request after it broke. Nothing here holds a secret
 //! beyond the URL, which is never logged or answered.
 
-pub mod params;
-pub mod usage;
-pub mod whole;
+pub(crate) mod params;
+pub(crate) mod usage;
+pub(crate) mod whole;
 
 use std::collections::HashSet;
 use std::convert::Infallible;
@@ -40,7 +40,23 @@ use tracing::{debug, info, warn};
 
 use crate::config::Config;
 use params::ParamError;
-use usage::ReadError;
+
+/// What a read can fail on.
+#[derive(Debug)]
+pub enum ReadError {
+    /// A window crosses a bucket boundary: the window size does not divide the
+    /// bucket in that zone's offsets (answered 400, naming `window`).
+    Unaligned(String),
+    Db(tokio_postgres::Error),
+    /// A value the schema should not hold.
+    Data(String),
+}
+
+impl From<tokio_postgres::Error> for ReadError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        ReadError::Db(e)
+    }
+}
 
 type Body = BoxBody<Bytes, std::io::Error>;
 

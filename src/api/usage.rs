@@ -13,24 +13,8 @@ use tokio_postgres::{Client, Row};
 
 use super::params::{next_page, Cursor, InvoiceQuery, UsageQuery};
 use super::whole::Whole;
+use super::ReadError;
 use crate::time::utc::format_rfc3339_ms;
-
-/// What a read can fail on.
-#[derive(Debug)]
-pub enum ReadError {
-    /// A window crosses a bucket boundary: the window size does not divide the
-    /// bucket in that zone's offsets (answered 400, naming `window`).
-    Unaligned(String),
-    Db(tokio_postgres::Error),
-    /// A value the schema should not hold.
-    Data(String),
-}
-
-impl From<tokio_postgres::Error> for ReadError {
-    fn from(e: tokio_postgres::Error) -> Self {
-        ReadError::Db(e)
-    }
-}
 
 /// One row of `/v1/usage`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

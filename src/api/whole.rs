@@ -9,7 +9,7 @@
 
 use serde::{Serialize, Serializer};
 
-use super::usage::ReadError;
+use super::ReadError;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Whole(String);
@@ -32,6 +32,7 @@ impl Whole {
         Self("0".into())
     }
 
+    #[cfg(test)]
     pub fn as_str(&self) -> &str {
         &self.0
     }

@@ -53,9 +53,10 @@ struct CertsArgs {
 }
 
 fn main() -> ExitCode {
+    tally::base::alloc::purge_freed_memory_at_once();
     let cli = Cli::parse();
     tally::cli::init_logging();
-    tally::worker::shutdown::install();
+    tally::base::shutdown::install();
     let result = match cli.command {
         Command::Chaos(a) => chaos::run(a),
         Command::BenchEngine(a) => bench::run_engine(a),

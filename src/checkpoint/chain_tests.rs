@@ -5,8 +5,9 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use super::names::{checkpoint_name, part_key};
 use super::objects::local::LocalObjects;
-use super::store::{part_key, referenced, CheckpointStore};
+use super::store::{referenced, CheckpointStore};
 use super::{Manifest, SegmentKind};
 use crate::devtools::rig::{Rig, T0};
 use crate::devtools::support::one_price_engine;
@@ -103,7 +104,7 @@ fn chains_restore_what_the_tasks_hold_and_cost_what_changed() {
     for round in 1..=40 {
         feed(&mut rig, round);
         let m = rig.checkpoint().unwrap().manifest;
-        let name = super::store::checkpoint_name(m.id, "w");
+        let name = checkpoint_name(m.id, "w");
         for p in 0..2 {
             let e = m.entry(Partition(p)).unwrap();
             match own_kind(&m, &name, p) {
@@ -145,7 +146,7 @@ fn a_damaged_delta_falls_back_to_the_checkpoint_before_it() {
         manifests.push(rig.checkpoint().unwrap().manifest);
     }
     let newest = manifests.last().unwrap();
-    let name = super::store::checkpoint_name(newest.id, "w");
+    let name = checkpoint_name(newest.id, "w");
     assert!(matches!(
         own_kind(newest, &name, 0),
         SegmentKind::Delta { .. }
@@ -173,7 +174,7 @@ fn a_damaged_delta_falls_back_to_the_checkpoint_before_it() {
         .unwrap()
         .unwrap();
     let before = &manifests[1];
-    assert_eq!(r.checkpoint, super::store::checkpoint_name(before.id, "w"));
+    assert_eq!(r.checkpoint, checkpoint_name(before.id, "w"));
     assert_eq!(
         (r.next_offset, r.skipped),
         (before.partitions[0].next_offset, 1)
@@ -290,7 +291,7 @@ fn retention_keeps_the_store_bounded_over_100_checkpoints() {
             round + 1
         );
         assert!(
-            *objects <= 2 * 2 * (super::coordinator::MAX_DELTAS + 2) + 8,
+            *objects <= 2 * 2 * (super::export::MAX_DELTAS + 2) + 8,
             "{objects} objects"
         );
     }

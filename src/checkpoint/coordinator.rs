@@ -8,7 +8,7 @@
 //!    or the checkpoint fails (`after_flush`);
 //! 3. hand each partition's delta to a background thread and resume processing;
 //!    there, the deltas are written into the state store (one batch), then each
-//!    partition's segment is exported (`plan_segment`: a delta on top of the
+//!    partition's segment is exported (`export::plan_segment`: a delta on top of the
 //!    previous checkpoint's chain, or a new base), then the manifest
 //!    (`checkpoint::export`). The pause is the flush and the drain alone;
 //! 4. when the export is complete (`after_manifest`), commit its offsets
@@ -36,12 +36,13 @@ use std::time::Instant;
 
 use std::collections::BTreeMap;
 
-use super::export::{self, ExportJob, ExportPartition, JobIdentity, PendingExport, SegmentPlan};
+use super::export::{self, ExportJob, ExportPartition, JobIdentity, PendingExport};
 use super::store::CheckpointStore;
 use super::{CheckpointError, CheckpointId, Manifest, OffsetLedger, Segment};
 use crate::engine::{Counters, StateDelta};
+use crate::model::NextOffset;
 use crate::model::Partition;
-use crate::state::{Changes, NextOffset, PartitionCommit, StateStore};
+use crate::state::{PartitionCommit, StateStore};
 use crate::time::EventTime;
 
 /// The named crash points of the protocol's own steps (the upload's are in
@@ -107,29 +108,6 @@ pub struct Completed {
 /// Retention runs after every this many checkpoints (by id): it lists the whole
 /// store, which on object storage costs with every object the kept chains hold.
 pub const RETAIN_EVERY: u64 = 4;
-
-/// The most deltas a chain holds before the next checkpoint writes a base.
-pub const MAX_DELTAS: usize = 16;
-
-/// What to write for a partition whose last complete chain is `chain` (if any)
-/// and whose working copy knows `changes`: a delta while the chain is short and
-/// its deltas weigh less than its base; a base otherwise (see `checkpoint`).
-pub fn plan_segment(chain: Option<&[Segment]>, changes: Changes) -> SegmentPlan {
-    let (Some(chain), Changes::Known(changes)) = (chain, changes) else {
-        return SegmentPlan::Base;
-    };
-    let Some((base, deltas)) = chain.split_first() else {
-        return SegmentPlan::Base;
-    };
-    let delta_bytes: u64 = deltas.iter().map(Segment::bytes).sum();
-    if deltas.len() >= MAX_DELTAS || delta_bytes >= base.bytes() {
-        return SegmentPlan::Base;
-    }
-    SegmentPlan::Delta {
-        chain: chain.to_vec(),
-        changes,
-    }
-}
 
 pub struct Coordinator {
     state: Arc<StateStore>,
@@ -222,7 +200,7 @@ impl Coordinator {
         let job = ExportJob {
             id,
             job: self.job.clone(),
-            created_at_ms: crate::kafka::now_ms(),
+            created_at_ms: crate::base::clock::now_ms(),
             partitions: listed,
             commits,
             store: self.state.clone(),

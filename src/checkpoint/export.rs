@@ -25,18 +25,19 @@ use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 
-use super::coordinator::plan_segment;
 use super::evolution::Rules;
 use super::format::VERSION;
+use super::names::part_key;
 use super::part::PartWriter;
-use super::store::{part_key, CheckpointStore};
+use super::store::CheckpointStore;
 use super::{
     CheckpointError, CheckpointId, Manifest, OffsetLedger, PartRef, PartitionEntry, Segment,
     SegmentKind,
 };
 use crate::engine::Counters;
+use crate::model::NextOffset;
 use crate::model::Partition;
-use crate::state::{KnownChanges, NextOffset, PartitionCommit, StateStore};
+use crate::state::{Changes, KnownChanges, PartitionCommit, StateStore};
 use crate::time::EventTime;
 
 /// One partition as the barrier cut it.
@@ -49,9 +50,32 @@ pub struct ExportPartition {
     pub counters: Counters,
     pub offsets: OffsetLedger,
     /// Its chain in this worker's previous complete checkpoint, if any: the
-    /// exporter plans a delta on it or a base (`coordinator::plan_segment`),
+    /// exporter plans a delta on it or a base (`plan_segment`),
     /// from the changes it takes from the store (off the barrier's pause).
     pub chain: Option<Vec<Segment>>,
+}
+
+/// The most deltas a chain holds before the next checkpoint writes a base.
+pub const MAX_DELTAS: usize = 16;
+
+/// What to write for a partition whose last complete chain is `chain` (if any)
+/// and whose working copy knows `changes`: a delta while the chain is short and
+/// its deltas weigh less than its base; a base otherwise (see `checkpoint`).
+pub fn plan_segment(chain: Option<&[Segment]>, changes: Changes) -> SegmentPlan {
+    let (Some(chain), Changes::Known(changes)) = (chain, changes) else {
+        return SegmentPlan::Base;
+    };
+    let Some((base, deltas)) = chain.split_first() else {
+        return SegmentPlan::Base;
+    };
+    let delta_bytes: u64 = deltas.iter().map(Segment::bytes).sum();
+    if deltas.len() >= MAX_DELTAS || delta_bytes >= base.bytes() {
+        return SegmentPlan::Base;
+    }
+    SegmentPlan::Delta {
+        chain: chain.to_vec(),
+        changes,
+    }
 }
 
 /// What to write for one partition.

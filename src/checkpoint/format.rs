@@ -32,7 +32,7 @@
 //!   read: its parts are format-6 parts with window values of `StoredWindowV5`.
 //! - Format 5 added the semantic configuration to the manifest, the high-water
 //!   time to each partition, and the key `T p` to parts (`state::stored::StoredTime`).
-//!   Format 4 is still read (`ManifestBodyV4`): no semantics, no high-water time;
+//!   Format 4 is still read (`older::ManifestBodyV4`): no semantics, no high-water time;
 //!   its parts are format-5 parts without `T` keys.
 //! - Format 4 added the segment chain (incremental checkpoints). Format 3 (one
 //!   run of parts per partition) is still read, as a chain of one base in its own
@@ -43,7 +43,7 @@
 //!   tally does not convert them.
 //! - Any change to a stored struct here or in `state::stored` is a new format:
 //!   bump `VERSION`, keep decoding the previous version (add its structs under a
-//!   versioned name and upgrade them in memory, as `ManifestBodyV3`) or refuse it
+//!   versioned name and upgrade them in memory, as `older::ManifestBodyV3`) or refuse it
 //!   by version with the way out.
 //! - Writers only ever write `VERSION`; a newer version is refused ("written by a
 //!   newer tally").
@@ -57,9 +57,9 @@ use sha2::{Digest, Sha256};
 use super::evolution::Semantics;
 use super::ledger::{Gap, OffsetLedger};
 use super::{CheckpointId, Manifest, PartRef, PartitionEntry, Segment, SegmentKind};
+use crate::model::NextOffset;
 use crate::model::Partition;
 use crate::state::stored::StoredCounters;
-use crate::state::NextOffset;
 use crate::time::EventTime;
 
 /// The checkpoint format this tally writes.
@@ -189,56 +189,6 @@ struct PartitionBody {
     segments: Vec<SegmentBody>,
 }
 
-/// Format 4's manifest body: no semantics, no high-water times.
-#[derive(Debug, Serialize, Deserialize)]
-struct ManifestBodyV4 {
-    id: u64,
-    worker: String,
-    created_at_ms: i64,
-    group: String,
-    topic: String,
-    fingerprint: String,
-    partitions: Vec<PartitionBodyV4>,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct PartitionBodyV4 {
-    partition: i32,
-    next_offset: i64,
-    watermark: Option<i64>,
-    counters: StoredCounters,
-    ledger: LedgerBody,
-    segments: Vec<SegmentBody>,
-}
-
-impl ManifestBodyV4 {
-    /// The same manifest in format 5, with nothing known of its semantics.
-    fn upgrade(self) -> ManifestBody {
-        ManifestBody {
-            id: self.id,
-            worker: self.worker,
-            created_at_ms: self.created_at_ms,
-            group: self.group,
-            topic: self.topic,
-            fingerprint: self.fingerprint,
-            semantics: None,
-            partitions: self
-                .partitions
-                .into_iter()
-                .map(|p| PartitionBody {
-                    partition: p.partition,
-                    next_offset: p.next_offset,
-                    watermark: p.watermark,
-                    high_water: None,
-                    counters: p.counters,
-                    ledger: p.ledger,
-                    segments: p.segments,
-                })
-                .collect(),
-        }
-    }
-}
-
 #[derive(Debug, Serialize, Deserialize)]
 struct SegmentBody {
     checkpoint: String,
@@ -253,60 +203,6 @@ enum KindBody {
         windows_through: Option<i64>,
         dedup_through: Option<i64>,
     },
-}
-
-/// Format 3's manifest body: one run of parts per partition, in the checkpoint's
-/// own directory.
-#[derive(Debug, Serialize, Deserialize)]
-struct ManifestBodyV3 {
-    id: u64,
-    worker: String,
-    created_at_ms: i64,
-    group: String,
-    topic: String,
-    fingerprint: String,
-    partitions: Vec<PartitionBodyV3>,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct PartitionBodyV3 {
-    partition: i32,
-    next_offset: i64,
-    watermark: Option<i64>,
-    counters: StoredCounters,
-    ledger: LedgerBody,
-    parts: Vec<PartBody>,
-}
-
-impl ManifestBodyV3 {
-    /// The same manifest in format 4: each partition a chain of one base.
-    fn upgrade(self) -> ManifestBodyV4 {
-        let own = super::store::checkpoint_name(CheckpointId(self.id), &self.worker);
-        ManifestBodyV4 {
-            id: self.id,
-            worker: self.worker,
-            created_at_ms: self.created_at_ms,
-            group: self.group,
-            topic: self.topic,
-            fingerprint: self.fingerprint,
-            partitions: self
-                .partitions
-                .into_iter()
-                .map(|p| PartitionBodyV4 {
-                    partition: p.partition,
-                    next_offset: p.next_offset,
-                    watermark: p.watermark,
-                    counters: p.counters,
-                    ledger: p.ledger,
-                    segments: vec![SegmentBody {
-                        checkpoint: own.clone(),
-                        kind: KindBody::Base,
-                        parts: p.parts,
-                    }],
-                })
-                .collect(),
-        }
-    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -423,8 +319,10 @@ pub fn decode_manifest(buf: &[u8]) -> Result<Manifest, Unreadable> {
     }
     let body = &framed[HEADER..];
     let decoded = match version {
-        3 => postcard::from_bytes::<ManifestBodyV3>(body).map(|b| b.upgrade().upgrade()),
-        4 => postcard::from_bytes::<ManifestBodyV4>(body).map(ManifestBodyV4::upgrade),
+        3 => postcard::from_bytes::<older::ManifestBodyV3>(body).map(|b| b.upgrade().upgrade()),
+        4 => {
+            postcard::from_bytes::<older::ManifestBodyV4>(body).map(older::ManifestBodyV4::upgrade)
+        }
         5 | 6 => postcard::from_bytes::<ManifestBody>(body),
         _ => postcard::take_from_bytes::<ManifestBody>(body).and_then(|(mut b, rest)| {
             let input: String = postcard::from_bytes(rest)?;
@@ -580,7 +478,7 @@ fn check_chain(p: Partition, segments: &[Segment]) -> Result<(), String> {
         if i > 0 && s.kind == SegmentKind::Base {
             return Err(format!("partition {p}: segment {i} is a second base"));
         }
-        if !s.checkpoint.starts_with("chk-") || !super::store::is_one_dir_name(&s.checkpoint) {
+        if !super::names::is_checkpoint_name(&s.checkpoint) {
             return Err(format!(
                 "partition {p}: segment {i} names {:?}, not a checkpoint",
                 s.checkpoint
@@ -600,8 +498,10 @@ fn check_chain(p: Partition, segments: &[Segment]) -> Result<(), String> {
 }
 
 /// The longest chain read: a base and more deltas than any writer makes
-/// (`coordinator::MAX_DELTAS`).
+/// (`export::MAX_DELTAS`).
 pub const MAX_CHAIN: usize = 64;
+
+mod older;
 
 #[cfg(test)]
 mod tests;

@@ -33,7 +33,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::state::NextOffset;
+use crate::model::NextOffset;
 
 /// Accepted gaps kept per partition (the counters keep the total).
 pub const MAX_GAPS: usize = 16;

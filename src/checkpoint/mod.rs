@@ -10,6 +10,8 @@
 //!     MANIFEST                     the manifest (`format`); written last
 //! ```
 //!
+//! Every key and name of that layout is built and parsed in `names`.
+//!
 //! ## Rules
 //! - Every object is created once and never replaced (`objects`: a hard link of
 //!   a synced file, or a conditional `PutMode::Create`). The manifest is written
@@ -56,14 +58,16 @@
 //!   manifest, then applies base and deltas in order; damage anywhere in the
 //!   chain fails that candidate, and the restore falls back to the next one.
 
-pub mod coordinator;
+pub(crate) mod config;
+pub(crate) mod coordinator;
 pub mod evolution;
-pub mod export;
+pub(crate) mod export;
 pub mod format;
-pub mod ledger;
+pub(crate) mod ledger;
+pub mod names;
 pub mod objects;
-pub mod part;
-pub mod restore;
+pub(crate) mod part;
+pub(crate) mod restore;
 pub mod store;
 
 #[cfg(test)]
@@ -72,8 +76,8 @@ mod chain_tests;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{Counters, EngineConfig};
+use crate::model::NextOffset;
 use crate::model::Partition;
-use crate::state::NextOffset;
 use crate::time::EventTime;
 pub use ledger::OffsetLedger;
 
@@ -90,9 +94,11 @@ pub enum CheckpointError {
     State(#[from] crate::state::StateError),
     #[error("checkpoint store: {0}")]
     Store(#[from] objects::ObjectError),
-    /// The outputs could not be flushed at the barrier (step 2).
+    /// The outputs could not be flushed at the barrier (step 2): the outputs'
+    /// own error (`kafka::KafkaIoError` converts into this), which the exit
+    /// status is read from.
     #[error("flushing the outputs at the checkpoint barrier: {0}")]
-    Outputs(#[from] crate::kafka::KafkaIoError),
+    Outputs(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// A refusal to restore, with the way out.
     #[error("{0}")]
     Refused(String),
@@ -226,7 +232,7 @@ impl Manifest {
 
     /// The bytes this checkpoint wrote: its own segments.
     pub fn written_bytes(&self) -> u64 {
-        let name = store::checkpoint_name(self.id, &self.worker);
+        let name = names::checkpoint_name(self.id, &self.worker);
         self.partitions.iter().map(|e| e.written_bytes(&name)).sum()
     }
 

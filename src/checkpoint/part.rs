@@ -71,6 +71,7 @@ impl PartWriter {
 }
 
 /// Parses part `index` of `partition` (the caller checked its size and checksum).
+#[cfg(test)]
 pub fn parse_part(
     buf: &[u8],
     partition: Partition,

@@ -29,9 +29,24 @@ use super::format::Unreadable;
 use super::ledger::Gap;
 use super::objects::ObjectError;
 use super::{Manifest, OffsetLedger, PartitionEntry};
-use crate::kafka::source::StartPolicy;
+use crate::model::NextOffset;
 use crate::model::Partition;
-use crate::state::NextOffset;
+
+/// Options for partitions without any checkpoint.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StartPolicy {
+    /// Ignore checkpoints and committed offsets of assigned partitions and rebuild
+    /// them from the log start.
+    pub reset_state_earliest: bool,
+    /// Accept offsets deleted by retention before tally read them (a log start
+    /// above a partition's next offset): skip them, log, count and checkpoint the
+    /// gap (see `checkpoint::ledger`). Without it such a gap is refused.
+    pub allow_truncated_log: bool,
+    /// Start a partition that has no checkpoint at its log start when the log no
+    /// longer begins at 0: the one-time choice of a new consumer group, recorded
+    /// as the gap `0..log start` in the checkpoint. It accepts no later gap.
+    pub start_at_log_start: bool,
+}
 
 /// One step of a restore plan, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,40 +3,25 @@
 //! `checkpoint`).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 
 use tracing::{error, info, warn};
 
+use super::config::CheckpointConfig;
 use super::evolution::Rules;
 use super::format::{decode_manifest, encode_manifest, Unreadable, MAX_MANIFEST_BYTES};
+use super::names::{checkpoint_name, is_one_dir_name, manifest_key, parse_id, part_key, PREFIX};
 use super::objects::local::LocalObjects;
 use super::objects::remote::{is_url, RemoteObjects};
 use super::objects::{ObjectInfo, Objects};
+use super::restore::StartPolicy;
 use super::restore::{none_usable, plan, read_failure, Found, Try};
 use super::{CheckpointError, CheckpointId, Manifest, OffsetLedger};
-use crate::config::CheckpointConfig;
-use crate::kafka::source::StartPolicy;
+use crate::model::NextOffset;
 use crate::model::Partition;
-use crate::state::{NextOffset, PartitionMeta, StateStore};
-
-pub const MANIFEST: &str = "MANIFEST";
+use crate::state::{PartitionMeta, StateStore};
 
 /// Incomplete checkpoints of other writers younger than this may still be uploading.
 const ORPHAN_AGE_MS: i64 = 3_600_000;
-
-/// A checkpoint's name: `chk-<id:020>-<worker>` (20 digits: `u64::MAX`'s width).
-pub fn checkpoint_name(id: CheckpointId, worker: &str) -> String {
-    format!("chk-{:020}-{worker}", id.0)
-}
-
-/// The key of part `index` of partition `p` in checkpoint `name`.
-pub fn part_key(name: &str, p: Partition, index: usize) -> String {
-    format!("{name}/p-{p:06}-{index:04}")
-}
-
-pub fn manifest_key(name: &str) -> String {
-    format!("{name}/{MANIFEST}")
-}
 
 /// Every key checkpoint `name` (with manifest `m`) references: its manifest and
 /// the parts of every segment of its chains, in whichever checkpoint they lie.
@@ -106,26 +91,6 @@ pub struct CheckpointStore {
     manifests: std::sync::Mutex<BTreeMap<String, CachedManifest>>,
     /// The listed bytes of the parts a restore holds at once (`load`).
     read_budget: u64,
-}
-
-/// The id in a checkpoint name `chk-<id>-<worker>`: the digits up to the first
-/// `-`, however many.
-fn parse_id(name: &str) -> Option<u64> {
-    let digits = name.strip_prefix("chk-")?.split('-').next()?;
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
-}
-
-/// Whether `name` is one plain directory name (no separator, not `.` or `..`).
-pub fn is_one_dir_name(name: &str) -> bool {
-    let mut parts = Path::new(name).components();
-    matches!(
-        (parts.next(), parts.next()),
-        (Some(std::path::Component::Normal(_)), None)
-    ) && !name.contains('\0')
-        && !name.contains('/')
 }
 
 fn check_group(cfg: &CheckpointConfig, group: &str) -> Result<(), CheckpointError> {
@@ -219,7 +184,7 @@ impl CheckpointStore {
         let mut out: BTreeMap<String, Vec<ObjectInfo>> = BTreeMap::new();
         for o in self.objects.list()? {
             if let Some((name, _)) = o.key.split_once('/') {
-                if name.starts_with("chk-") {
+                if name.starts_with(PREFIX) {
                     out.entry(name.to_string()).or_default().push(o);
                 }
             }
@@ -402,7 +367,7 @@ impl CheckpointStore {
             return Ok(partitions.iter().map(|_| Ok(None)).collect());
         }
         self.objects
-            .interrupt_when(Some(crate::worker::shutdown::requested));
+            .interrupt_when(Some(crate::base::shutdown::requested));
         let restored = self.restore_all(partitions, rules, policy, state);
         self.objects.interrupt_when(None);
         restored
@@ -507,7 +472,7 @@ impl CheckpointStore {
             .filter(|(name, _)| !removed.contains(name))
             .flat_map(|(name, m)| referenced(name, m))
             .collect();
-        let now = crate::kafka::now_ms();
+        let now = crate::base::clock::now_ms();
         for l in &listed {
             let remove = match &l.manifest {
                 Some(Ok(_)) => removed.contains(l.name.as_str()),

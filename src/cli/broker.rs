@@ -7,9 +7,9 @@ use anyhow::anyhow;
 use clap::Args;
 
 use super::ConfigArg;
+use crate::base::shutdown;
 use crate::kafka::broker;
 use crate::kafka::tls_listener::TlsFiles;
-use crate::worker::shutdown;
 
 #[derive(Args, Debug)]
 pub struct BrokerArgs {
@@ -74,7 +74,7 @@ pub fn run(a: BrokerArgs) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir)?;
     }
     let duration = |flag: &str, v: &str| {
-        crate::config::Millis::parse(v)
+        crate::base::duration::Millis::parse(v)
             .map(|m| Duration::from_millis(m.0 as u64))
             .map_err(|e| anyhow!("--{flag}: {e}"))
     };

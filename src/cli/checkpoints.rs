@@ -3,8 +3,8 @@
 use clap::{Args, Subcommand};
 
 use super::ConfigArg;
+use crate::base::clock::now_ms;
 use crate::checkpoint::store::CheckpointStore;
-use crate::kafka::now_ms;
 use crate::time::utc::format_utc_ms;
 
 #[derive(Args, Debug)]

@@ -133,7 +133,25 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         "window: 1m, watermark bound 5s, allowed lateness 30s, max_lead off (every record moves the watermark, as in the seed)\n"
     );
 
-    // 1. Traffic: the story on partition 0, three more tenants on partitions 1-3.
+    produce(&cfg)?;
+    lenient(&cfg)?;
+    strict(&cfg, &dir)?;
+
+    // 4. PostgreSQL, when available.
+    match &a.database_url {
+        Some(url) => sink_and_show(&cfg, url)?,
+        None => println!(
+            "\n(no database: run scripts/demo.sh, or pass --database-url, to see the sink and the invoice view)"
+        ),
+    }
+    drop(cluster);
+    if !a.keep {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(())
+}
+/// 1. Traffic: the story on partition 0, three more tenants on partitions 1-3.
+fn produce(cfg: &Config) -> anyhow::Result<()> {
     let producer: BaseProducer<DeliveryTracker> = client_config(&cfg.kafka, PRODUCER_DEFAULTS)
         .create_with_context(DeliveryTracker::default())?;
     let input = cfg.input_mapping()?;
@@ -189,10 +207,13 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         expected.duplicates,
         expected.dead_letters.values().sum::<u64>()
     );
+    Ok(())
+}
 
-    // 2. The job with allowed lateness 30 s.
+/// 2. The job with allowed lateness 30 s.
+fn lenient(cfg: &Config) -> anyhow::Result<()> {
     let counters = run_worker(
-        &cfg,
+        cfg,
         RunOptions {
             until_end: true,
             ..Default::default()
@@ -221,8 +242,11 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         "invoice from the results topic (newest version per window and partition):",
         &results,
     );
+    Ok(())
+}
 
-    // 3. The same input, allowed lateness 0: the burst is too late and goes to requests.late.
+/// 3. The same input, allowed lateness 0: the burst is too late (requests.late).
+fn strict(cfg: &Config, dir: &std::path::Path) -> anyhow::Result<()> {
     let mut strict = cfg.clone();
     strict.kafka.group_id = "tally-strict".into();
     strict.topics.results = "tenant-cost.strict".into();
@@ -272,18 +296,6 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
             .or_default() += 1;
     }
     println!("\ndead letters on requests.dlq (both jobs): {reasons:?}");
-
-    // 4. PostgreSQL, when available.
-    match &a.database_url {
-        Some(url) => sink_and_show(&cfg, url)?,
-        None => println!(
-            "\n(no database: run scripts/demo.sh, or pass --database-url, to see the sink and the invoice view)"
-        ),
-    }
-    drop(cluster);
-    if !a.keep {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
     Ok(())
 }
 

@@ -75,7 +75,7 @@ fn checkpoint(e: &CheckpointError) -> Option<u8> {
     match e {
         CheckpointError::Refused(_) => Some(REFUSED),
         CheckpointError::State(s) => state(s),
-        CheckpointError::Outputs(k) => Some(kafka_io(k)),
+        CheckpointError::Outputs(e) => e.downcast_ref::<KafkaIoError>().map(kafka_io),
         // The object store could not be reached or failed: a restart may help.
         // A local directory that fails (disk full, read-only) is local I/O: 1.
         CheckpointError::Store(ObjectError::Unavailable { .. }) => Some(UNAVAILABLE),

@@ -111,7 +111,7 @@ pub fn run(a: GenArgs) -> anyhow::Result<()> {
             std::fs::File::create(path).with_context(|| path.display().to_string())?,
         );
         for r in gen.by_ref() {
-            if crate::worker::shutdown::requested() {
+            if crate::base::shutdown::requested() {
                 out.flush()?;
                 anyhow::bail!(
                     "interrupted by a signal: {} holds a prefix of the run; the expected file is not written",
@@ -180,7 +180,7 @@ fn produce(
     let started = Instant::now();
     let mut sent: u64 = 0;
     for r in gen.by_ref() {
-        if crate::worker::shutdown::requested() {
+        if crate::base::shutdown::requested() {
             producer
                 .flush(Duration::from_secs(60))
                 .context("flushing generated records")?;
@@ -203,7 +203,7 @@ fn produce(
                 std::thread::sleep(wait);
             }
         }
-        if sent % 100_000 == 0 {
+        if sent.is_multiple_of(100_000) {
             tracing::info!(sent, "generating");
         }
     }

@@ -4,7 +4,7 @@
 mod broker;
 mod checkpoints;
 mod config_check;
-pub mod demo;
+pub(crate) mod demo;
 pub mod exit;
 mod gen;
 mod reprocess;
@@ -174,7 +174,7 @@ pub fn init_logging() {
 }
 
 pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
-    crate::worker::shutdown::install();
+    crate::base::shutdown::install();
     match cli.command {
         Command::Run(a) => run::run(a),
         Command::Sink(a) => {

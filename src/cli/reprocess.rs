@@ -18,15 +18,16 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::ConfigArg;
+use crate::base::clock::now_ms;
+use crate::base::shutdown;
 use crate::engine::RecordIn;
 use crate::kafka::logging::Logged;
 use crate::kafka::outputs::{source_coords, Outputs};
-use crate::kafka::{client_config, headers, now_ms};
+use crate::kafka::{client_config, headers};
 use crate::model::Partition;
 use crate::progress::Progress;
 use crate::reprocess::{Outcome, Reprocessor};
 use crate::time::utc::parse_utc_ms;
-use crate::worker::shutdown;
 
 #[derive(Args, Debug)]
 pub struct ReprocessArgs {
@@ -65,18 +66,7 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
     let engine = cfg.engine()?;
     let topic = cfg.topics.late.clone();
     let group = format!("{}-reprocess", cfg.kafka.group_id);
-    let mut ccfg = client_config(
-        &cfg.kafka,
-        &[
-            ("enable.auto.commit", "false"),
-            ("auto.offset.reset", "error"),
-        ],
-    );
-    ccfg.set("group.id", &group);
-    let consumer: BaseConsumer<Logged> = ccfg
-        .create_with_context(Logged)
-        .context("creating the late-topic consumer")?;
-    crate::kafka::await_cluster(&consumer, &cfg.kafka, &topic)?;
+    let consumer = late_consumer(&cfg.kafka, &group, &topic)?;
     let outputs = Outputs::new(&cfg.kafka, &cfg.topics)?;
     let partitions = crate::kafka::partition_count(&consumer, &topic)? as i32;
     anyhow::ensure!(partitions > 0, "late topic {topic} does not exist");
@@ -85,17 +75,137 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
         t => Some(parse_utc_ms(t).map_err(|e| anyhow::anyhow!("--until: {e}"))?),
     };
 
-    // Start and end offsets per partition.
+    let (start, end) = offsets(&consumer, &topic, partitions, &a.from)?;
+    let mut tpl = TopicPartitionList::new();
+    for (p, o) in &start {
+        tpl.add_partition_offset(&topic, *p, Offset::Offset(*o))?;
+    }
+    consumer.assign(&tpl)?;
+    let service = serve(a.follow, &cfg.metrics)?;
+    let total: i64 = end.iter().map(|(p, e)| (e - start[p]).max(0)).sum();
+    let mut next = start.clone();
+    let mut done: BTreeMap<i32, bool> = next.iter().map(|(p, n)| (*p, *n >= end[p])).collect();
+    let mut summary = Summary::default();
+    let mut reprocessor = Reprocessor::default();
+    let progress = Progress::new("reprocess", u64::try_from(total).ok(), None);
+    tracing::info!(topic, from = %a.from, records = total, "reprocessing late events");
+    let retry_for = Duration::from_millis(cfg.kafka.connect_timeout.0.max(0) as u64);
+    let mut failing_since: Option<Instant> = None;
+    // --follow: the backlog metric, and the position committed as it goes (what a
+    // restart with `--from group` resumes from), every FOLLOW_EVERY.
+    let mut last_follow: Option<Instant> = None;
+    while a.follow || !done.values().all(|d| *d) {
+        if shutdown::requested() {
+            break;
+        }
+        progress.show(summary.read, None, false);
+        if a.follow && last_follow.is_none_or(|t| t.elapsed() >= FOLLOW_EVERY) {
+            last_follow = Some(Instant::now());
+            follow_round(&consumer, &outputs, &topic, &next, &summary, &service)?;
+        }
+        service.beat(crate::base::clock::now_ms());
+        let Some(msg) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let m = match msg {
+            Ok(m) => {
+                failing_since = None;
+                m
+            }
+            Err(e) => {
+                consumer_error(e, &topic, &mut failing_since, retry_for, &cfg.kafka)?;
+                continue;
+            }
+        };
+        let (p, o) = (m.partition(), m.offset());
+        if until_ms.is_some_and(|u| m.timestamp().to_millis().is_some_and(|t| t > u)) {
+            done.insert(p, true);
+            continue;
+        }
+        if !a.follow && o >= end[&p] {
+            done.insert(p, true);
+            continue;
+        }
+        summary.read += 1;
+        crate::failpoint::hit("reprocess_record");
+        apply(
+            &m,
+            &topic,
+            &engine,
+            &mut reprocessor,
+            &outputs,
+            &mut summary,
+        )?;
+        next.insert(p, o + 1);
+        if !a.follow && o + 1 >= end[&p] {
+            done.insert(p, true);
+        }
+    }
+    finish(&consumer, &outputs, &topic, &group, &next)?;
+    progress.show(summary.read, None, true);
+    eprintln!(
+        "reprocess-late: read {} | adjustments {} | duplicates skipped {} | dead letters {}",
+        summary.read, summary.adjusted, summary.duplicates, summary.dead_letters
+    );
+    Ok(())
+}
+
+/// How often `--follow` publishes its backlog and commits its position.
+const FOLLOW_EVERY: Duration = Duration::from_secs(5);
+
+/// The consumer of the late topic, in this tool's own group, once the cluster
+/// answers.
+fn late_consumer(
+    kafka: &crate::config::KafkaConfig,
+    group: &str,
+    topic: &str,
+) -> anyhow::Result<BaseConsumer<Logged>> {
+    let mut ccfg = client_config(
+        kafka,
+        &[
+            ("enable.auto.commit", "false"),
+            ("auto.offset.reset", "error"),
+        ],
+    );
+    ccfg.set("group.id", group);
+    let consumer: BaseConsumer<Logged> = ccfg
+        .create_with_context(Logged)
+        .context("creating the late-topic consumer")?;
+    crate::kafka::await_cluster(&consumer, kafka, topic)?;
+    Ok(consumer)
+}
+
+/// With `--follow`, a long-running service: the endpoints of `metrics.listen`.
+fn serve(
+    follow: bool,
+    metrics: &crate::config::MetricsConfig,
+) -> anyhow::Result<std::sync::Arc<crate::service::State>> {
+    let service = std::sync::Arc::new(crate::service::State::new(crate::base::clock::now_ms()));
+    if let (true, Some(addr)) = (follow, &metrics.listen) {
+        crate::service::http::serve(addr, service.clone())
+            .with_context(|| format!("metrics.listen {addr}"))?;
+    }
+    service.set_ready();
+    Ok(service)
+}
+
+/// Each partition's start offset (by `--from`) and end offset (the log end now).
+fn offsets(
+    consumer: &BaseConsumer<Logged>,
+    topic: &str,
+    partitions: i32,
+    from: &str,
+) -> anyhow::Result<(BTreeMap<i32, i64>, BTreeMap<i32, i64>)> {
     let mut start: BTreeMap<i32, i64> = BTreeMap::new();
     let mut end: BTreeMap<i32, i64> = BTreeMap::new();
     let mut all = TopicPartitionList::new();
     for p in 0..partitions {
-        let (low, high) = consumer.fetch_watermarks(&topic, p, Duration::from_secs(10))?;
+        let (low, high) = consumer.fetch_watermarks(topic, p, Duration::from_secs(10))?;
         start.insert(p, low);
         end.insert(p, high);
-        all.add_partition(&topic, p);
+        all.add_partition(topic, p);
     }
-    match a.from.as_str() {
+    match from {
         "earliest" => {}
         "group" => {
             let committed = consumer.committed_offsets(all.clone(), Duration::from_secs(10))?;
@@ -109,7 +219,7 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
             let ms = parse_utc_ms(t).map_err(|e| anyhow::anyhow!("--from: {e}"))?;
             let mut q = TopicPartitionList::new();
             for p in 0..partitions {
-                q.add_partition_offset(&topic, p, Offset::Offset(ms))?;
+                q.add_partition_offset(topic, p, Offset::Offset(ms))?;
             }
             let found = consumer.offsets_for_times(q, Duration::from_secs(10))?;
             // Brokers that cannot resolve timestamps (the dev broker) answer "end" for
@@ -143,139 +253,109 @@ pub fn run(a: ReprocessArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let mut tpl = TopicPartitionList::new();
-    for (p, o) in &start {
-        tpl.add_partition_offset(&topic, *p, Offset::Offset(*o))?;
-    }
-    consumer.assign(&tpl)?;
-    // --follow is a long-running service: the endpoints of metrics.listen.
-    let service = std::sync::Arc::new(crate::service::State::new(crate::kafka::now_ms()));
-    if let (true, Some(addr)) = (a.follow, &cfg.metrics.listen) {
-        crate::service::http::serve(addr, service.clone())
-            .with_context(|| format!("metrics.listen {addr}"))?;
-    }
-    service.set_ready();
-    let total: i64 = end.iter().map(|(p, e)| (e - start[p]).max(0)).sum();
-    let mut next = start.clone();
-    let mut done: BTreeMap<i32, bool> = next.iter().map(|(p, n)| (*p, *n >= end[p])).collect();
-    let mut summary = Summary::default();
-    let mut reprocessor = Reprocessor::default();
-    let progress = Progress::new("reprocess", u64::try_from(total).ok(), None);
-    tracing::info!(topic, from = %a.from, records = total, "reprocessing late events");
-    let retry_for = Duration::from_millis(cfg.kafka.connect_timeout.0.max(0) as u64);
-    let mut failing_since: Option<Instant> = None;
-    // --follow: the backlog metric, and the position committed as it goes (what a
-    // restart with `--from group` resumes from), every FOLLOW_EVERY.
-    let mut last_follow: Option<Instant> = None;
-    while a.follow || !done.values().all(|d| *d) {
-        if shutdown::requested() {
-            break;
-        }
-        progress.show(summary.read, None, false);
-        if a.follow && last_follow.is_none_or(|t| t.elapsed() >= FOLLOW_EVERY) {
-            last_follow = Some(Instant::now());
-            follow_round(&consumer, &outputs, &topic, &next, &summary, &service)?;
-        }
-        service.beat(crate::kafka::now_ms());
-        let Some(msg) = consumer.poll(Duration::from_millis(200)) else {
-            continue;
-        };
-        let m = match msg {
-            Ok(m) => {
-                failing_since = None;
-                m
-            }
-            // A position outside the log (`auto.offset.reset=error`): late records
-            // were deleted before they were billed. Never skip them silently.
-            Err(KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset)) => {
-                return Err(crate::worker::WorkerError::Refused(format!(
-                    "a position on {topic} is outside the log: late records were deleted by retention \
+    Ok((start, end))
+}
+
+/// A consumer error: a refusal, a failure, or (`Ok`) a broker error to retry.
+fn consumer_error(
+    e: KafkaError,
+    topic: &str,
+    failing_since: &mut Option<Instant>,
+    retry_for: Duration,
+    kafka: &crate::config::KafkaConfig,
+) -> anyhow::Result<()> {
+    match e {
+        // A position outside the log (`auto.offset.reset=error`): late records
+        // were deleted before they were billed. Never skip them silently.
+        KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset) => {
+            Err(crate::worker::WorkerError::Refused(format!(
+                "a position on {topic} is outside the log: late records were deleted by retention \
                      before reprocess-late read them, and were not billed. Nothing past them was \
                      committed; after checking, --from earliest bills what remains"
-                ))
-                .into())
-            }
-            // Broker-level errors: librdkafka reconnects; give up after
-            // kafka.connect_timeout of nothing but errors (exit 4). Any other
-            // consumer error (a corrupt batch librdkafka skipped past) is fatal:
-            // continuing would commit past late records never billed.
-            Err(e) if crate::kafka::is_broker_transient(&e) => {
-                let since = *failing_since.get_or_insert_with(Instant::now);
-                if since.elapsed() >= retry_for {
-                    return Err(crate::kafka::KafkaIoError::Unreachable {
-                        bootstrap: cfg.kafka.bootstrap_servers.clone(),
-                        waited_s: retry_for.as_secs(),
-                        last: crate::kafka::logging::last_error().unwrap_or_else(|| e.to_string()),
-                    }
-                    .into());
+            ))
+            .into())
+        }
+        // Broker-level errors: librdkafka reconnects; give up after
+        // kafka.connect_timeout of nothing but errors (exit 4). Any other
+        // consumer error (a corrupt batch librdkafka skipped past) is fatal:
+        // continuing would commit past late records never billed.
+        e if crate::kafka::is_broker_transient(&e) => {
+            let since = *failing_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= retry_for {
+                return Err(crate::kafka::KafkaIoError::Unreachable {
+                    bootstrap: kafka.bootstrap_servers.clone(),
+                    waited_s: retry_for.as_secs(),
+                    last: crate::kafka::logging::last_error().unwrap_or_else(|| e.to_string()),
                 }
-                tracing::warn!(error = %e, "late-topic consumer error; retrying");
-                continue;
+                .into());
             }
-            Err(e) => return Err(anyhow::Error::new(e).context("reading the late topic")),
-        };
-        let (p, o) = (m.partition(), m.offset());
-        if until_ms.is_some_and(|u| m.timestamp().to_millis().is_some_and(|t| t > u)) {
-            done.insert(p, true);
-            continue;
+            tracing::warn!(error = %e, "late-topic consumer error; retrying");
+            Ok(())
         }
-        if !a.follow && o >= end[&p] {
-            done.insert(p, true);
-            continue;
+        e => Err(anyhow::Error::new(e).context("reading the late topic")),
+    }
+}
+
+/// One late record → an adjustment, a duplicate skipped, or a dead letter.
+fn apply(
+    m: &rdkafka::message::BorrowedMessage<'_>,
+    topic: &str,
+    engine: &crate::engine::EngineConfig,
+    reprocessor: &mut Reprocessor,
+    outputs: &Outputs,
+    summary: &mut Summary,
+) -> anyhow::Result<()> {
+    let (p, o) = (m.partition(), m.offset());
+    let payload = m.payload().unwrap_or_default();
+    let late_coords = source_coords(topic, Partition(p), o);
+    let source = header(m, headers::SOURCE).map_or_else(
+        || late_coords.clone(),
+        |v| String::from_utf8_lossy(v).into_owned(),
+    );
+    // The original record's timestamp, not the time tally routed it here.
+    let original_ts = header(m, headers::KAFKA_TIMESTAMP)
+        .and_then(|v| std::str::from_utf8(v).ok()?.parse::<i64>().ok());
+    let rec = RecordIn {
+        payload,
+        kafka_ts: original_ts.or(m.timestamp().to_millis()),
+        now_ms: now_ms(),
+    };
+    match reprocessor.process(engine, rec, &source) {
+        Outcome::Adjusted(adj) => {
+            summary.adjusted += 1;
+            outputs.adjustment(&adj)?;
         }
-        summary.read += 1;
-        crate::failpoint::hit("reprocess_record");
-        let payload = m.payload().unwrap_or_default();
-        let late_coords = source_coords(&topic, Partition(p), o);
-        let source = header(&m, headers::SOURCE).map_or_else(
-            || late_coords.clone(),
-            |v| String::from_utf8_lossy(v).into_owned(),
-        );
-        // The original record's timestamp, not the time tally routed it here.
-        let original_ts = header(&m, headers::KAFKA_TIMESTAMP)
-            .and_then(|v| std::str::from_utf8(v).ok()?.parse::<i64>().ok());
-        let rec = RecordIn {
-            payload,
-            kafka_ts: original_ts.or(m.timestamp().to_millis()),
-            now_ms: now_ms(),
-        };
-        match reprocessor.process(&engine, rec, &source) {
-            Outcome::Adjusted(adj) => {
-                summary.adjusted += 1;
-                outputs.adjustment(&adj)?;
-            }
-            Outcome::Duplicate => summary.duplicates += 1,
-            Outcome::DeadLetter(reason) => {
-                summary.dead_letters += 1;
-                outputs.dead_letter(m.key(), payload, &reason, &late_coords)?;
-            }
-        }
-        next.insert(p, o + 1);
-        if !a.follow && o + 1 >= end[&p] {
-            done.insert(p, true);
+        Outcome::Duplicate => summary.duplicates += 1,
+        Outcome::DeadLetter(reason) => {
+            summary.dead_letters += 1;
+            outputs.dead_letter(m.key(), payload, &reason, &late_coords)?;
         }
     }
+    Ok(())
+}
+
+/// Flushes the adjustments and then, only once every one is acknowledged, commits
+/// how far the run got.
+fn finish(
+    consumer: &BaseConsumer<Logged>,
+    outputs: &Outputs,
+    topic: &str,
+    group: &str,
+    next: &BTreeMap<i32, i64>,
+) -> anyhow::Result<()> {
     outputs
         .flush(Duration::from_secs(60))
         .context("flushing adjustments")?;
     // Only after every adjustment is acknowledged: remember how far we got.
     let mut pos = TopicPartitionList::new();
-    for (p, n) in &next {
-        pos.add_partition_offset(&topic, *p, Offset::Offset(*n))?;
+    for (p, n) in next {
+        pos.add_partition_offset(topic, *p, Offset::Offset(*n))?;
     }
     if let Err(e) = consumer.commit(&pos, CommitMode::Sync) {
         tracing::warn!(error = %e, "could not record the position in group {group}");
     }
-    progress.show(summary.read, None, true);
-    eprintln!(
-        "reprocess-late: read {} | adjustments {} | duplicates skipped {} | dead letters {}",
-        summary.read, summary.adjusted, summary.duplicates, summary.dead_letters
-    );
     Ok(())
 }
-
-/// How often `--follow` publishes its backlog and commits its position.
-const FOLLOW_EVERY: Duration = Duration::from_secs(5);
 
 /// One `--follow` round: every adjustment so far acknowledged, the position
 /// committed, and the backlog (late-topic end − position) published.

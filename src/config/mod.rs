@@ -9,10 +9,8 @@
 //! Invariant: a `Config` that passed `validate()` yields an `EngineConfig` with a
 //! positive window size, non-negative bounds and at least one priced model.
 
-pub mod duration;
 mod env;
 mod prices;
-pub mod size;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,11 +18,18 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use duration::{MaxLead, Millis, OptMillis};
+pub use crate::base::duration::{self, MaxLead, Millis, OptMillis};
+pub use crate::base::size::{self, Budget};
+/// Each subsystem owns its section and checks it (`validate`); the tree holds them.
+pub use crate::checkpoint::config::CheckpointConfig;
+pub use crate::engine::config::{DedupConfig, LimitsConfig, WatermarkConfig, WindowConfig};
+pub use crate::kafka::config::{KafkaConfig, TopicsConfig};
+pub use crate::metrics::config::MetricsConfig;
+pub use crate::state::config::StateConfig;
 pub use prices::{PriceConfig, ScheduledPrice, UtcTime};
-pub use size::Budget;
 
-use crate::engine::{EngineConfig, TimeSource};
+use crate::base::InvalidKey;
+use crate::engine::EngineConfig;
 use crate::model::input::{InputConfig, InputMapping};
 use crate::time::WindowSpec;
 
@@ -48,24 +53,13 @@ pub enum ConfigError {
     },
 }
 
-/// A table of string options whose values may be written as TOML scalars
-/// (`aws_allow_http = true` is `"true"`).
-fn de_string_map<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<BTreeMap<String, String>, D::Error> {
-    let raw = BTreeMap::<String, toml::Value>::deserialize(d)?;
-    raw.into_iter()
-        .map(|(k, v)| match v {
-            toml::Value::String(s) => Ok((k, s)),
-            toml::Value::Boolean(_) | toml::Value::Integer(_) | toml::Value::Float(_) => {
-                Ok((k, v.to_string()))
-            }
-            other => Err(serde::de::Error::custom(format!(
-                "option {k:?} is a {}, not a string",
-                other.type_str()
-            ))),
-        })
-        .collect()
+impl From<InvalidKey> for ConfigError {
+    fn from(e: InvalidKey) -> Self {
+        ConfigError::Invalid {
+            key: e.key,
+            msg: e.msg,
+        }
+    }
 }
 
 fn invalid(key: impl Into<String>, msg: impl Into<String>) -> ConfigError {
@@ -111,236 +105,6 @@ impl Default for JobConfig {
     }
 }
 
-/// `[kafka]`: the two named keys plus librdkafka pass-through properties.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(try_from = "BTreeMap<String, toml::Value>")]
-pub struct KafkaConfig {
-    pub bootstrap_servers: String,
-    pub group_id: String,
-    /// How long a command waits at start for the cluster to answer before it
-    /// exits 4 with the last broker error (a TLS or SASL failure names itself).
-    pub connect_timeout: Millis,
-    /// librdkafka properties (keys with a dot), verbatim.
-    #[serde(flatten)]
-    pub properties: BTreeMap<String, String>,
-}
-
-impl Default for KafkaConfig {
-    fn default() -> Self {
-        Self {
-            bootstrap_servers: "127.0.0.1:9092".into(),
-            group_id: "tally".into(),
-            connect_timeout: Millis(30_000),
-            properties: BTreeMap::new(),
-        }
-    }
-}
-
-impl KafkaConfig {
-    /// The keys of `[kafka]` that are tally's, not librdkafka's (in the
-    /// environment, their `_` stays `_`).
-    pub const OWN_KEYS: [&'static str; 3] = ["bootstrap_servers", "group_id", "connect_timeout"];
-}
-
-impl TryFrom<BTreeMap<String, toml::Value>> for KafkaConfig {
-    type Error = String;
-    fn try_from(map: BTreeMap<String, toml::Value>) -> Result<Self, String> {
-        let mut k = KafkaConfig::default();
-        for (key, v) in map {
-            let s = match v {
-                toml::Value::String(s) => s,
-                toml::Value::Integer(i) => i.to_string(),
-                toml::Value::Boolean(b) => b.to_string(),
-                other => {
-                    return Err(format!(
-                        "kafka.{key}: expected a string, got {}",
-                        other.type_str()
-                    ))
-                }
-            };
-            match key.as_str() {
-                "bootstrap_servers" => k.bootstrap_servers = s,
-                "group_id" => k.group_id = s,
-                "connect_timeout" => {
-                    k.connect_timeout =
-                        Millis::parse(&s).map_err(|e| format!("kafka.connect_timeout: {e}"))?
-                }
-                // `debug` is the one common librdkafka property without a dot.
-                p if p.contains('.') || p == "debug" => {
-                    k.properties.insert(key, s);
-                }
-                _ => {
-                    return Err(format!(
-                    "unknown key `kafka.{key}` (known: {}; librdkafka properties contain a dot, \
-                         e.g. \"session.timeout.ms\")",
-                    KafkaConfig::OWN_KEYS.join(", ")
-                ))
-                }
-            }
-        }
-        Ok(k)
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct TopicsConfig {
-    pub input: String,
-    pub results: String,
-    pub late: String,
-    pub dead_letter: String,
-}
-
-impl Default for TopicsConfig {
-    fn default() -> Self {
-        Self {
-            input: "requests".into(),
-            results: "tenant-cost".into(),
-            late: "requests.late".into(),
-            dead_letter: "requests.dlq".into(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct WindowConfig {
-    /// Tumbling window size.
-    pub size: Millis,
-    /// Shift of window boundaries from the epoch (e.g. for days in a time zone).
-    pub offset: Millis,
-    /// How long after its on-time pane a window still accepts late events.
-    pub allowed_lateness: Millis,
-}
-
-impl Default for WindowConfig {
-    fn default() -> Self {
-        Self {
-            size: Millis(60_000),
-            offset: Millis(0),
-            allowed_lateness: Millis(30_000),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct WatermarkConfig {
-    /// The bound of bounded out-of-orderness; "0" is the monotonous strategy.
-    pub max_out_of_orderness: Millis,
-    /// Silence after which a caught-up partition's watermark follows the wall
-    /// clock and its latest records (the liveness rule; "off").
-    pub idle_timeout: OptMillis,
-    /// Events this far ahead of the wall clock are dead letters ("off" disables).
-    pub max_future: OptMillis,
-    /// completed_ts (default) | started_ts | kafka_timestamp | processing_time.
-    pub time_source: TimeSource,
-    /// Event times this far ahead of the partition move its watermark only once
-    /// most of its recent records share the lead ("auto": the allowed lateness;
-    /// "off": every record does).
-    pub max_lead: MaxLead,
-}
-
-impl Default for WatermarkConfig {
-    fn default() -> Self {
-        Self {
-            max_out_of_orderness: Millis(5_000),
-            idle_timeout: OptMillis(Some(Millis(60_000))),
-            max_future: OptMillis(Some(Millis(3_600_000))),
-            time_source: TimeSource::CompletedTs,
-            max_lead: MaxLead::Auto,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DedupConfig {
-    /// How long request ids are remembered after their window is purged.
-    pub extra_horizon: Millis,
-}
-
-impl Default for DedupConfig {
-    fn default() -> Self {
-        Self {
-            extra_horizon: Millis(3_600_000),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct LimitsConfig {
-    /// Larger input records are dead letters.
-    #[serde(deserialize_with = "duration::de_u64")]
-    pub max_record_bytes: u64,
-}
-
-impl Default for LimitsConfig {
-    fn default() -> Self {
-        Self {
-            max_record_bytes: 1 << 20,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct CheckpointConfig {
-    /// A local (or mounted) directory, or an object-store URL (`s3://bucket/prefix`,
-    /// `gs://…`, `az://…`): `checkpoint::objects`.
-    pub dir: PathBuf,
-    /// Options of the object store, under the `object_store` crate's key names
-    /// (`aws_endpoint`, `aws_region`, `aws_allow_http`, …). Credentials come from
-    /// the environment (`AWS_*`, …) or the instance's identity.
-    #[serde(deserialize_with = "de_string_map")]
-    pub object_store: BTreeMap<String, String>,
-    /// Time between state commits (producer flush, state write, offset commit).
-    pub interval: Millis,
-    #[serde(deserialize_with = "duration::de_u64")]
-    pub retain: u64,
-}
-
-impl Default for CheckpointConfig {
-    fn default() -> Self {
-        Self {
-            dir: "./data/checkpoints".into(),
-            object_store: BTreeMap::new(),
-            interval: Millis(10_000),
-            retain: 3,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct StateConfig {
-    pub dir: PathBuf,
-    /// Memory for window state and dedup ids per worker; windows beyond it are
-    /// evicted to RocksDB after a commit (read back when touched), and dedup ids
-    /// move there behind filters (docs/operations/memory.md). `"off"`: unlimited.
-    pub memory_budget: Budget,
-}
-
-impl Default for StateConfig {
-    fn default() -> Self {
-        Self {
-            dir: "./data/state".into(),
-            memory_budget: Budget(Some(512 << 20)),
-        }
-    }
-}
-
-impl StateConfig {
-    /// The bytes of windows a worker may hold in memory (`memory_budget`), as
-    /// `engine::window_bytes` counts them.
-    pub fn memory_budget_bytes(&self) -> Option<usize> {
-        self.memory_budget
-            .0
-            .map(|b| usize::try_from(b).unwrap_or(usize::MAX))
-    }
-}
-
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SinkConfig {
@@ -360,15 +124,6 @@ impl Default for SinkConfig {
             retry_budget: Millis(300_000),
         }
     }
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct MetricsConfig {
-    /// Serve `/metrics`, `/healthz` and `/readyz` at `http://<listen>/` (e.g.
-    /// "127.0.0.1:9464"; `crate::service`);
-    /// absent = off. A JSON report is always written to `<state.dir>/report.json`.
-    pub listen: Option<String>,
 }
 
 /// `tally api` (the usage API, docs/API.md).
@@ -489,48 +244,15 @@ impl Config {
 
     /// Cross-field checks; each error names the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.window.size.0 <= 0 {
-            return Err(invalid("window.size", "must be greater than 0"));
-        }
-        if self.checkpoint.interval.0 <= 0 {
-            return Err(invalid("checkpoint.interval", "must be greater than 0"));
-        }
-        if self.checkpoint.retain == 0 {
-            return Err(invalid("checkpoint.retain", "must be at least 1"));
-        }
-        let dir = self.checkpoint.dir.to_string_lossy();
-        if crate::checkpoint::objects::remote::is_url(&dir) {
-            crate::checkpoint::objects::remote::check(&dir, &self.checkpoint.object_store)
-                .map_err(|(key, msg)| ConfigError::Invalid { key, msg })?;
-        } else if !self.checkpoint.object_store.is_empty() {
-            return Err(invalid(
-                "checkpoint.object_store",
-                "is set but `checkpoint.dir` is a local path: set `checkpoint.dir` to the store's \
-                 URL (s3://bucket/prefix), or remove the options",
-            ));
-        }
+        self.window.validate()?;
+        self.checkpoint.validate()?;
         if self.job.generation == 0 {
             return Err(invalid("job.generation", "must be at least 1"));
         }
-        for (key, v) in [
-            ("topics.input", &self.topics.input),
-            ("topics.results", &self.topics.results),
-            ("topics.late", &self.topics.late),
-            ("topics.dead_letter", &self.topics.dead_letter),
-            ("kafka.group_id", &self.kafka.group_id),
-        ] {
-            if v.is_empty() {
-                return Err(invalid(key, "must not be empty"));
-            }
-        }
-        if self.topics.input == self.topics.results || self.topics.input == self.topics.late {
-            return Err(invalid(
-                "topics.input",
-                "must differ from topics.results and topics.late",
-            ));
-        }
+        self.topics.validate()?;
+        self.kafka.validate()?;
         let g = &self.kafka.group_id;
-        if !crate::checkpoint::store::is_one_dir_name(g) {
+        if !crate::checkpoint::names::is_one_dir_name(g) {
             return Err(invalid(
                 "kafka.group_id",
                 format!(
@@ -538,17 +260,6 @@ impl Config {
                      must be one directory name (no '/', not '.' or '..')"
                 ),
             ));
-        }
-        for owned in crate::kafka::OWNED_CONSUMER_PROPERTIES {
-            if let Some(v) = self.kafka.properties.get(owned.key) {
-                return Err(invalid(
-                    format!("kafka.\"{}\"", owned.key),
-                    format!(
-                        "is set to {v:?}, but tally sets it itself (to {:?}): {}. Remove the key.",
-                        owned.value, owned.why
-                    ),
-                ));
-            }
         }
         self.input_mapping()?;
         // Prices are checked when present; commands that price require them

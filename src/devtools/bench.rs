@@ -261,7 +261,7 @@ pub fn run_engine(a: BenchEngineArgs) -> anyhow::Result<()> {
         }
         Ok((n, started.elapsed().as_secs_f64()))
     };
-    let now_ms = crate::kafka::now_ms();
+    let now_ms = crate::base::clock::now_ms();
     for _ in 0..a.rounds.max(1) {
         let mut valid = 0u64;
         let (n, secs) = each_line(&mut |line| valid += u64::from(mapping.parse(line).is_ok()))?;

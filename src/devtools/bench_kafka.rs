@@ -195,7 +195,7 @@ pub fn run(a: BenchKafkaArgs) -> anyhow::Result<()> {
     println!();
     println!("| round | on-time panes acknowledged | latency p50 | p99 | p99.9 |");
     println!("|---:|---:|---:|---:|---:|");
-    let ms = |h: &crate::metrics::Histogram, q| {
+    let ms = |h: &crate::base::histogram::Histogram, q| {
         h.quantile(q)
             .map_or("-".into(), |us| format!("{:.1} ms", us as f64 / 1000.0))
     };

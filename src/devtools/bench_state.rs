@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use clap::Args;
 
+use crate::base::size::Budget;
 use crate::checkpoint::store::CheckpointStore;
-use crate::config::size::Budget;
 use crate::devtools::rig::{Rig, T0};
 use crate::devtools::support::one_price_engine;
 

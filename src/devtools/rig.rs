@@ -9,8 +9,9 @@ use crate::checkpoint::export::JobIdentity;
 use crate::checkpoint::store::CheckpointStore;
 use crate::checkpoint::{CheckpointError, CheckpointId, OffsetLedger};
 use crate::engine::{EngineConfig, PartitionTask, RecordIn};
+use crate::model::NextOffset;
 use crate::model::Partition;
-use crate::state::{NextOffset, StateStore};
+use crate::state::StateStore;
 
 /// No outputs to flush, no group to commit to.
 pub struct NoPorts;

@@ -30,6 +30,10 @@ use crate::model::Partition;
 /// The most buckets of filters a partition holds.
 pub const MAX_BUCKETS: usize = 16;
 
+/// The most ids a move writes at once (one sorted run, one file; 6 MiB as
+/// `(Fp, i64)`): a move or a restore holds one run, not a copy of every id.
+pub const MOVE_RUN: usize = 1 << 18;
+
 /// Where a partition's cold ids live (the state store, in a worker).
 pub trait DedupStore: Send + Sync {
     /// The expiry stored for `fp` in `partition`, if any.

@@ -37,7 +37,7 @@ use std::sync::Arc;
 
 use siphasher::sip128::{Hasher128, SipHasher13};
 
-use super::cold::{Cold, DedupStore};
+use super::cold::{Cold, DedupStore, MOVE_RUN};
 use super::fpset::{Fp, FpSet, Slot};
 use crate::model::Partition;
 
@@ -151,20 +151,31 @@ impl Dedup {
     /// Moves every live id out of memory to the cold tier (new filters of
     /// `bloom_bytes`), except those expiring too far ahead; returns how many
     /// moved. Only after a commit: the ids' chunks must be in the store already.
+    /// The ids go in sorted runs of at most `cold::MOVE_RUN` (one file each), so
+    /// a move holds one run besides the table, never a copy of it.
     pub fn spill_cold(&mut self, bloom_bytes: usize) -> Result<usize, String> {
         let Some(cold) = &mut self.cold else {
             return Ok(0);
         };
         let w = self.watermark;
-        let live: Vec<(Fp, i64)> = self.seen.iter().filter(|(_, e)| *e > w).collect();
-        let n = live.len();
-        let stay = cold.take(live, w, bloom_bytes)?;
+        let (mut moved, mut stay) = (0, Vec::new());
+        let mut run = Vec::with_capacity(MOVE_RUN.min(self.seen.len()));
+        {
+            let mut live = self.seen.iter().filter(|(_, e)| *e > w).peekable();
+            while live.peek().is_some() {
+                run.extend(live.by_ref().take(MOVE_RUN));
+                let n = run.len();
+                let hot = cold.take(std::mem::take(&mut run), w, bloom_bytes)?;
+                moved += n - hot.len();
+                stay.extend(hot);
+            }
+        }
         self.hint = None;
         self.seen = FpSet::default();
-        for (fp, e) in &stay {
-            self.seen.insert_max(*fp, *e);
+        for (fp, e) in stay {
+            self.seen.insert_max(fp, e);
         }
-        Ok(n - stay.len())
+        Ok(moved)
     }
 
     /// Restored ids (live, sorted, one per fingerprint) straight to the cold
@@ -447,6 +458,38 @@ mod tests {
             reads > 100,
             "the cold tier was read {reads} times: not exercised"
         );
+    }
+
+    /// A move of more ids than a run writes them in runs (each sorted, at most
+    /// `MOVE_RUN`), and every one of them stays a duplicate.
+    #[test]
+    fn a_large_move_goes_in_runs_and_keeps_every_id() {
+        #[derive(Default)]
+        struct Runs(std::sync::Mutex<Vec<usize>>, MemCold);
+        impl DedupStore for Runs {
+            fn cold_expiry(&self, p: Partition, fp: Fp) -> Result<Option<i64>, String> {
+                self.1.cold_expiry(p, fp)
+            }
+            fn put_cold(&self, p: Partition, entries: &[(Fp, i64)]) -> Result<(), String> {
+                self.0.lock().unwrap().push(entries.len());
+                self.1.put_cold(p, entries)
+            }
+        }
+        let store = Arc::new(Runs::default());
+        let mut d = Dedup::restore([], 0);
+        d.attach_cold(store.clone(), Partition(0), 1_000);
+        let n = 2 * MOVE_RUN + 5;
+        let id = |i: usize| Fingerprint::of(&format!("req-{i}"));
+        for i in 0..n {
+            let name = format!("req-{i}");
+            assert!(!d.check_and_insert(id(i), &name, 10 + (i % 3_000) as i64, 0));
+        }
+        d.drain_changes();
+        assert_eq!(d.spill_cold(4096), Ok(n));
+        assert_eq!(d.len(), 0, "every id moved out");
+        assert_eq!(*store.0.lock().unwrap(), [MOVE_RUN, MOVE_RUN, 5]);
+        assert!((0..n).step_by(997).all(|i| d.is_duplicate(id(i), 0)));
+        assert!(!d.is_duplicate(Fingerprint::of("never"), 0));
     }
 
     #[test]

@@ -695,7 +695,7 @@ mod tests {
                 i += 1;
                 let w = i as i64;
                 // Mostly new keys; every 5th repeats one seen `horizon / 2` ago.
-                let k = if i % 5 == 0 && i > horizon {
+                let k = if i.is_multiple_of(5) && i > horizon {
                     key(i - horizon / 2)
                 } else {
                     key(i)
@@ -708,7 +708,7 @@ mod tests {
                 if want.is_none() {
                     model.insert(k, exp);
                 }
-                if i % 1_000 == 0 {
+                if i.is_multiple_of(1_000) {
                     let before = (s.buckets.len(), s.occupied);
                     s.compact(w);
                     note(&s, before);

@@ -10,11 +10,13 @@
 mod acc;
 pub mod bloom;
 pub mod cold;
+pub mod config;
 pub mod dedup;
 pub mod fpset;
 mod prepared;
 mod result;
 pub mod spill;
+mod step1;
 mod task;
 
 pub use acc::{Line, WindowAcc, LINE_BYTES};
@@ -23,9 +25,9 @@ pub use prepared::Prepared;
 pub use result::{
     AdjustmentRecord, LineItem, PaneKind, ProgressRecord, ResultKind, ResultRecord, SinkRecord,
 };
+pub use step1::{validate, Valid};
 pub use task::{
-    validate, window_bytes, PartitionTask, Progress, StateDelta, TaskSnapshot, Valid, WindowKey,
-    WindowPhase,
+    window_bytes, PartitionTask, Progress, StateDelta, TaskSnapshot, WindowKey, WindowPhase,
 };
 
 use serde::{Deserialize, Serialize};

@@ -15,7 +15,7 @@
 //! a price table a reload has replaced since.
 
 use super::dedup::Fingerprint;
-use super::task::{check, Checked, Folding};
+use super::step1::{check, Checked, Folding};
 use super::{EngineConfig, RecordIn};
 use crate::model::{DeadLetterReason, Pico};
 use crate::time::Window;

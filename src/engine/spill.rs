@@ -49,6 +49,14 @@ pub fn keep_of(budget: usize) -> usize {
     budget - budget / 4
 }
 
+/// The size of each new Bloom filter of cold dedup ids, for an eviction to
+/// `keep_bytes` (`keep_of` a share): a twentieth of the share itself
+/// (a twentieth of what eviction keeps gave each id a quarter fewer bits, so
+/// more false "maybe"s, each a read of the index).
+pub fn filter_bytes(keep_bytes: usize) -> usize {
+    (keep_bytes / 15).max(4096)
+}
+
 /// Read access to a partition's stored windows, and its cold dedup ids (the
 /// state store, in a worker).
 pub trait SpillStore: super::cold::DedupStore + Send + Sync {

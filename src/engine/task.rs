@@ -27,14 +27,13 @@ use super::acc::{WindowAcc, LINE_BYTES};
 use super::dedup::{Dedup, DedupDelta, Fingerprint};
 use super::prepared::Prepared;
 use super::result::{LineItem, PaneKind, ResultKind, ResultRecord};
-use super::spill::{SpillStore, Spilled, CHANGE_BYTES, WINDOW_BYTES};
+use super::spill::{filter_bytes, SpillStore, Spilled, CHANGE_BYTES, WINDOW_BYTES};
+use super::step1::{check, Checked, Folding};
 use super::{Counters, EngineConfig, RecordIn, Route, TimeSource};
-use crate::metrics::Histogram;
-use crate::model::event::MIN_MILLIS_TS;
-use crate::model::input::{COMPLETED_TS, STARTED_TS};
-use crate::model::{DeadLetterReason, Event, Partition, Pico, PriceError};
+use crate::base::histogram::Histogram;
+use crate::model::{DeadLetterReason, Partition};
+use crate::time::EventTime;
 use crate::time::Watermark;
-use crate::time::{EventTime, Window};
 
 /// `(window_end, tenant_id)`: the identity of a window within a partition.
 pub type WindowKey = (i64, Box<str>);
@@ -62,67 +61,6 @@ pub enum WindowPhase {
 /// per event; a keyed fast hash, seeded per process).
 type Tenants = HashMap<Box<str>, WindowAcc, foldhash::fast::RandomState>;
 type Windows = BTreeMap<i64, Tenants>;
-
-/// A record that passed step 1: the event, its event time, its cost, and the
-/// fingerprint of its request id.
-pub(super) struct Checked<'a> {
-    pub(super) valid: Valid<'a>,
-    pub(super) fp: Fingerprint,
-}
-
-impl Checked<'_> {
-    /// What steps 2–4 read of it.
-    fn folding(&self) -> Folding<'_> {
-        let Valid {
-            ev,
-            ts,
-            window,
-            cost,
-            model_index,
-        } = &self.valid;
-        Folding {
-            request_id: &ev.request_id,
-            tenant_id: &ev.tenant_id,
-            prompt_tokens: ev.prompt_tokens,
-            completion_tokens: ev.completion_tokens,
-            completed_ts: ev.completed_ts,
-            ts: *ts,
-            window: *window,
-            cost: *cost,
-            model_index: *model_index,
-            fp: self.fp,
-        }
-    }
-}
-
-/// What steps 2–4 of the rules read of a record that passed step 1: borrowed ids
-/// and plain numbers, built from a `Checked` or straight from a `Prepared` batch.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Folding<'a> {
-    pub(super) request_id: &'a str,
-    pub(super) tenant_id: &'a str,
-    pub(super) prompt_tokens: u64,
-    pub(super) completion_tokens: u64,
-    pub(super) completed_ts: i64,
-    /// The event time (per the time source).
-    pub(super) ts: i64,
-    pub(super) window: Window,
-    pub(super) cost: Pico,
-    /// The model's index in the price table (`PriceTable::model_at`).
-    pub(super) model_index: usize,
-    pub(super) fp: Fingerprint,
-}
-
-/// A record that passed `validate`: its event, event time, window and cost.
-#[derive(Debug)]
-pub struct Valid<'a> {
-    pub ev: Event<'a>,
-    pub ts: i64,
-    pub window: Window,
-    pub cost: Pico,
-    /// The model's index in the price table (`PriceTable::model_at`).
-    pub model_index: usize,
-}
 
 /// A restorable image of a task.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -283,7 +221,7 @@ impl PartitionTask {
         ids: Vec<(Fingerprint, i64)>,
         keep_bytes: usize,
     ) -> Result<(), String> {
-        self.dedup.restore_cold(ids, (keep_bytes / 20).max(4096))
+        self.dedup.restore_cold(ids, filter_bytes(keep_bytes))
     }
 
     pub fn partition(&self) -> Partition {
@@ -438,7 +376,7 @@ impl PartitionTask {
 
     /// Keeps the task within `keep_bytes`: first, when the dedup table takes
     /// more than a quarter of it (and holds `MIN_COLD_MOVE` ids), its ids move to
-    /// the cold tier (filters of a twentieth each); then clean windows are evicted until at most what is left
+    /// the cold tier (filters of a twentieth of the share each, `filter_bytes`); then clean windows are evicted until at most what is left
     /// of `keep_bytes` holds them (`memory_bytes`): fired windows oldest end
     /// first, then open windows latest end first. Call right after
     /// `drain_changes` has been committed (the evicted windows and the moved ids'
@@ -449,7 +387,7 @@ impl PartitionTask {
         }
         if self.dedup.hot_bytes() >= keep_bytes / 4 && self.dedup.len() >= MIN_COLD_MOVE {
             // A failure is remembered by the cold tier (`take_spill_error`).
-            let _ = self.dedup.spill_cold((keep_bytes / 20).max(4096));
+            let _ = self.dedup.spill_cold(filter_bytes(keep_bytes));
         }
         let keep_bytes = keep_bytes.saturating_sub(self.dedup.memory_bytes());
         let mut excess = self.held_bytes.saturating_sub(keep_bytes);
@@ -919,81 +857,4 @@ pub struct StateDelta {
     pub watermark: Watermark,
     pub counters: Counters,
     pub high_water: Option<i64>,
-}
-
-/// Step 1 of the rules and the request id's dedup fingerprint: what a task, or
-/// `Prepared` on another thread, decides before the record meets the task's state.
-pub(super) fn check<'a>(
-    cfg: &EngineConfig,
-    rec: RecordIn<'a>,
-) -> Result<Checked<'a>, DeadLetterReason> {
-    let valid = validate(cfg, rec)?;
-    let fp = Fingerprint::of(&valid.ev.request_id);
-    Ok(Checked { valid, fp })
-}
-
-/// Step 1 of the rules: everything that makes a record a dead letter. Returns the
-/// event, its event time (per the configured time source) and its cost.
-#[inline(always)]
-pub fn validate<'a>(cfg: &EngineConfig, rec: RecordIn<'a>) -> Result<Valid<'a>, DeadLetterReason> {
-    if rec.payload.len() > cfg.max_record_bytes {
-        return Err(DeadLetterReason::Oversized {
-            bytes: rec.payload.len(),
-            limit: cfg.max_record_bytes,
-        });
-    }
-    let input = &cfg.input;
-    let ev = input.parse(rec.payload)?;
-    let guards = |slot| input.ts_format(slot).guards_scale();
-    let (ts, guard) = match cfg.time_source {
-        TimeSource::CompletedTs => (ev.completed_ts, guards(COMPLETED_TS)),
-        TimeSource::StartedTs => (
-            ev.started_ts
-                .ok_or_else(|| DeadLetterReason::MissingField(input.field(STARTED_TS).clone()))?,
-            guards(STARTED_TS),
-        ),
-        TimeSource::KafkaTimestamp => (rec.kafka_ts.ok_or(DeadLetterReason::NoTimestamp)?, true),
-        TimeSource::ProcessingTime => (rec.now_ms, true),
-    };
-    // The payload's own completed_ts is checked whatever the time source: a
-    // seconds value there is bad data either way (where its format can be wrong
-    // by a factor of 1,000: integer ms or µs).
-    for (t, guard) in [(ev.completed_ts, guards(COMPLETED_TS)), (ts, guard)] {
-        if guard && t < MIN_MILLIS_TS {
-            return Err(DeadLetterReason::NotMilliseconds(t));
-        }
-    }
-    if let Some(max_future) = cfg.max_future_ms {
-        if ts > rec.now_ms.saturating_add(max_future) {
-            return Err(DeadLetterReason::TooFarInFuture {
-                ts,
-                now: rec.now_ms,
-            });
-        }
-    }
-    let window = cfg
-        .window
-        .assign(ts)
-        .ok_or(DeadLetterReason::WindowOutOfRange(ts))?;
-    // Prices are in effect by event time (the completed_ts of the request).
-    let (model_index, cost) = cfg
-        .prices
-        .price(
-            &ev.model,
-            ev.prompt_tokens,
-            ev.completion_tokens,
-            ev.completed_ts,
-        )
-        .map_err(|e| match e {
-            PriceError::UnknownModel => DeadLetterReason::UnknownModel(ev.model.to_string()),
-            PriceError::NotYetPriced => DeadLetterReason::NoPriceInEffect(ev.model.to_string()),
-            PriceError::Overflow => DeadLetterReason::Overflow,
-        })?;
-    Ok(Valid {
-        ev,
-        ts,
-        window,
-        cost,
-        model_index,
-    })
 }

@@ -19,10 +19,10 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::ClientContext;
 
+use super::config::{KafkaConfig, TopicsConfig};
 use super::{client_config, headers, KafkaIoError, PRODUCER_DEFAULTS};
-use crate::config::{KafkaConfig, TopicsConfig};
+use crate::base::histogram::Histogram;
 use crate::engine::{PaneKind, ResultRecord};
-use crate::metrics::Histogram;
 use crate::model::{DeadLetterReason, Partition};
 
 /// Counts failed deliveries and keeps the first error; times acknowledgements of

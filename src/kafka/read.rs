@@ -7,8 +7,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
+use super::config::KafkaConfig;
 use super::{client_config, KafkaIoError};
-use crate::config::KafkaConfig;
 
 /// One record as stored on a topic.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,69 +1,28 @@
-//! The input source: a consumer-group member whose rebalance callback hands the
-//! assignment to the worker, so restores and hand-over checkpoints happen *inside*
-//! the rebalance — before Kafka gives the partitions to anyone else.
-//!
-//! This adapter is the only code that talks to the consumer during a rebalance:
-//! for an assignment it first gathers the facts a restore decides on — each
-//! partition's log range and the group's committed offsets (`LogFacts`) — then
-//! hands them to `RebalanceHandler::on_assign` (restore, or refuse), which returns
-//! each partition's start offset. Revoked partitions are checkpointed through
-//! `on_revoke`; both get a `GroupCommitter` for the checkpoint's offsets. Refusals
-//! and failures are recorded as a fatal error, with its class (`WorkerError`: a
-//! refusal exits 3, an unavailable checkpoint store 4), that the worker loop
-//! returns.
+//! The input consumer's side of a rebalance and of the log: the facts a restore
+//! decides on, gathered from the consumer (`gather_facts`: each partition's log
+//! range and the group's committed offsets, `LogFacts`), the checkpoint's offsets
+//! committed to the group (`GroupCommitter`), and the log range librdkafka last saw
+//! (`cached_*`). The rebalance callback that hands the facts to the worker is
+//! `worker::rebalance`.
 
 #![allow(unsafe_code)] // FFI: librdkafka's cached watermarks.
 
 use std::ffi::CString;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
-use rdkafka::error::KafkaResult;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
-use rdkafka::types::RDKafkaRespErr;
-use rdkafka::ClientContext;
-use tracing::{error, info, warn};
+use tracing::warn;
 
 use crate::checkpoint::coordinator::OffsetCommitter;
 use crate::checkpoint::restore::LogFacts;
 use crate::checkpoint::CheckpointId;
+use crate::model::NextOffset;
 use crate::model::Partition;
-use crate::state::NextOffset;
-use crate::worker::WorkerError;
 
-/// Options for partitions without any checkpoint.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct StartPolicy {
-    /// Ignore checkpoints and committed offsets of assigned partitions and rebuild
-    /// them from the log start.
-    pub reset_state_earliest: bool,
-    /// Accept offsets deleted by retention before tally read them (a log start
-    /// above a partition's next offset): skip them, log, count and checkpoint the
-    /// gap (see `checkpoint::ledger`). Without it such a gap is refused.
-    pub allow_truncated_log: bool,
-    /// Start a partition that has no checkpoint at its log start when the log no
-    /// longer begins at 0: the one-time choice of a new consumer group, recorded
-    /// as the gap `0..log start` in the checkpoint. It accepts no later gap.
-    pub start_at_log_start: bool,
-}
-
-/// The worker side of a rebalance: it never sees the consumer.
-pub trait RebalanceHandler: Send {
-    /// Restores the assigned partitions (`facts`, one each) and returns each one's
-    /// start offset; `Err` refuses or fails.
-    fn on_assign(
-        &mut self,
-        committer: &mut dyn OffsetCommitter,
-        facts: &[LogFacts],
-    ) -> Result<Vec<(Partition, NextOffset)>, WorkerError>;
-    /// Checkpoints and releases `partitions`.
-    fn on_revoke(
-        &mut self,
-        committer: &mut dyn OffsetCommitter,
-        partitions: &[Partition],
-    ) -> Result<(), WorkerError>;
-}
+/// Options for partitions without any checkpoint: the restore decision's own
+/// (`checkpoint::restore`), named here too for the commands that pass them in.
+pub use crate::checkpoint::restore::StartPolicy;
 
 /// A checkpoint's offsets to the consumer group, with `tally-checkpoint=<id>` as
 /// commit metadata. A failed commit (e.g. during a rebalance) is logged and loses
@@ -98,7 +57,7 @@ impl<C: ConsumerContext> OffsetCommitter for GroupCommitter<'_, C> {
 }
 
 /// The facts of an assignment: each partition's log range and committed offset.
-fn gather_facts<C: ConsumerContext>(
+pub fn gather_facts<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     topic: &str,
     partitions: &[Partition],
@@ -131,127 +90,23 @@ fn gather_facts<C: ConsumerContext>(
         .collect()
 }
 
-pub struct SourceContext {
-    handler: Arc<Mutex<dyn RebalanceHandler>>,
-    fatal: Mutex<Option<WorkerError>>,
-}
-
-pub type Source = BaseConsumer<SourceContext>;
-
-impl SourceContext {
-    pub fn new(handler: Arc<Mutex<dyn RebalanceHandler>>) -> Self {
-        Self {
-            handler,
-            fatal: Mutex::new(None),
-        }
-    }
-
-    pub fn take_fatal(&self) -> Option<WorkerError> {
-        self.fatal.lock().ok().and_then(|mut f| f.take())
-    }
-
-    fn fail(&self, e: WorkerError) {
-        error!("{e}");
-        if let Ok(mut f) = self.fatal.lock() {
-            f.get_or_insert(e);
-        }
-    }
-}
-
-impl ClientContext for SourceContext {
-    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, msg: &str) {
-        super::logging::log(level, fac, msg);
-    }
-    fn error(&self, e: rdkafka::error::KafkaError, reason: &str) {
-        super::logging::error(&e, reason);
-    }
-}
-
-impl ConsumerContext for SourceContext {
-    fn rebalance(
-        &self,
-        consumer: &BaseConsumer<Self>,
-        err: RDKafkaRespErr,
-        tpl: &mut TopicPartitionList,
-    ) {
-        let cooperative = matches!(
-            consumer.rebalance_protocol(),
-            RebalanceProtocol::Cooperative
-        );
-        let partitions: Vec<Partition> = tpl
-            .elements()
-            .iter()
-            .map(|e| Partition(e.partition()))
-            .collect();
-        let topic = tpl
-            .elements()
-            .first()
-            .map(|e| e.topic().to_string())
-            .unwrap_or_default();
-        let Ok(mut handler) = self.handler.lock() else {
-            self.fail(WorkerError::Refused("worker state lock poisoned".into()));
-            return;
-        };
-        let result: KafkaResult<()> = match err {
-            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                let mut committer = GroupCommitter::new(consumer, &topic);
-                let assigned = gather_facts(consumer, &topic, &partitions)
-                    .map_err(WorkerError::Refused)
-                    .and_then(|facts| handler.on_assign(&mut committer, &facts));
-                match assigned {
-                    Ok(starts) => {
-                        for (p, start) in &starts {
-                            let _ = tpl.set_partition_offset(&topic, p.0, Offset::Offset(start.0));
-                        }
-                        let at = crate::logfmt::pairs(starts.iter().map(|(p, o)| (p.0, o.0)));
-                        info!(partitions = %at, "assigned");
-                        if cooperative {
-                            consumer.incremental_assign(tpl)
-                        } else {
-                            consumer.assign(tpl)
-                        }
-                    }
-                    Err(e) => {
-                        self.fail(e);
-                        Ok(())
-                    }
-                }
-            }
-            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
-                let at: Vec<i32> = partitions.iter().map(|p| p.0).collect();
-                info!(partitions = %crate::logfmt::list(&at), "revoked");
-                let mut committer = GroupCommitter::new(consumer, &topic);
-                if let Err(e) = handler.on_revoke(&mut committer, &partitions) {
-                    self.fail(e);
-                }
-                if cooperative {
-                    consumer.incremental_unassign(tpl)
-                } else {
-                    consumer.unassign()
-                }
-            }
-            other => {
-                warn!(error = %rdkafka::types::RDKafkaErrorCode::from(other), "rebalance error");
-                consumer.unassign()
-            }
-        };
-        if let Err(e) = result {
-            self.fail(WorkerError::Refused(format!(
-                "applying the assignment: {e}"
-            )));
-        }
-    }
-}
-
 /// The log start of `topic`/`partition` as librdkafka last saw it in a fetch
 /// response (no network round trip); `None` before the first fetch.
-pub fn cached_log_start(consumer: &Source, topic: &str, partition: Partition) -> Option<i64> {
+pub fn cached_log_start<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    partition: Partition,
+) -> Option<i64> {
     cached_watermarks(consumer, topic, partition).0
 }
 
 /// The log end (high watermark) of `topic`/`partition` as librdkafka last saw it
 /// in a fetch response (no network round trip); `None` before the first fetch.
-pub fn cached_log_end(consumer: &Source, topic: &str, partition: Partition) -> Option<i64> {
+pub fn cached_log_end<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    partition: Partition,
+) -> Option<i64> {
     cached_watermarks(consumer, topic, partition).1
 }
 

@@ -19,7 +19,8 @@ use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::{Histogram, PartitionReport, WorkerReport};
+use super::{PartitionReport, WorkerReport};
+use crate::base::histogram::Histogram;
 use crate::model::Partition;
 
 /// Every metric family tally exports, as Prometheus shows it.
@@ -240,228 +241,252 @@ struct Worker(WorkerReport);
 impl Collector for Worker {
     fn encode(&self, mut e: DescriptorEncoder) -> fmt::Result {
         let r = &self.0;
-        let ps = &r.partitions;
-        let with_wm = || ps.iter().filter_map(|p| p.watermark.map(|w| (p, w.0)));
-        gauges(
-            &mut e,
-            "tally_partition_watermark_timestamp",
-            "Partition watermark (event time).",
-            Some(&Unit::Seconds),
-            with_wm().map(|(p, w)| (partition(p), secs(w))),
-        )?;
-        gauges(
-            &mut e,
-            "tally_partition_watermark_lag",
-            "Wall clock minus the partition watermark.",
-            Some(&Unit::Seconds),
-            with_wm().map(|(p, w)| (partition(p), secs(r.at_ms - w))),
-        )?;
-        if let Some((w, p)) = r.job_watermark() {
-            gauge(
-                &mut e,
-                "tally_job_watermark_timestamp",
-                "Minimum watermark over active partitions.",
-                Some(&Unit::Seconds),
-                secs(w.0),
-            )?;
-            gauge(
-                &mut e,
-                "tally_job_watermark_lag",
-                "Wall clock minus the job watermark.",
-                Some(&Unit::Seconds),
-                secs(r.at_ms - w.0),
-            )?;
-            gauge(
-                &mut e,
-                "tally_job_watermark_partition",
-                "Partition holding the job watermark.",
-                None,
-                f64::from(p.0),
-            )?;
-        }
-        gauge(
-            &mut e,
-            "tally_watermark_bound",
-            "watermark.max_out_of_orderness.",
-            Some(&Unit::Seconds),
-            secs(r.bound_ms),
-        )?;
-        gauge(
-            &mut e,
-            "tally_allowed_lateness",
-            "window.allowed_lateness.",
-            Some(&Unit::Seconds),
-            secs(r.allowed_lateness_ms),
-        )?;
-        counters(
-            &mut e,
-            "tally_records",
-            "Input records by route (consumed = folded + too_late + dead_letter + duplicate).",
-            ps.iter().flat_map(|p| {
-                let c = &p.counters;
-                [
-                    ("consumed", c.consumed),
-                    ("folded", c.folded),
-                    ("too_late", c.too_late),
-                    ("dead_letter", c.dead_letter),
-                    ("duplicate", c.duplicate),
-                ]
-                .map(|(route, n)| {
-                    let mut l = partition(p);
-                    l.push(("route", route.to_string()));
-                    (l, n)
-                })
-            }),
-        )?;
-        let per = |f: fn(&PartitionReport) -> u64| ps.iter().map(move |p| (partition(p), f(p)));
-        counters(
-            &mut e,
-            "tally_panes",
-            "Result panes emitted.",
-            per(|p| p.counters.panes),
-        )?;
-        counters(
-            &mut e,
-            "tally_idle_advances",
-            "Watermark advances forced by idleness.",
-            per(|p| p.idle_advances),
-        )?;
-        counters(
-            &mut e,
-            "tally_watermark_held",
-            "Records further ahead of their partition than watermark.max_lead: billed, but they did not move the watermark.",
-            per(|p| p.held),
-        )?;
-        counters(
-            &mut e,
-            "tally_dedup_cold_ids",
-            "Dedup ids moved out of memory to the state store under state.memory_budget.",
-            per(|p| p.dedup_cold_ids),
-        )?;
-        counters(
-            &mut e,
-            "tally_dedup_cold_reads",
-            "State-store reads for dedup ids out of memory (their filter said maybe).",
-            per(|p| p.dedup_cold_reads),
-        )?;
-        counters(
-            &mut e,
-            "tally_offsets_gap",
-            "Offsets deleted before tally read them, accepted with --allow-truncated-log or --start-at-log-start (never billed).",
-            per(|p| p.offsets.gap_offsets),
-        )?;
-        counters(
-            &mut e,
-            "tally_offsets_empty",
-            "Offsets without a record: transaction markers, aborted or compacted records.",
-            per(|p| p.offsets.empty_offsets),
-        )?;
-        let as_f =
-            |f: fn(&PartitionReport) -> u64| ps.iter().map(move |p| (partition(p), f(p) as f64));
-        gauges(
-            &mut e,
-            "tally_open_windows",
-            "Windows held in state.",
-            None,
-            as_f(|p| p.open_windows as u64),
-        )?;
-        gauges(
-            &mut e,
-            "tally_spilled_windows",
-            "Of the open windows, those held only in RocksDB (memory budget).",
-            None,
-            as_f(|p| p.spilled_windows as u64),
-        )?;
-        gauges(
-            &mut e,
-            "tally_dedup_ids",
-            "Request ids remembered for dedup.",
-            None,
-            as_f(|p| p.dedup_ids as u64),
-        )?;
-        gauges(
-            &mut e,
-            "tally_finality_lag",
-            "Wall clock minus the end of the partition's last final window (its progress, DESIGN §6.1).",
-            Some(&Unit::Seconds),
-            ps.iter().filter_map(|p| {
-                p.final_through
-                    .map(|f| (partition(p), (r.at_ms - f).max(0) as f64 / 1000.0))
-            }),
-        )?;
-        histograms(
-            &mut e,
-            "tally_event_delay",
-            "Wall clock at ingest minus event time.",
-            1,
-            ps.iter().map(|p| (partition(p), &p.delay)),
-        )?;
-        histograms(
-            &mut e,
-            "tally_event_disorder",
-            "Partition max event time minus event time.",
-            1,
-            ps.iter().map(|p| (partition(p), &p.disorder)),
-        )?;
-        histograms(
-            &mut e,
-            "tally_pane_ack_latency",
-            "On-time pane: the watermark passing the window end to the pane acknowledged by Kafka.",
-            1000,
-            [(Labels::new(), &r.pane_ack_us)],
-        )?;
-        gauge(
-            &mut e,
-            "tally_audit_balanced",
-            "1 when every record and offset is accounted for.",
-            None,
-            f64::from(u8::from(r.balanced())),
-        )?;
-        let c = &r.checkpoint;
-        counters(
-            &mut e,
-            "tally_checkpoints",
-            "Checkpoints completed by this process.",
-            [(Labels::new(), c.completed)],
-        )?;
-        if let Some(at) = c.last_success_ms {
-            gauge(
-                &mut e,
-                "tally_checkpoint_last_success_timestamp",
-                "When the last checkpoint completed (wall clock).",
-                Some(&Unit::Seconds),
-                secs(at),
-            )?;
-            gauge(
-                &mut e,
-                "tally_checkpoint_last_duration",
-                "Barrier to manifest of the last checkpoint.",
-                Some(&Unit::Seconds),
-                secs(c.last_duration_ms),
-            )?;
-            gauge(
-                &mut e,
-                "tally_checkpoint_last",
-                "Bytes the last checkpoint wrote (its new base or delta segments).",
-                Some(&Unit::Bytes),
-                c.last_bytes as f64,
-            )?;
-            gauge(
-                &mut e,
-                "tally_checkpoint_state",
-                "Bytes of the state the last checkpoint references: its bases and deltas.",
-                Some(&Unit::Bytes),
-                c.state_bytes as f64,
-            )?;
-        }
-        gauge(
-            &mut e,
-            "tally_checkpoint_interval",
-            "checkpoint.interval.",
-            Some(&Unit::Seconds),
-            secs(r.checkpoint_interval_ms),
-        )
+        watermarks(&mut e, r)?;
+        records(&mut e, r)?;
+        state(&mut e, r)?;
+        checkpoints(&mut e, r)
     }
+}
+
+/// The watermarks and their bounds.
+fn watermarks(e: &mut DescriptorEncoder, r: &WorkerReport) -> fmt::Result {
+    let ps = &r.partitions;
+    let with_wm = || ps.iter().filter_map(|p| p.watermark.map(|w| (p, w.0)));
+    gauges(
+        e,
+        "tally_partition_watermark_timestamp",
+        "Partition watermark (event time).",
+        Some(&Unit::Seconds),
+        with_wm().map(|(p, w)| (partition(p), secs(w))),
+    )?;
+    gauges(
+        e,
+        "tally_partition_watermark_lag",
+        "Wall clock minus the partition watermark.",
+        Some(&Unit::Seconds),
+        with_wm().map(|(p, w)| (partition(p), secs(r.at_ms - w))),
+    )?;
+    if let Some((w, p)) = r.job_watermark() {
+        gauge(
+            e,
+            "tally_job_watermark_timestamp",
+            "Minimum watermark over active partitions.",
+            Some(&Unit::Seconds),
+            secs(w.0),
+        )?;
+        gauge(
+            e,
+            "tally_job_watermark_lag",
+            "Wall clock minus the job watermark.",
+            Some(&Unit::Seconds),
+            secs(r.at_ms - w.0),
+        )?;
+        gauge(
+            e,
+            "tally_job_watermark_partition",
+            "Partition holding the job watermark.",
+            None,
+            f64::from(p.0),
+        )?;
+    }
+    gauge(
+        e,
+        "tally_watermark_bound",
+        "watermark.max_out_of_orderness.",
+        Some(&Unit::Seconds),
+        secs(r.bound_ms),
+    )?;
+    gauge(
+        e,
+        "tally_allowed_lateness",
+        "window.allowed_lateness.",
+        Some(&Unit::Seconds),
+        secs(r.allowed_lateness_ms),
+    )?;
+    Ok(())
+}
+
+/// Records by route, panes, and the per-partition counters.
+fn records(e: &mut DescriptorEncoder, r: &WorkerReport) -> fmt::Result {
+    let ps = &r.partitions;
+    counters(
+        e,
+        "tally_records",
+        "Input records by route (consumed = folded + too_late + dead_letter + duplicate).",
+        ps.iter().flat_map(|p| {
+            let c = &p.counters;
+            [
+                ("consumed", c.consumed),
+                ("folded", c.folded),
+                ("too_late", c.too_late),
+                ("dead_letter", c.dead_letter),
+                ("duplicate", c.duplicate),
+            ]
+            .map(|(route, n)| {
+                let mut l = partition(p);
+                l.push(("route", route.to_string()));
+                (l, n)
+            })
+        }),
+    )?;
+    let per = |f: fn(&PartitionReport) -> u64| ps.iter().map(move |p| (partition(p), f(p)));
+    counters(
+        e,
+        "tally_panes",
+        "Result panes emitted.",
+        per(|p| p.counters.panes),
+    )?;
+    counters(
+        e,
+        "tally_idle_advances",
+        "Watermark advances forced by idleness.",
+        per(|p| p.idle_advances),
+    )?;
+    counters(
+        e,
+        "tally_watermark_held",
+        "Records further ahead of their partition than watermark.max_lead: billed, but they did not move the watermark.",
+        per(|p| p.held),
+    )?;
+    counters(
+        e,
+        "tally_dedup_cold_ids",
+        "Dedup ids moved out of memory to the state store under state.memory_budget.",
+        per(|p| p.dedup_cold_ids),
+    )?;
+    counters(
+        e,
+        "tally_dedup_cold_reads",
+        "State-store reads for dedup ids out of memory (their filter said maybe).",
+        per(|p| p.dedup_cold_reads),
+    )?;
+    counters(
+        e,
+        "tally_offsets_gap",
+        "Offsets deleted before tally read them, accepted with --allow-truncated-log or --start-at-log-start (never billed).",
+        per(|p| p.offsets.gap_offsets),
+    )?;
+    counters(
+        e,
+        "tally_offsets_empty",
+        "Offsets without a record: transaction markers, aborted or compacted records.",
+        per(|p| p.offsets.empty_offsets),
+    )?;
+    Ok(())
+}
+
+/// What each partition holds, the delays and the audit.
+fn state(e: &mut DescriptorEncoder, r: &WorkerReport) -> fmt::Result {
+    let ps = &r.partitions;
+    let as_f = |f: fn(&PartitionReport) -> u64| ps.iter().map(move |p| (partition(p), f(p) as f64));
+    gauges(
+        e,
+        "tally_open_windows",
+        "Windows held in state.",
+        None,
+        as_f(|p| p.open_windows as u64),
+    )?;
+    gauges(
+        e,
+        "tally_spilled_windows",
+        "Of the open windows, those held only in RocksDB (memory budget).",
+        None,
+        as_f(|p| p.spilled_windows as u64),
+    )?;
+    gauges(
+        e,
+        "tally_dedup_ids",
+        "Request ids remembered for dedup.",
+        None,
+        as_f(|p| p.dedup_ids as u64),
+    )?;
+    gauges(
+        e,
+        "tally_finality_lag",
+        "Wall clock minus the end of the partition's last final window (its progress, DESIGN §6.1).",
+        Some(&Unit::Seconds),
+        ps.iter().filter_map(|p| {
+            p.final_through
+                .map(|f| (partition(p), (r.at_ms - f).max(0) as f64 / 1000.0))
+        }),
+    )?;
+    histograms(
+        e,
+        "tally_event_delay",
+        "Wall clock at ingest minus event time.",
+        1,
+        ps.iter().map(|p| (partition(p), &p.delay)),
+    )?;
+    histograms(
+        e,
+        "tally_event_disorder",
+        "Partition max event time minus event time.",
+        1,
+        ps.iter().map(|p| (partition(p), &p.disorder)),
+    )?;
+    histograms(
+        e,
+        "tally_pane_ack_latency",
+        "On-time pane: the watermark passing the window end to the pane acknowledged by Kafka.",
+        1000,
+        [(Labels::new(), &r.pane_ack_us)],
+    )?;
+    gauge(
+        e,
+        "tally_audit_balanced",
+        "1 when every record and offset is accounted for.",
+        None,
+        f64::from(u8::from(r.balanced())),
+    )?;
+    Ok(())
+}
+
+/// The checkpoints.
+fn checkpoints(e: &mut DescriptorEncoder, r: &WorkerReport) -> fmt::Result {
+    let c = &r.checkpoint;
+    counters(
+        e,
+        "tally_checkpoints",
+        "Checkpoints completed by this process.",
+        [(Labels::new(), c.completed)],
+    )?;
+    if let Some(at) = c.last_success_ms {
+        gauge(
+            e,
+            "tally_checkpoint_last_success_timestamp",
+            "When the last checkpoint completed (wall clock).",
+            Some(&Unit::Seconds),
+            secs(at),
+        )?;
+        gauge(
+            e,
+            "tally_checkpoint_last_duration",
+            "Barrier to manifest of the last checkpoint.",
+            Some(&Unit::Seconds),
+            secs(c.last_duration_ms),
+        )?;
+        gauge(
+            e,
+            "tally_checkpoint_last",
+            "Bytes the last checkpoint wrote (its new base or delta segments).",
+            Some(&Unit::Bytes),
+            c.last_bytes as f64,
+        )?;
+        gauge(
+            e,
+            "tally_checkpoint_state",
+            "Bytes of the state the last checkpoint references: its bases and deltas.",
+            Some(&Unit::Bytes),
+            c.state_bytes as f64,
+        )?;
+    }
+    gauge(
+        e,
+        "tally_checkpoint_interval",
+        "checkpoint.interval.",
+        Some(&Unit::Seconds),
+        secs(r.checkpoint_interval_ms),
+    )
 }
 
 #[derive(Debug)]

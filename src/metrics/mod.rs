@@ -4,20 +4,20 @@
 //! The Prometheus names and their units are in `exposition` (the list:
 //! `exposition::EXPORTED`; the meanings: docs/reference/metrics.md).
 
-pub mod exposition;
-pub mod histogram;
+pub mod config;
+pub(crate) mod exposition;
 
 use std::fmt::Write;
 
 use serde::{Deserialize, Serialize};
 
 pub use exposition::EXPORTED;
-pub use histogram::Histogram;
 
+use crate::base::histogram::Histogram;
 use crate::checkpoint::OffsetLedger;
 use crate::engine::Counters;
+use crate::model::NextOffset;
 use crate::model::Partition;
-use crate::state::NextOffset;
 use crate::time::EventTime;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -207,7 +207,7 @@ impl WorkerReport {
         }
         match self.recommended_bound_ms() {
             Some(b) => {
-                let _ = writeln!(s, "recommended watermark.max_out_of_orderness = \"{}\" (p99 of observed disorder, rounded up; current {} ms)", crate::config::Millis(b), self.bound_ms);
+                let _ = writeln!(s, "recommended watermark.max_out_of_orderness = \"{}\" (p99 of observed disorder, rounded up; current {} ms)", crate::base::duration::Millis(b), self.bound_ms);
             }
             None => {
                 let _ = writeln!(s, "no events observed yet: no recommendation");

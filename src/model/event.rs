@@ -142,6 +142,7 @@ impl fmt::Display for DeadLetterReason {
 }
 
 /// Parses and validates one input record under the default mapping (§3).
+#[cfg(test)]
 pub fn parse(bytes: &[u8]) -> Result<Event<'_>, DeadLetterReason> {
     super::input::default_mapping().parse(bytes)
 }

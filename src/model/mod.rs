@@ -1,16 +1,16 @@
-//! Domain types: events, prices, money and partitions, and the input mapping that
+//! Domain types: events, prices, money, partitions and offsets, and the input mapping that
 //! reads events. Pure; no I/O.
 
-pub mod event;
-pub mod id;
-pub mod input;
-pub mod money;
-pub mod partition;
-pub mod price;
+pub(crate) mod event;
+pub(crate) mod id;
+pub(crate) mod input;
+pub(crate) mod money;
+pub(crate) mod partition;
+pub(crate) mod price;
 
 pub use event::{DeadLetterReason, Event};
 pub use money::{NanoPer1k, Pico};
-pub use partition::Partition;
+pub use partition::{NextOffset, Partition};
 pub use price::{PriceEntry, PriceError, PriceTable};
 
 /// Whether two short byte strings (member names, model names) are equal: inline,

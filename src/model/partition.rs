@@ -1,5 +1,6 @@
 //! `Partition`: the number of a Kafka partition, as it crosses module boundaries
-//! (engine ↔ worker ↔ state ↔ checkpoint ↔ kafka ↔ metrics ↔ sink).
+//! (engine ↔ worker ↔ state ↔ checkpoint ↔ kafka ↔ metrics ↔ sink); `NextOffset`:
+//! a position in one, always the offset of the next record to read.
 //!
 //! Invariants:
 //! - It is Kafka's partition number of whichever topic the context names (the input
@@ -27,6 +28,11 @@ impl fmt::Display for Partition {
         fmt::Display::fmt(&self.0, f)
     }
 }
+
+/// The offset of the next record to read from a partition (the one Kafka
+/// convention used throughout tally).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct NextOffset(pub i64);
 
 #[cfg(test)]
 mod tests {

@@ -61,7 +61,7 @@ async fn accept_loop(listener: std::net::TcpListener, state: Arc<State>) {
                 let reply = state.respond(
                     req.method().as_str(),
                     req.uri().path(),
-                    crate::kafka::now_ms(),
+                    crate::base::clock::now_ms(),
                 );
                 async move {
                     Ok::<_, Infallible>(

@@ -17,7 +17,7 @@
 //! reads, and runs the live families). `respond` is pure but for those. This
 //! module knows no Kafka type: a live family is a closure that renders text.
 
-pub mod http;
+pub(crate) mod http;
 
 use std::fmt;
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -23,8 +23,8 @@ use tokio_postgres::Client;
 
 use super::SinkError;
 use crate::engine::{LineItem, SinkRecord};
+use crate::model::NextOffset;
 use crate::model::Partition;
-use crate::state::NextOffset;
 
 const UPSERT_PARTIAL: &str = "
 INSERT INTO tenant_cost_partial AS t

@@ -7,10 +7,10 @@
 //! - `run`: the consume loop.
 
 pub mod apply;
-pub mod check;
+pub(crate) mod check;
 pub mod connect;
 pub mod migrate;
-pub mod run;
+pub(crate) mod run;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {

@@ -22,16 +22,17 @@ use tracing::{error, info, warn};
 
 use super::apply::{applied_offsets, apply_batch, Batch, Delivered, Rejected};
 use super::{check, connect, migrate, SinkError};
+use crate::base::clock::now_ms;
+use crate::base::shutdown;
 use crate::config::Config;
 use crate::engine::SinkRecord;
 use crate::kafka::logging::Logged;
 use crate::kafka::source::cached_watermarks;
-use crate::kafka::{client_config, now_ms, KafkaIoError};
+use crate::kafka::{client_config, KafkaIoError};
 use crate::metrics::exposition::{self, SinkFigures};
+use crate::model::NextOffset;
 use crate::model::Partition;
 use crate::service::State;
-use crate::state::NextOffset;
-use crate::worker::shutdown;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SinkOptions {
@@ -89,50 +90,14 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
     let budget = Duration::from_millis(cfg.sink.retry_budget.0.max(0) as u64);
     let mut client = reconnect(&cfg.sink.database_url, Instant::now() + budget, &service).await?;
     migrate::run(&mut client).await?;
-    let mut ccfg = client_config(
-        &cfg.kafka,
-        &[
-            ("enable.auto.commit", "false"),
-            ("enable.partition.eof", "false"),
-            // Offsets come from sink_offsets; an out-of-range one is an error, never a jump.
-            ("auto.offset.reset", "error"),
-        ],
-    );
-    ccfg.set("group.id", &cfg.sink.group_id);
-    let consumer: BaseConsumer<Logged> = ccfg
-        .create_with_context(Logged)
-        .map_err(KafkaIoError::client("creating the sink consumer"))?;
-    crate::kafka::await_cluster(&consumer, &cfg.kafka, topic)?;
+    let consumer = results_consumer(cfg)?;
     let partitions = wait_for_partitions(&consumer, topic)?;
     let mut topology = check::Topology {
         results: partitions,
         input: input_partitions(&consumer, &cfg.topics.input),
     };
     let stored = applied_offsets(&client, topic).await?;
-    let mut tpl = TopicPartitionList::new();
-    let mut ends = BTreeMap::new();
-    let mut next: BTreeMap<i32, i64> = BTreeMap::new();
-    for p in 0..partitions {
-        let start = stored.get(&Partition(p)).map(|o| o.0);
-        tpl.add_partition_offset(topic, p, start.map_or(Offset::Beginning, Offset::Offset))
-            .map_err(KafkaIoError::client("building the assignment"))?;
-        let (low, high) = consumer
-            .fetch_watermarks(topic, p, Duration::from_secs(10))
-            .map_err(KafkaIoError::client(format!(
-                "reading the log range of {topic}/{p}"
-            )))?;
-        if let Some(s) = start {
-            if s < low || s > high {
-                return Err(SinkError::Refused(format!(
-                    "sink_offsets says {topic}/{p} resumes at {s}, but the log holds offsets {low}..{high}: \
-                     results were deleted before they were applied, or the topic was recreated. Refusing \
-                     to skip silently; after checking, delete that row from sink_offsets to start over."
-                )));
-            }
-        }
-        next.insert(p, start.unwrap_or(low));
-        ends.insert(p, high);
-    }
+    let (tpl, mut next, ends) = assignment(&consumer, topic, partitions, &stored)?;
     consumer
         .assign(&tpl)
         .map_err(KafkaIoError::client("assigning the results topic"))?;
@@ -176,39 +141,19 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
         if batch.offsets.is_empty() {
             continue;
         }
-        // One budget for the batch, however often the reconnect succeeds and the
-        // apply fails again.
-        let mut deadline = None;
-        let a = loop {
-            match apply_batch(&mut client, &batch).await {
-                Ok(a) => break a,
-                Err(SinkError::Postgres(e)) if transient(&e) => {
-                    warn!(error = %e, "PostgreSQL lost; reconnecting to apply the batch again");
-                    service.set_not_ready("reconnecting to PostgreSQL");
-                    let until = *deadline.get_or_insert_with(|| Instant::now() + budget);
-                    if Instant::now() >= until {
-                        return Err(SinkError::Postgres(e));
-                    }
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    client = reconnect(&cfg.sink.database_url, until, &service).await?;
-                    info!(
-                        records = batch.records.len(),
-                        "reconnected to PostgreSQL; applying the batch again"
-                    );
-                    service.set_ready();
-                }
-                Err(e) => return Err(e),
-            }
-        };
-        for r in batch.rejected.iter().chain(&a.rejected) {
-            summary.rejected += 1;
-            // The first ten, then every 1000th: a flood of bad records must not
-            // flood the log (each is in sink_rejected, and counted).
-            if summary.rejected <= 10 || summary.rejected % 1000 == 0 {
-                error!(source = %format!("{topic}/{}/{}", r.partition, r.offset), reason = %r.reason,
-                    rejected = summary.rejected, "result record rejected: kept in sink_rejected, not applied");
-            }
-        }
+        let a = apply_retrying(
+            &mut client,
+            &batch,
+            budget,
+            &cfg.sink.database_url,
+            &service,
+        )
+        .await?;
+        log_rejected(
+            topic,
+            batch.rejected.iter().chain(&a.rejected),
+            &mut summary,
+        );
         last_apply_ms = Some(now_ms());
         summary.rows_changed += a.rows_changed;
         summary.stale_ignored += a.stale_ignored;
@@ -219,6 +164,113 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
     }
     summary.log("sink stopped");
     Ok(summary)
+}
+
+/// The consumer of the results topic, in the sink's group, once the cluster answers.
+fn results_consumer(cfg: &Config) -> Result<BaseConsumer<Logged>, SinkError> {
+    let mut ccfg = client_config(
+        &cfg.kafka,
+        &[
+            ("enable.auto.commit", "false"),
+            ("enable.partition.eof", "false"),
+            // Offsets come from sink_offsets; an out-of-range one is an error, never a jump.
+            ("auto.offset.reset", "error"),
+        ],
+    );
+    ccfg.set("group.id", &cfg.sink.group_id);
+    let consumer: BaseConsumer<Logged> = ccfg
+        .create_with_context(Logged)
+        .map_err(KafkaIoError::client("creating the sink consumer"))?;
+    crate::kafka::await_cluster(&consumer, &cfg.kafka, cfg.topics.results.as_str())?;
+    Ok(consumer)
+}
+
+/// Every partition of the results topic from its `sink_offsets` row (or the log
+/// start), refusing a row outside the log; with each partition's next offset and
+/// the log end now.
+#[allow(clippy::type_complexity)]
+fn assignment(
+    consumer: &BaseConsumer<Logged>,
+    topic: &str,
+    partitions: i32,
+    stored: &BTreeMap<Partition, NextOffset>,
+) -> Result<(TopicPartitionList, BTreeMap<i32, i64>, BTreeMap<i32, i64>), SinkError> {
+    let mut tpl = TopicPartitionList::new();
+    let mut ends = BTreeMap::new();
+    let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+    for p in 0..partitions {
+        let start = stored.get(&Partition(p)).map(|o| o.0);
+        tpl.add_partition_offset(topic, p, start.map_or(Offset::Beginning, Offset::Offset))
+            .map_err(KafkaIoError::client("building the assignment"))?;
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p, Duration::from_secs(10))
+            .map_err(KafkaIoError::client(format!(
+                "reading the log range of {topic}/{p}"
+            )))?;
+        if let Some(s) = start {
+            if s < low || s > high {
+                return Err(SinkError::Refused(format!(
+                    "sink_offsets says {topic}/{p} resumes at {s}, but the log holds offsets {low}..{high}: \
+                     results were deleted before they were applied, or the topic was recreated. Refusing \
+                     to skip silently; after checking, delete that row from sink_offsets to start over."
+                )));
+            }
+        }
+        next.insert(p, start.unwrap_or(low));
+        ends.insert(p, high);
+    }
+    Ok((tpl, next, ends))
+}
+
+/// Applies `batch`, reconnecting and applying it again while PostgreSQL is lost,
+/// within one `budget` for the batch, however often the reconnect succeeds and
+/// the apply fails again.
+async fn apply_retrying(
+    client: &mut tokio_postgres::Client,
+    batch: &Batch,
+    budget: Duration,
+    url: &str,
+    service: &State,
+) -> Result<super::apply::Applied, SinkError> {
+    let mut deadline = None;
+    loop {
+        match apply_batch(client, batch).await {
+            Ok(a) => return Ok(a),
+            Err(SinkError::Postgres(e)) if transient(&e) => {
+                warn!(error = %e, "PostgreSQL lost; reconnecting to apply the batch again");
+                service.set_not_ready("reconnecting to PostgreSQL");
+                let until = *deadline.get_or_insert_with(|| Instant::now() + budget);
+                if Instant::now() >= until {
+                    return Err(SinkError::Postgres(e));
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                *client = reconnect(url, until, service).await?;
+                info!(
+                    records = batch.records.len(),
+                    "reconnected to PostgreSQL; applying the batch again"
+                );
+                service.set_ready();
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Counts the rejected records, logging the first ten and then every 1000th: a
+/// flood of bad records must not flood the log (each is in sink_rejected, and
+/// counted).
+fn log_rejected<'a>(
+    topic: &str,
+    rejected: impl Iterator<Item = &'a Rejected>,
+    summary: &mut SinkSummary,
+) {
+    for r in rejected {
+        summary.rejected += 1;
+        if summary.rejected <= 10 || summary.rejected.is_multiple_of(1000) {
+            error!(source = %format!("{topic}/{}/{}", r.partition, r.offset), reason = %r.reason,
+                rejected = summary.rejected, "result record rejected: kept in sink_rejected, not applied");
+        }
+    }
 }
 
 /// The input topic's partition count, as a bound on progress records (`None`

@@ -26,7 +26,7 @@ use crate::model::Partition;
 
 /// Dedup ids held at once while a restore moves them to the cold tier
 /// (24 bytes each in the run: 6 MiB).
-pub const ID_RUN: usize = 1 << 18;
+pub const ID_RUN: usize = crate::engine::cold::MOVE_RUN;
 
 /// Partition `p`'s task from the store, or `None` if it has no state there.
 /// `keep`: the partition's share of `state.memory_budget` (`None`: no budget).

@@ -12,13 +12,16 @@
 //! - Writes come in commit batches and spills, never per event: small
 //!   memtables do not slow them.
 
-use rocksdb::{BlockBasedOptions, Cache, Options, WriteBufferManager};
+use rocksdb::{BlockBasedIndexType, BlockBasedOptions, Cache, Options, WriteBufferManager};
 
 /// RocksDB's cache: blocks, index and filter blocks, and the memtables' charge.
 pub const CACHE_BYTES: usize = 16 << 20;
 
 /// The memtables' share of `CACHE_BYTES` (two of `MEMTABLE_BYTES / 2`).
 pub const MEMTABLE_BYTES: usize = 8 << 20;
+
+/// The size of an index partition.
+pub const PARTITION_BYTES: usize = 4 << 10;
 
 /// A compaction's read-ahead per input file.
 pub const READAHEAD_BYTES: usize = 256 << 10;
@@ -29,7 +32,14 @@ pub fn bound(opts: &mut Options) {
     let mut table = BlockBasedOptions::default();
     table.set_block_cache(&cache);
     table.set_cache_index_and_filter_blocks(true);
-    table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+    // Index blocks partitioned (`PARTITION_BYTES` each) behind a small top-level
+    // index pinned in the cache: a point read of a cold dedup id pages in one
+    // partition, not the whole index of a file (one block per file, hundreds
+    // of KiB for a move of a million ids, evicted by the next read).
+    table.set_index_type(BlockBasedIndexType::TwoLevelIndexSearch);
+    table.set_metadata_block_size(PARTITION_BYTES);
+    table.set_pin_top_level_index_and_filter(true);
+    table.set_cache_index_and_filter_blocks_with_high_priority(true);
     opts.set_block_based_table_factory(&table);
     let buffers =
         WriteBufferManager::new_write_buffer_manager_with_cache(MEMTABLE_BYTES, false, cache);

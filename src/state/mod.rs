@@ -53,6 +53,7 @@
 
 pub mod bounded;
 pub mod changes;
+pub mod config;
 pub mod memory;
 pub mod stored;
 
@@ -66,7 +67,7 @@ use rocksdb::{
     Direction, IngestExternalFileOptions, IteratorMode, Options, SstFileWriter, WriteBatch,
     WriteOptions, DB,
 };
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::engine::cold::DedupStore;
 use crate::engine::dedup::{unpack, Fingerprint};
@@ -111,10 +112,8 @@ pub enum StateError {
     Corrupt { key: String, msg: String },
 }
 
-/// The offset of the next record to read from a partition (the one Kafka
-/// convention used throughout tally).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct NextOffset(pub i64);
+/// Domain vocabulary (`model::partition`), named here too for the state's callers.
+pub use crate::model::NextOffset;
 
 /// One partition's part of a commit.
 pub struct PartitionCommit {

@@ -26,7 +26,7 @@ use crate::engine::{Counters, Line, WindowAcc, WindowPhase};
 use crate::model::money::Pico;
 use crate::time::Watermark;
 
-use super::NextOffset;
+use crate::model::NextOffset;
 
 /// No value of the store is near this; a larger one is damage, not decoded.
 pub const MAX_VALUE_BYTES: usize = 1 << 20;

@@ -2,11 +2,11 @@
 //! and the liveness rule. Pure; no I/O, no wall clock (the liveness rule is told
 //! the wall clock).
 
-pub mod event_time;
-pub mod liveness;
+pub(crate) mod event_time;
+pub(crate) mod liveness;
 pub mod utc;
-pub mod watermark;
-pub mod window;
+pub(crate) mod watermark;
+pub(crate) mod window;
 
 pub use event_time::EventTime;
 pub use watermark::Watermark;

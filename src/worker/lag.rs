@@ -25,11 +25,12 @@
 
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::kafka::source::{cached_log_end, Source};
+use super::rebalance::Source;
+use crate::kafka::source::cached_log_end;
 use crate::metrics::exposition;
+use crate::model::NextOffset;
 use crate::model::Partition;
 use crate::service::State;
-use crate::state::NextOffset;
 
 /// A partition's position and what its log end was at assignment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

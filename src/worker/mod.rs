@@ -4,13 +4,12 @@
 //! group (the producer as its outputs), `file` over JSON lines (backfills,
 //! benchmarks; the output and side files as its outputs).
 
-pub mod clock;
 pub mod file;
 pub mod kafka;
 pub mod lag;
 pub mod partitions;
+pub mod rebalance;
 pub mod report;
-pub mod shutdown;
 
 use crate::config::ConfigError;
 use crate::kafka::KafkaIoError;

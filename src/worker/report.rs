@@ -19,7 +19,7 @@ pub const REPORT_FILE: &str = "report.json";
 
 impl Publisher {
     pub fn new(state_dir: &Path, listen: Option<&str>) -> std::io::Result<Self> {
-        let service = Arc::new(State::new(crate::kafka::now_ms()));
+        let service = Arc::new(State::new(crate::base::clock::now_ms()));
         if let Some(addr) = listen {
             crate::service::http::serve(addr, service.clone())?;
         }

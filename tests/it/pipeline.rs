@@ -189,7 +189,7 @@ fn bad_records_go_to_the_dead_letter_topic_and_the_worker_keeps_running() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let now = tally::kafka::now_ms();
+    let now = tally::base::clock::now_ms();
     let good = event("ok-1", "beta", "small", T10 + 5_000);
     let bad = vec![
         "{\"request_id\":\"x\",".to_string(),

@@ -287,7 +287,7 @@ fn on_s3_a_damaged_object_is_reported_and_fallen_back_from() {
                 )
         })
         .expect("the fourth checkpoint of a run holds a delta");
-    let key = tally::checkpoint::store::part_key(&newest.name, delta.partition, 0);
+    let key = tally::checkpoint::names::part_key(&newest.name, delta.partition, 0);
     let part = newest.objects.iter().find(|o| o.key == key).unwrap();
     // Replaced from outside (as a bucket admin or a bad lifecycle tool could).
     store.objects().delete(&part.key).unwrap();

@@ -87,7 +87,7 @@ fn marker_batch(pid: i64, commit: bool) -> Vec<u8> {
     let mut body = Vec::new(); // from attributes on: what the CRC covers
     body.extend_from_slice(&0x30i16.to_be_bytes()); // transactional | control
     body.extend_from_slice(&0i32.to_be_bytes()); // last offset delta
-    let now = tally::kafka::now_ms();
+    let now = tally::base::clock::now_ms();
     body.extend_from_slice(&now.to_be_bytes());
     body.extend_from_slice(&now.to_be_bytes());
     body.extend_from_slice(&pid.to_be_bytes());

@@ -1,4 +1,4 @@
-//! JSON parsers compared on tally's field extraction (BENCHMARKS.md §1.1).
+//! JSON parsers compared on tally's field extraction (docs/BENCHMARKS.md §1.1).
 //! `fast`, `scan` and `pointer` are tally's own `src/model/input/{fast,scan,pointer}.rs`;
 //! every serde parser drives the same `fast::walk`. `Val`, `Vals`, `MAX_FIELDS`,
 //! `absent`, `FieldSpec` and `model::same` below stand in for tally's.

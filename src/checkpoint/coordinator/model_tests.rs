@@ -73,7 +73,7 @@ impl Objects for MemObjects {
             .map(|(k, v)| ObjectInfo {
                 key: k.clone(),
                 size: v.len() as u64,
-                modified_ms: crate::kafka::now_ms(),
+                modified_ms: crate::base::clock::now_ms(),
             })
             .collect())
     }

@@ -1,3 +1,4 @@
+use super::older::{ManifestBodyV3, ManifestBodyV4, PartitionBodyV3, PartitionBodyV4};
 use super::*;
 use crate::engine::Counters;
 

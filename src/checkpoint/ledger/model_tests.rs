@@ -19,7 +19,7 @@ use std::collections::BTreeSet;
 use proptest::prelude::*;
 
 use super::{classify, drained, passed, OffsetLedger};
-use crate::state::NextOffset;
+use crate::model::NextOffset;
 
 const PARTITIONS: usize = 3;
 

@@ -24,7 +24,7 @@
 //! - `list` returns every object under the root, temporary leftovers included, so
 //!   retention can see and delete them.
 
-pub mod local;
+pub(crate) mod local;
 pub mod remote;
 
 /// One object as listed.

@@ -4,6 +4,7 @@
 
 use super::tests::Fixture;
 use super::*;
+use crate::checkpoint::names::MANIFEST;
 use crate::checkpoint::objects::ObjectError;
 use crate::checkpoint::PartRef;
 

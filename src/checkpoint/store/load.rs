@@ -24,8 +24,9 @@ use std::ops::Range;
 
 use sha2::{Digest, Sha256};
 
-use super::{manifest_key, part_key, CheckpointStore};
+use super::CheckpointStore;
 use crate::checkpoint::format::MAX_PART_BYTES;
+use crate::checkpoint::names::{manifest_key, part_key};
 use crate::checkpoint::objects::ObjectError;
 use crate::checkpoint::part::entries;
 use crate::checkpoint::{hex, CheckpointError, PartitionEntry, Segment, SegmentKind};

@@ -4,6 +4,7 @@ use sha2::{Digest, Sha256};
 
 use super::*;
 use crate::checkpoint::ledger;
+use crate::checkpoint::names::MANIFEST;
 use crate::engine::Counters;
 use crate::time::EventTime;
 

@@ -2,8 +2,8 @@ use super::*;
 use crate::checkpoint::OffsetLedger;
 use crate::engine::Counters;
 use crate::metrics::CheckpointStats;
+use crate::model::NextOffset;
 use crate::model::Partition;
-use crate::state::NextOffset;
 use crate::time::EventTime;
 
 fn report() -> WorkerReport {

@@ -185,7 +185,7 @@ fn record(m: &'static InputMapping) -> impl Strategy<Value = Vec<u8>> {
 }
 
 fn mappings() -> &'static [InputMapping; 3] {
-    static M: OnceLock<[InputMapping; 3]> = OnceLock::new();
+    static M: std::sync::OnceLock<[InputMapping; 3]> = std::sync::OnceLock::new();
     M.get_or_init(|| {
         let nested: InputConfig = toml::from_str(
             r#"

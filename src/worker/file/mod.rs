@@ -63,7 +63,8 @@ use reader::{End, Reader};
 use source::Source;
 
 use super::partitions::{Outputs, Partitions, Settings, Start};
-use super::{shutdown, WorkerError};
+use super::WorkerError;
+use crate::base::shutdown;
 use crate::checkpoint::OffsetLedger;
 use crate::config::Config;
 use crate::engine::{Counters, EngineConfig, PartitionTask, TimeSource};

@@ -29,15 +29,17 @@ use self::worker::Worker;
 use super::lag;
 use super::partitions::{Outputs, Partitions, Settings};
 use super::report::Publisher;
-use super::{shutdown, WorkerError};
+use super::WorkerError;
+use crate::base::shutdown;
 use crate::checkpoint::coordinator::Coordinator;
 use crate::checkpoint::export::JobIdentity;
 use crate::checkpoint::store::CheckpointStore;
 use crate::config::Config;
 use crate::engine::Counters;
-use crate::kafka::source::{Source, SourceContext, StartPolicy};
+use crate::kafka::source::StartPolicy;
 use crate::kafka::{consumer_config, now_ms, KafkaIoError};
 use crate::state::StateStore;
+use crate::worker::rebalance::{Source, SourceContext};
 
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
@@ -146,7 +148,7 @@ struct Driver {
 impl Driver {
     /// Builds the worker, joins the group and starts the poll thread.
     fn open(cfg: &Config, opts: RunOptions) -> Result<Self, WorkerError> {
-        crate::worker::shutdown::install_reload();
+        shutdown::install_reload();
         let worker = worker(cfg, &opts)?;
         let checkpoints_at = worker.coord.checkpoints().location();
         let shared = (worker.shared_engine.clone(), worker.epoch.clone());
@@ -246,7 +248,7 @@ impl Driver {
     fn housekeeping(&mut self, c: &mut Worker) -> Result<(), WorkerError> {
         let consumer = &*self.consumer;
         c.publisher.service().beat(crate::kafka::now_ms());
-        if crate::worker::shutdown::take_reload() {
+        if shutdown::take_reload() {
             c.reload_prices(self.opts.config_path.as_deref());
         }
         if !self.opts.until_end {

@@ -63,7 +63,7 @@ impl Outputs for KafkaOutputs {
         let src = source_coords(&self.topic, r.partition, r.offset);
         // The first dead letters of a partition are logged one by one, then every
         // 1000th: a flood of poison must not flood the log.
-        if nth <= 10 || nth % 1000 == 0 {
+        if nth <= 10 || nth.is_multiple_of(1000) {
             warn!(source = %src, reason = %reason, dead_letters = nth, "dead letter");
         }
         Ok(self.producer.dead_letter(r.key, r.payload, reason, &src)?)

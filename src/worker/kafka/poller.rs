@@ -51,10 +51,11 @@ use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::topic_partition_list::Offset;
 use tracing::warn;
 
+use crate::base::clock;
 use crate::engine::{EngineConfig, Prepared, RecordIn};
-use crate::kafka::source::{cached_log_start, Source};
+use crate::kafka::source::cached_log_start;
 use crate::model::Partition;
-use crate::worker::clock;
+use crate::worker::rebalance::Source;
 
 /// Records per chunk: one hand-over per chunk, small enough to stay in cache.
 const CHUNK: usize = 512;

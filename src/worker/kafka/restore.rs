@@ -13,11 +13,11 @@ use super::worker::Worker;
 use crate::checkpoint::restore::{self, LogFacts, Names, Start as Decided};
 use crate::checkpoint::CheckpointError;
 use crate::engine::PartitionTask;
-use crate::kafka::source::Source;
 use crate::kafka::{now_ms, KafkaIoError};
 use crate::model::Partition;
 use crate::state::{bounded, NextOffset};
 use crate::worker::partitions::{self, Start};
+use crate::worker::rebalance::Source;
 use crate::worker::WorkerError;
 
 impl Worker {

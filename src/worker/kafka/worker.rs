@@ -23,12 +23,13 @@ use crate::checkpoint::export::JobIdentity;
 use crate::checkpoint::restore::LogFacts;
 use crate::engine::EngineConfig;
 use crate::kafka::now_ms;
-use crate::kafka::source::{cached_log_end, GroupCommitter, RebalanceHandler, Source};
+use crate::kafka::source::{cached_log_end, GroupCommitter};
 use crate::metrics::{CheckpointStats, WorkerReport};
 use crate::model::Partition;
 use crate::state::{NextOffset, StateStore};
 use crate::worker::lag;
 use crate::worker::partitions::Partitions;
+use crate::worker::rebalance::{RebalanceHandler, Source};
 use crate::worker::report::Publisher;
 use crate::worker::WorkerError;
 

@@ -41,9 +41,9 @@ use std::sync::Arc;
 
 pub use outputs::{NoGroup, OutputPorts, Outputs, Record};
 
-use super::clock;
 use super::lag;
 use super::WorkerError;
+use crate::base::clock;
 use crate::checkpoint::OffsetLedger;
 use crate::engine::{EngineConfig, PartitionTask, Prepared, RecordIn, ResultRecord, Route};
 use crate::kafka::source::StartPolicy;

@@ -1,0 +1,34 @@
+//! The ground floor: small utilities every layer may import, and that import
+//! nothing of tally's own (docs/DEVELOPING.md#layers).
+//!
+//! - `alloc`: the global allocator's setting (freed memory back to the OS at once);
+//! - `clock`: wall and monotonic milliseconds, precise (`now_ms`) and coarse;
+//! - `shutdown`: the signal flags the loops check (SIGTERM, SIGINT, SIGHUP);
+//! - `histogram`: a log-linear histogram of milliseconds;
+//! - `duration`, `size`: human durations and byte sizes as the config writes them;
+//! - `InvalidKey`: a config value a section's own check refuses, named by its key.
+
+pub mod alloc;
+pub mod clock;
+pub mod duration;
+pub mod histogram;
+pub mod shutdown;
+pub mod size;
+
+/// A config value that a subsystem's check of its own section refuses: the key,
+/// dotted from the top of the file (`checkpoint.retain`), and why. The config tree
+/// turns it into its `ConfigError::Invalid`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidKey {
+    pub key: String,
+    pub msg: String,
+}
+
+impl InvalidKey {
+    pub fn new(key: impl Into<String>, msg: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            msg: msg.into(),
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! The outcome of `tally-dev chaos`: the view, the counters and the late and
+//! dead-letter topics compared with the generator's expectation, and the report.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use anyhow::Context;
+
+use super::kills::{report, Kills, Worker};
+use super::ChaosArgs;
+use crate::devtools::support;
+use crate::gen::Expected;
+use crate::kafka::headers;
+use crate::kafka::read::read_topic;
+
+/// The chaos report, as printed and as `--json` writes it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ChaosReport {
+    pub records_generated: u64,
+    pub workers: usize,
+    pub partitions: i32,
+    pub group_protocol: String,
+    pub kills: usize,
+    pub windows_compared: usize,
+    pub extra_windows: usize,
+    pub lost_windows: usize,
+    pub double_counted_windows: usize,
+    pub records_consumed: u64,
+    pub records_expected: u64,
+    pub too_late: u64,
+    pub too_late_injected: u64,
+    pub too_late_distinct_on_topic: u64,
+    pub dead_letters: u64,
+    pub dead_letters_injected: u64,
+    pub dead_letter_sources_on_topic: u64,
+    pub duplicates: u64,
+    pub duplicates_injected: u64,
+    pub recovery_p50_s: f64,
+    pub recovery_p99_s: f64,
+    pub recovery_max_s: f64,
+    pub recoveries_observed: usize,
+    pub recoveries_never_observed: usize,
+    pub peak_rss_mib: Vec<u64>,
+    /// Both audits (records, offsets) of the final run.
+    pub audit_balanced: bool,
+    pub exact: bool,
+}
+
+pub(super) fn pct(v: &[f64], q: usize) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len().saturating_sub(1) * q / 100)
+        .copied()
+        .unwrap_or(0.0)
+}
+
+impl ChaosReport {
+    pub(super) fn new(
+        a: &ChaosArgs,
+        count: u64,
+        expected: &Expected,
+        kills: &Kills,
+        f: &Figures,
+        workers: &[Worker],
+    ) -> Self {
+        ChaosReport {
+            records_generated: count,
+            workers: a.workers,
+            partitions: a.partitions,
+            group_protocol: a.group_protocol.clone(),
+            kills: kills.kills,
+            windows_compared: expected.windows.len(),
+            extra_windows: f.extra,
+            lost_windows: f.lost,
+            double_counted_windows: f.doubled,
+            records_consumed: f.c.consumed,
+            records_expected: expected.records,
+            too_late: f.c.too_late,
+            too_late_injected: expected.too_late.len() as u64,
+            too_late_distinct_on_topic: f.late_on_topic,
+            dead_letters: f.c.dead_letter,
+            dead_letters_injected: f.dead,
+            dead_letter_sources_on_topic: f.dlq_sources,
+            duplicates: f.c.duplicate,
+            duplicates_injected: expected.duplicates,
+            recovery_p50_s: pct(&kills.recoveries, 50),
+            recovery_p99_s: pct(&kills.recoveries, 99),
+            recovery_max_s: kills.recoveries.iter().copied().fold(0.0, f64::max),
+            recoveries_observed: kills.recoveries.len(),
+            recoveries_never_observed: kills.never_recovered,
+            peak_rss_mib: workers.iter().map(|w| w.peak_rss_kb / 1024).collect(),
+            audit_balanced: f.audit_balanced,
+            exact: f.exact,
+        }
+    }
+}
+
+/// The outcome, compared with the expectation.
+pub(super) struct Figures {
+    pub(super) lost: usize,
+    pub(super) doubled: usize,
+    pub(super) extra: usize,
+    /// The final run's counters, summed over partitions.
+    pub(super) c: crate::engine::Counters,
+    pub(super) late_on_topic: u64,
+    pub(super) dead: u64,
+    pub(super) dlq_sources: u64,
+    pub(super) audit_balanced: bool,
+    pub(super) exact: bool,
+}
+
+/// Compares the invoice view, the final run's counters and the late and
+/// dead-letter topics with the expectation.
+pub(super) fn compare(
+    db: &str,
+    expected: &Expected,
+    final_state: &Path,
+    kafka: &crate::config::KafkaConfig,
+) -> anyhow::Result<Figures> {
+    let view: BTreeMap<(String, i64), u128> = support::invoice(db)?
+        .into_iter()
+        .map(|l| Ok(((l.tenant_id, l.window_end), l.cost_pico.parse()?)))
+        .collect::<anyhow::Result<_>>()?;
+    let mut lost = 0;
+    let mut doubled = 0;
+    for w in &expected.windows {
+        let want: u128 = w.cost_pico.parse()?;
+        match view.get(&(w.tenant_id.clone(), w.window_end)) {
+            Some(got) if *got == want => {}
+            Some(got) if *got > want => doubled += 1,
+            _ => lost += 1,
+        }
+    }
+    let extra = view.len().saturating_sub(expected.windows.len());
+    let final_report = report(final_state).context("the final run wrote no report")?;
+    let mut c = crate::engine::Counters::default();
+    for p in &final_report.partitions {
+        c.add(&p.counters);
+    }
+    let late: BTreeSet<String> = read_topic(kafka, "requests.late")?
+        .iter()
+        .filter_map(|r| {
+            serde_json::from_slice::<serde_json::Value>(&r.payload).ok()?["request_id"]
+                .as_str()
+                .map(String::from)
+        })
+        .collect();
+    let dlq_sources: BTreeSet<String> = read_topic(kafka, "requests.dlq")?
+        .iter()
+        .filter_map(|r| r.header(headers::SOURCE).map(String::from))
+        .collect();
+    let want_late: BTreeSet<String> = expected
+        .too_late
+        .iter()
+        .map(|l| l.request_id.clone())
+        .collect();
+    let dead: u64 = expected.dead_letters.values().sum();
+    let audit_balanced = c.balanced() && final_report.balanced();
+    let exact = lost == 0
+        && doubled == 0
+        && extra == 0
+        && c.consumed == expected.records
+        && c.too_late == expected.too_late.len() as u64
+        && c.dead_letter == dead
+        && c.duplicate == expected.duplicates
+        && late == want_late
+        && dlq_sources.len() as u64 == dead
+        && audit_balanced;
+    Ok(Figures {
+        lost,
+        doubled,
+        extra,
+        c,
+        late_on_topic: late.len() as u64,
+        dead,
+        dlq_sources: dlq_sources.len() as u64,
+        audit_balanced,
+        exact,
+    })
+}
+
+pub(super) fn print_report(r: &ChaosReport, produce_secs: f64, drained_secs: f64) {
+    let count = r.records_generated;
+    println!("\n== chaos report ==========================================================");
+    println!("records generated        {count} in {produce_secs:.0} s; drained after {drained_secs:.0} s ({:.0} records/s overall)", count as f64 / drained_secs);
+    println!(
+        "workers / partitions     {} / {} (group protocol {})",
+        r.workers, r.partitions, r.group_protocol
+    );
+    println!("kills (SIGKILL)          {}", r.kills);
+    println!(
+        "windows compared         {} (extra in view: {})",
+        r.windows_compared, r.extra_windows
+    );
+    println!("lost windows             {}", r.lost_windows);
+    println!("double-counted windows   {}", r.double_counted_windows);
+    println!(
+        "records consumed         {} (expected {})",
+        r.records_consumed, r.records_expected
+    );
+    println!(
+        "too late                 {} (injected {}; distinct on late topic {})",
+        r.too_late, r.too_late_injected, r.too_late_distinct_on_topic
+    );
+    println!(
+        "dead letters             {} (injected {}; distinct sources on DLQ {})",
+        r.dead_letters, r.dead_letters_injected, r.dead_letter_sources_on_topic
+    );
+    println!(
+        "duplicates               {} (injected {})",
+        r.duplicates, r.duplicates_injected
+    );
+    println!(
+        "recovery after kill      p50 {:.1} s, p99 {:.1} s, max {:.1} s over {} kills with owned partitions ({} never observed)",
+        r.recovery_p50_s,
+        r.recovery_p99_s,
+        r.recovery_max_s,
+        r.recoveries_observed,
+        r.recoveries_never_observed
+    );
+    let rss: Vec<String> = r.peak_rss_mib.iter().map(|m| format!("{m} MiB")).collect();
+    println!("peak RSS per worker      {}", rss.join(", "));
+    println!("audit balanced           {}", r.audit_balanced);
+}
