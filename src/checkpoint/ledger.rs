@@ -90,7 +90,7 @@ pub struct Skip {
 
 /// Classifies the offsets `expected..arrived` given the log start librdkafka last
 /// saw (`None`: unknown, so nothing is taken as deleted — the fetch error path
-/// still catches retention, see `worker::core`).
+/// still catches retention, see `worker::partitions`).
 pub fn classify(expected: i64, arrived: i64, log_start: Option<i64>, at_ms: i64) -> Skip {
     if arrived <= expected {
         return Skip {

@@ -264,7 +264,7 @@ fn restore(dir: &Path, budget: usize, count: usize) -> anyhow::Result<()> {
     checkpoints
         .restore_partition(p, &Rules::opaque("f"), &state)?
         .ok_or_else(|| anyhow::anyhow!("partition 0 missing after restore"))?;
-    // As `worker::core` does on assignment: the task within its share.
+    // As `worker::kafka::restore` does on assignment: the task within its share.
     let (mut task, _) = restore_task(&state, p, engine, Some(budget))?
         .ok_or_else(|| anyhow::anyhow!("partition 0 has no state after restore"))?;
     eprintln!(

@@ -3,7 +3,7 @@
 //! by the worker loop, so it stays right while the loop is held — a large chunk,
 //! a spill, a checkpoint barrier, a pause point — when an operator needs it most.
 //!
-//! The worker publishes each owned partition's position (`Slot::next`: the next
+//! The worker publishes each owned partition's position (its next offset: the next
 //! offset it has not applied) into `Applied` whenever it moves one or the
 //! assignment changes: after every chunk, an offset-out-of-range recovery, an
 //! assignment and a revoke. A scrape reads those positions and each partition's
@@ -23,10 +23,7 @@
 //!   worker drops the consumer (`service::State::set_live_metrics` waits for a
 //!   running scrape): the consumer is never closed on the service thread.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
-
-use super::core::Slot;
 
 use super::rebalance::Source;
 use crate::kafka::source::cached_log_end;
@@ -58,19 +55,6 @@ impl Applied {
     pub fn snapshot(&self) -> Vec<(Partition, Position)> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
-}
-
-/// The positions of the owned partitions (`Core::slots`).
-pub fn positions(
-    slots: &BTreeMap<Partition, Slot>,
-) -> impl Iterator<Item = (Partition, Position)> + '_ {
-    slots.iter().map(|(p, s)| {
-        let at = Position {
-            next: s.next,
-            end_at_assign: s.end,
-        };
-        (*p, at)
-    })
 }
 
 /// Each partition's lag: its log end (`log_end`, else the one read at

@@ -1,17 +1,15 @@
-//! `tally run`: the worker. `kafka` runs it against a consumer group; `file` runs
-//! the same engine over JSON lines (backfills, benchmarks).
+//! `tally run`: the worker. One unit, `partitions`, applies records to the
+//! partitions a worker owns and sends what they produce through its one port,
+//! `Outputs`; two drivers are short loops around it: `kafka` against a consumer
+//! group (the producer as its outputs), `file` over JSON lines (backfills,
+//! benchmarks; the output and side files as its outputs).
 
-pub mod core;
 pub mod file;
 pub mod kafka;
 pub mod lag;
+pub mod partitions;
 pub mod rebalance;
-mod reload;
 pub mod report;
-
-/// Kept for the worker's files while the partitions unit rewrites them (issue 35,
-/// step 1); both live in `base`.
-pub use crate::base::{clock, shutdown};
 
 use crate::config::ConfigError;
 use crate::kafka::KafkaIoError;

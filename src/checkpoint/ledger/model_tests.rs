@@ -11,7 +11,7 @@
 //! passes aborted records without handing them over and advances its position
 //! past every marker. A bounded run's end is that last stable offset (librdkafka's
 //! `ListOffsets` asks with the consumer's isolation level). The worker applies
-//! what it is handed exactly as `worker::core` does: `classify` for a record past
+//! what it is handed exactly as `worker::partitions` does: `classify` for a record past
 //! the next offset, `passed` for the position at an idle poll, `drained` to stop.
 
 use std::collections::BTreeSet;
@@ -113,7 +113,7 @@ fn consume(log: &[Entry], fates: &[Fate], idle_after: &BTreeSet<usize>) -> (Vec<
     (seen, lso as i64)
 }
 
-/// The worker's side, as `worker::core` applies it; `pass`: whether idle polls
+/// The worker's side, as `worker::partitions` applies it; `pass`: whether idle polls
 /// move the next offset (the fix), or only records do (before it).
 struct Worker {
     next: NextOffset,

@@ -5,20 +5,20 @@
 //! Invariants: the working copy `<state.dir>/rocksdb` is wiped when it is opened (a
 //! file run starts from empty state; its checkpoints are not restored); it is written
 //! only through the coordinator, so never while an export reads it; a checkpoint's
-//! offset is the number of lines read and applied; there is no consumer group, so
+//! offset is the number of lines read and applied (the partition's next offset:
+//! empty lines are empty offsets of its ledger); there is no consumer group, so
 //! no offsets are committed anywhere.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::checkpoint::coordinator::{Coordinator, Cut, Ports};
+use super::outputs::SideFiles;
+use crate::checkpoint::coordinator::Coordinator;
 use crate::checkpoint::export::JobIdentity;
 use crate::checkpoint::store::CheckpointStore;
-use crate::checkpoint::{CheckpointError, CheckpointId, OffsetLedger};
 use crate::config::Config;
-use crate::engine::PartitionTask;
-use crate::model::Partition;
-use crate::state::{NextOffset, PartitionCommit, StateStore};
+use crate::state::StateStore;
+use crate::worker::partitions::{NoGroup, Partitions};
 use crate::worker::WorkerError;
 
 /// The checkpoint store's group of a file run: `file-<input stem>`.
@@ -33,68 +33,8 @@ pub(super) fn group(input: &Path) -> String {
 pub(super) struct Checkpointer {
     pub(super) store: Arc<StateStore>,
     coord: Coordinator,
-    /// Bytes of windows kept in memory after a commit (`spill::keep_of` the
-    /// budget).
-    budget: Option<usize>,
-    /// Checkpoints taken and windows evicted so far.
+    /// Checkpoints taken so far.
     pub(super) taken: u64,
-    pub(super) evicted: u64,
-}
-
-/// The flush of a file run's outputs; its error names the file and the operation.
-pub(super) type Flush<'a> = &'a mut dyn FnMut() -> Result<(), WorkerError>;
-
-/// The coordinator's ports in a file run: the output files' flush, no group.
-struct FilePorts<'a> {
-    flush: Flush<'a>,
-    /// The flush's own error, returned instead of the coordinator's: the
-    /// coordinator knows only that step 2 failed, the flush knows which file.
-    failed: Option<WorkerError>,
-}
-
-impl Ports for FilePorts<'_> {
-    fn flush_outputs(&mut self) -> Result<(), CheckpointError> {
-        (self.flush)().map_err(|e| {
-            let why = CheckpointError::Io {
-                path: "the run's outputs".into(),
-                source: std::io::Error::other(e.to_string()),
-            };
-            self.failed = Some(e);
-            why
-        })
-    }
-
-    fn commit_offsets(&mut self, _: CheckpointId, _: &[(Partition, NextOffset)]) {}
-}
-
-fn no_flush() -> Result<(), WorkerError> {
-    Ok(())
-}
-
-impl<'a> FilePorts<'a> {
-    fn new(flush: Flush<'a>) -> Self {
-        Self {
-            flush,
-            failed: None,
-        }
-    }
-
-    /// The error of a step: the flush's own when it was the flush that failed.
-    fn error(&mut self, e: CheckpointError) -> WorkerError {
-        self.failed.take().unwrap_or(WorkerError::Checkpoint(e))
-    }
-}
-
-fn cut(task: &mut PartitionTask, lines: u64) -> Cut {
-    let next = NextOffset(lines as i64);
-    Cut {
-        partition: Partition(0),
-        next_offset: next,
-        watermark: task.max_ts().map(|_| task.watermark()),
-        counters: task.counters(),
-        offsets: OffsetLedger::without_gaps(task.counters().consumed, next),
-        delta: task.drain_changes(),
-    }
 }
 
 impl Checkpointer {
@@ -117,66 +57,32 @@ impl Checkpointer {
         Ok(Self {
             coord: Coordinator::new(store.clone(), checkpoints, job)?,
             store,
-            budget: cfg
-                .state
-                .memory_budget_bytes()
-                .map(crate::engine::spill::keep_of),
             taken: 0,
-            evicted: 0,
         })
     }
 
     /// Waits for the pending export; retention runs.
-    pub(super) fn finish(&mut self) -> Result<(), WorkerError> {
-        let mut flush = no_flush;
-        let mut ports = FilePorts::new(&mut flush);
-        self.coord
-            .finish(&mut ports, true)
-            .map_err(|e| ports.error(e))?;
+    pub(super) fn finish(&mut self, parts: &mut Partitions<SideFiles>) -> Result<(), WorkerError> {
+        parts.finish(&mut self.coord, &mut NoGroup, true)?;
         Ok(())
     }
 
-    /// Memory pressure: the task's changes to the working store, then evict (see
-    /// `Coordinator::spill`; no export).
-    pub(super) fn spill(
-        &mut self,
-        task: &mut PartitionTask,
-        lines: u64,
-    ) -> Result<(), WorkerError> {
-        let c = cut(task, lines);
-        let commit = PartitionCommit {
-            partition: c.partition,
-            next_offset: c.next_offset,
-            delta: c.delta,
-        };
-        let mut flush = no_flush;
-        let mut ports = FilePorts::new(&mut flush);
-        self.coord
-            .spill(&mut ports, vec![commit])
-            .map_err(|e| ports.error(e))?;
-        if let Some(keep) = self.budget {
-            self.evicted += task.evict(keep) as u64;
-        }
+    /// Memory pressure: the changes to the working store, then evict (see
+    /// `Partitions::spill`; no export).
+    pub(super) fn spill(&mut self, parts: &mut Partitions<SideFiles>) -> Result<(), WorkerError> {
+        parts.spill(&mut self.coord, &mut NoGroup)?;
         Ok(())
     }
 
-    /// A checkpoint through the coordinator; `flush` flushes the output files
-    /// (step 2), and its error is the checkpoint's.
+    /// A checkpoint through the coordinator; the output files are flushed at
+    /// step 2, and a flush's error is the checkpoint's. Evicting waits for the
+    /// export's commit (the next spill's, at the latest): an evicted window must be
+    /// in the store.
     pub(super) fn checkpoint(
         &mut self,
-        task: &mut PartitionTask,
-        lines: u64,
-        flush: Flush<'_>,
+        parts: &mut Partitions<SideFiles>,
     ) -> Result<(), WorkerError> {
-        let mut ports = FilePorts::new(flush);
-        self.coord
-            .checkpoint(&mut ports, || vec![cut(task, lines)], false)
-            .map_err(|e| ports.error(e))?;
-        // Evicting waits for the export's commit (the next spill's, at the
-        // latest): an evicted window must be in the store.
-        if let (Some(keep), true) = (self.budget, self.coord.settled()) {
-            self.evicted += task.evict(keep) as u64;
-        }
+        parts.checkpoint(&mut self.coord, &mut NoGroup, false)?;
         self.taken += 1;
         Ok(())
     }

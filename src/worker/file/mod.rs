@@ -42,14 +42,14 @@
 //! budget between checkpoints, the run spills (commits to RocksDB without
 //! exporting) and evicts.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod checkpointer;
 mod decode;
 mod lines;
+mod outputs;
 mod paths;
 mod reader;
 mod side;
@@ -57,79 +57,27 @@ mod source;
 
 use checkpointer::{group, Checkpointer};
 use lines::Lines;
+use outputs::SideFiles;
 use paths::Paths;
 use reader::{End, Reader};
 use source::Source;
 
-use super::{shutdown, WorkerError};
+use super::partitions::{Outputs, Partitions, Settings, Start};
+use super::WorkerError;
+use crate::base::shutdown;
+use crate::checkpoint::OffsetLedger;
 use crate::config::Config;
-use crate::engine::{Counters, PartitionTask, Route, TimeSource};
+use crate::engine::{Counters, EngineConfig, PartitionTask, TimeSource};
 use crate::kafka::now_ms;
-use crate::model::event::DeadLetterReason;
+use crate::kafka::source::StartPolicy;
 use crate::model::Partition;
+use crate::state::NextOffset;
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> WorkerError + '_ {
     move |source| WorkerError::Io {
         path: path.display().to_string(),
         source,
     }
-}
-
-/// An error of `doing` on one of the run's output files (`what`: "output file",
-/// "too-late side file", "dead-letter side file"), naming both and the file.
-fn out_err<'a>(
-    doing: &'a str,
-    what: &'a str,
-    path: &'a Path,
-) -> impl FnOnce(std::io::Error) -> WorkerError + 'a {
-    move |source| WorkerError::Io {
-        path: format!("{doing} the {what} {}", path.display()),
-        source,
-    }
-}
-
-fn create(what: &str, path: &Path) -> Result<BufWriter<File>, WorkerError> {
-    File::create(path)
-        .map(|f| BufWriter::with_capacity(1 << 20, f))
-        .map_err(out_err("creating", what, path))
-}
-
-const OUTPUT: &str = "output file";
-const LATE: &str = "too-late side file";
-const DLQ: &str = "dead-letter side file";
-
-/// Step 2 of a checkpoint in a file run (and the end of one): the three output
-/// files flushed, an error naming the file.
-fn flush_all(
-    out: &mut BufWriter<File>,
-    output: &Path,
-    late: &mut BufWriter<File>,
-    late_path: &Path,
-    dlq: &mut BufWriter<File>,
-    dlq_path: &Path,
-) -> Result<(), WorkerError> {
-    out.flush().map_err(out_err("writing", OUTPUT, output))?;
-    late.flush().map_err(out_err("writing", LATE, late_path))?;
-    dlq.flush().map_err(out_err("writing", DLQ, dlq_path))
-}
-
-/// One result payload per line, exactly as on the results topic.
-fn write_panes(
-    out: &mut BufWriter<File>,
-    output: &Path,
-    panes: &mut Vec<crate::engine::ResultRecord>,
-    scratch: &mut Vec<u8>,
-) -> Result<(), WorkerError> {
-    if panes.is_empty() {
-        return Ok(());
-    }
-    scratch.clear();
-    for pane in panes.drain(..) {
-        pane.append_json(scratch);
-        scratch.push(b'\n');
-    }
-    out.write_all(scratch)
-        .map_err(out_err("writing", OUTPUT, output))
 }
 
 /// Configurations that cannot work over a file, refused before anything is touched.
@@ -159,146 +107,188 @@ pub struct FileRun {
 }
 
 pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerError> {
-    refuse_config(cfg)?;
-    let engine = cfg.engine()?;
-    // Before anything is opened for writing or wiped.
-    let paths = Paths::new(input, output);
-    let state_copy = cfg.state.dir.join("rocksdb");
-    let store = cfg.checkpoint.dir.join(group(input));
-    paths.check(&[&state_copy, &store])?;
-    let limit = engine.max_record_bytes;
-    let source = Source::open(input, shutdown::requested).map_err(io_err(input))?;
-    let size = std::fs::metadata(input)
-        .ok()
-        .filter(|m| m.is_file())
-        .map(|m| m.len());
-    let (decoded, bytes_read) =
-        decode::open(source, decode::Compression::of(input)).map_err(io_err(input))?;
-    let progress = crate::progress::Progress::new("input", None, size);
-    let mut task = PartitionTask::new(Partition(0), engine.clone());
-    let mut checkpointer = Checkpointer::open(cfg, input)?;
-    task.attach_spill(checkpointer.store.clone());
-    let budget = cfg.state.memory_budget_bytes();
-    let interval = Duration::from_millis(cfg.checkpoint.interval.0 as u64);
-    let mut last_checkpoint = Instant::now();
-    let mut out = create(OUTPUT, output)?;
-    let (late_path, dlq_path) = (paths.late, paths.dlq);
-    let mut late = create(LATE, &late_path)?;
-    let mut dlq = create(DLQ, &dlq_path)?;
-    let mut panes = Vec::new();
-    // The JSON of a chunk's panes (reused).
-    let mut scratch = Vec::new();
-    let mut routes = Vec::new();
-    let now = now_ms();
-    tracing::info!(input = %input.display(), "reading input");
-    let mut reader = Reader::spawn(
-        Lines::new(decoded, limit),
-        bytes_read,
-        engine,
-        now,
-        input.display().to_string(),
-    )
-    .map_err(io_err(input))?;
-    let (mut line_no, mut bytes) = (0u64, 0u64);
-    let mut next_check = 4096u64;
+    let mut driver = Driver::open(cfg, input, output)?;
     let stopped = loop {
-        // Every 4096 lines, between chunks: reading the clock per line would show.
-        if line_no >= next_check {
-            next_check = line_no + 4096;
-            progress.show(line_no, Some(bytes), false);
-            // Lines so far are applied: the offset of a commit here.
-            if last_checkpoint.elapsed() >= interval {
-                let mut flush =
-                    || flush_all(&mut out, output, &mut late, &late_path, &mut dlq, &dlq_path);
-                checkpointer.checkpoint(&mut task, line_no, &mut flush)?;
-                last_checkpoint = Instant::now();
-            } else if budget.is_some_and(|b| task.budgeted_bytes() > b) {
-                checkpointer.spill(&mut task, line_no)?;
-            }
-        }
-        let mut chunk = reader.next();
-        routes.clear();
-        task.process_prepared(
-            &chunk.prepared,
-            0..chunk.prepared.len(),
-            now,
-            &mut panes,
-            &mut routes,
-        );
-        if let Some(e) = task.take_spill_error() {
-            return Err(WorkerError::Refused(e));
-        }
-        write_panes(&mut out, output, &mut panes, &mut scratch)?;
-        for (i, route) in routes.drain(..).enumerate() {
-            // Built only for the rare records that go to a side file.
-            let source = || format!("{}:{}", input.display(), chunk.numbers[i]);
-            let record = chunk.record(i);
-            match route {
-                Route::Window | Route::Duplicate => {}
-                Route::TooLate {
-                    window_end,
-                    watermark,
-                } => side::too_late(&mut late, window_end, watermark, &source(), record)
-                    .map_err(out_err("writing", LATE, &late_path))?,
-                Route::DeadLetter(reason) => match chunk.oversized[i] {
-                    None => side::dead_letter(&mut dlq, &reason, &source(), record, None),
-                    // The engine saw a prefix: the reason gets the true length, the
-                    // dead letter the first `limit` bytes.
-                    Some(bytes) => {
-                        let reason = DeadLetterReason::Oversized {
-                            bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
-                            limit,
-                        };
-                        let prefix = &record[..limit];
-                        side::dead_letter(&mut dlq, &reason, &source(), prefix, Some(bytes))
-                    }
-                }
-                .map_err(out_err("writing", DLQ, &dlq_path))?,
-            }
-        }
-        (line_no, bytes) = (chunk.line_no, chunk.bytes_read);
-        match chunk.end.take() {
-            None => reader.recycle(chunk),
-            Some(End::Eof) => break false,
-            // A stop request: the lines read so far are applied; stop there.
-            Some(End::Stopped) => break true,
-            Some(End::Failed(e)) => return Err(io_err(input)(e)),
+        if let Some(stopped) = driver.step()? {
+            break stopped;
         }
     };
-    progress.show(line_no, Some(bytes), true);
-    let mut flush = || flush_all(&mut out, output, &mut late, &late_path, &mut dlq, &dlq_path);
-    checkpointer.checkpoint(&mut task, line_no, &mut flush)?;
-    checkpointer.finish()?;
-    if stopped {
+    driver.close(stopped)
+}
+
+/// The file loop around the partitions: the reading thread, the checkpoints, the
+/// progress.
+struct Driver {
+    // Dropped in this order: the reading thread first, as when the loop was one
+    // function.
+    reader: Reader,
+    parts: Partitions<SideFiles>,
+    checkpointer: Checkpointer,
+    progress: crate::progress::Progress,
+    input: PathBuf,
+    engine: Arc<EngineConfig>,
+    /// Every record's ingest time: the run's start.
+    now: i64,
+    interval: Duration,
+    last_checkpoint: Instant,
+    /// Lines and bytes read and applied so far.
+    line_no: u64,
+    bytes: u64,
+    /// The line count at which the clock and the progress are looked at next.
+    next_check: u64,
+}
+
+impl Driver {
+    /// Checks the paths and the configuration, then opens the input, the outputs
+    /// and the working copy, and starts the reading thread.
+    fn open(cfg: &Config, input: &Path, output: &Path) -> Result<Self, WorkerError> {
+        refuse_config(cfg)?;
+        let engine = cfg.engine()?;
+        // Before anything is opened for writing or wiped.
+        let paths = Paths::new(input, output);
+        let state_copy = cfg.state.dir.join("rocksdb");
+        let store = cfg.checkpoint.dir.join(group(input));
+        paths.check(&[&state_copy, &store])?;
+        let limit = engine.max_record_bytes;
+        let source = Source::open(input, shutdown::requested).map_err(io_err(input))?;
+        let size = std::fs::metadata(input)
+            .ok()
+            .filter(|m| m.is_file())
+            .map(|m| m.len());
+        let (decoded, bytes_read) =
+            decode::open(source, decode::Compression::of(input)).map_err(io_err(input))?;
+        let progress = crate::progress::Progress::new("input", None, size);
+        let checkpointer = Checkpointer::open(cfg, input)?;
+        let outputs = SideFiles::create(input, output, &paths.late, &paths.dlq, limit)?;
+        let parts = partitions(cfg, input, &engine, &checkpointer, outputs);
+        let now = now_ms();
+        tracing::info!(input = %input.display(), "reading input");
+        let lines = Lines::new(decoded, limit);
+        let reader = Reader::spawn(
+            lines,
+            bytes_read,
+            engine.clone(),
+            now,
+            input.display().to_string(),
+        )
+        .map_err(io_err(input))?;
+        Ok(Self {
+            input: input.to_owned(),
+            engine,
+            parts,
+            checkpointer,
+            reader,
+            progress,
+            now,
+            interval: Duration::from_millis(cfg.checkpoint.interval.0 as u64),
+            last_checkpoint: Instant::now(),
+            line_no: 0,
+            bytes: 0,
+            next_check: 4096,
+        })
+    }
+
+    /// Applies the next chunk; `Some(stopped)` once the input ended (`stopped`: by
+    /// a stop request).
+    fn step(&mut self) -> Result<Option<bool>, WorkerError> {
+        // Every 4096 lines, between chunks: reading the clock per line would show.
+        if self.line_no >= self.next_check {
+            self.next_check = self.line_no + 4096;
+            self.progress.show(self.line_no, Some(self.bytes), false);
+            // Lines so far are applied: the offset of a checkpoint here.
+            if self.last_checkpoint.elapsed() >= self.interval {
+                self.checkpointer.checkpoint(&mut self.parts)?;
+                self.last_checkpoint = Instant::now();
+            }
+        }
+        let mut chunk = self.reader.next();
+        self.parts.apply(&chunk, &self.engine, self.now)?;
+        // Lines with no record after the chunk's last record are passed.
+        self.parts
+            .pass(Partition(0), 0, chunk.line_no as i64, Some(0))?;
+        if self.parts.spill_due() {
+            self.checkpointer.spill(&mut self.parts)?;
+        }
+        (self.line_no, self.bytes) = (chunk.line_no, chunk.bytes_read);
+        match chunk.end.take() {
+            None => {
+                self.reader.recycle(chunk);
+                Ok(None)
+            }
+            Some(End::Eof) => Ok(Some(false)),
+            // A stop request: the lines read so far are applied; stop there.
+            Some(End::Stopped) => Ok(Some(true)),
+            Some(End::Failed(e)) => Err(io_err(&self.input)(e)),
+        }
+    }
+
+    /// The last checkpoint; at the end of the input (not after a stop request)
+    /// every open window's panes, and the outputs flushed.
+    fn close(mut self, stopped: bool) -> Result<FileRun, WorkerError> {
+        let (parts, checkpointer, line_no) =
+            (&mut self.parts, &mut self.checkpointer, self.line_no);
+        self.progress.show(line_no, Some(self.bytes), true);
+        checkpointer.checkpoint(parts)?;
+        checkpointer.finish(parts)?;
+        if stopped {
+            tracing::info!(
+                lines = line_no,
+                checkpoints = checkpointer.taken,
+                "stop requested; outputs flushed and state committed at the last line read"
+            );
+            return Ok(FileRun {
+                counters: parts.audit(),
+                lines: line_no,
+                interrupted: Some(shutdown::signal().unwrap_or(libc::SIGTERM)),
+            });
+        }
+        let reports = parts.reports(|_| None);
+        let sum =
+            |f: fn(&crate::metrics::PartitionReport) -> u64| reports.iter().map(f).sum::<u64>();
         tracing::info!(
-            lines = line_no,
             checkpoints = checkpointer.taken,
-            "stop requested; outputs flushed and state committed at the last line read"
+            windows_evicted = parts.evicted(),
+            windows_spilled = sum(|r| r.spilled_windows as u64),
+            dedup_ids_moved_out = sum(|r| r.dedup_cold_ids),
+            dedup_cold_reads = sum(|r| r.dedup_cold_reads),
+            "input read; state committed"
         );
-        return Ok(FileRun {
-            counters: task.counters(),
+        parts.end_of_input()?;
+        parts.outputs_mut().flush()?;
+        Ok(FileRun {
+            counters: parts.audit(),
             lines: line_no,
-            interrupted: Some(shutdown::signal().unwrap_or(libc::SIGTERM)),
-        });
+            interrupted: None,
+        })
     }
-    let (ids_cold, cold_reads) = task.dedup_cold_stats();
-    tracing::info!(
-        checkpoints = checkpointer.taken,
-        windows_evicted = checkpointer.evicted,
-        windows_spilled = task.open_windows() - task.windows_in_memory(),
-        dedup_ids_moved_out = ids_cold,
-        dedup_cold_reads = cold_reads,
-        "input read; state committed"
-    );
-    task.end_of_input(&mut panes);
-    if let Some(e) = task.take_spill_error() {
-        return Err(WorkerError::Refused(e));
-    }
-    write_panes(&mut out, output, &mut panes, &mut scratch)?;
-    flush_all(&mut out, output, &mut late, &late_path, &mut dlq, &dlq_path)?;
-    Ok(FileRun {
-        counters: task.counters(),
-        lines: line_no,
-        interrupted: None,
-    })
+}
+
+/// The run's one partition (0), from the first line with empty state, its task
+/// spilling to the checkpointer's working copy.
+fn partitions(
+    cfg: &Config,
+    input: &Path,
+    engine: &Arc<EngineConfig>,
+    checkpointer: &Checkpointer,
+    outputs: SideFiles,
+) -> Partitions<SideFiles> {
+    let settings = Settings {
+        engine: engine.clone(),
+        topic: format!("file:{}", input.display()),
+        policy: StartPolicy::default(),
+        bounded: false,
+        idle_ms: None,
+        memory_budget: cfg.state.memory_budget_bytes(),
+    };
+    let mut parts = Partitions::new(settings, outputs);
+    let mut task = PartitionTask::new(Partition(0), engine.clone());
+    task.attach_spill(checkpointer.store.clone());
+    let start = Start {
+        next: NextOffset(0),
+        end: i64::MAX,
+        offsets: OffsetLedger::default(),
+        epoch: 0,
+    };
+    parts.assign(Partition(0), task, start);
+    parts
 }

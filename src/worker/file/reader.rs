@@ -30,6 +30,8 @@ use super::decode::BytesRead;
 use super::lines::{Line, Lines};
 use super::source;
 use crate::engine::{EngineConfig, Prepared, RecordIn};
+use crate::model::Partition;
+use crate::worker::partitions::Record;
 
 /// Records per chunk: one hand-over per chunk, small enough to stay in cache.
 const CHUNK: usize = 1024;
@@ -57,9 +59,9 @@ pub struct Chunk {
     bytes: Vec<u8>,
     ends: Vec<usize>,
     /// Each record's line number.
-    pub numbers: Vec<u64>,
+    numbers: Vec<u64>,
     /// For an oversized record, its true length (it holds a prefix of it).
-    pub oversized: Vec<Option<u64>>,
+    oversized: Vec<Option<u64>>,
     pub prepared: Prepared,
     /// Lines read through this chunk (empty ones included).
     pub line_no: u64,
@@ -77,6 +79,11 @@ impl Chunk {
     /// The `i`-th record's bytes.
     pub fn record(&self, i: usize) -> &[u8] {
         &self.bytes[self.span(i)]
+    }
+
+    /// The `i`-th record's line number.
+    fn line(&self, i: usize) -> u64 {
+        self.numbers[i]
     }
 
     fn span(&self, i: usize) -> std::ops::Range<usize> {
@@ -108,6 +115,53 @@ impl Chunk {
         self.oversized.clear();
         self.prepared.clear();
         self.end = None;
+    }
+}
+
+/// A chunk is a run of partition 0, its offsets the lines' numbers − 1; a file has
+/// every line from the first (its log start is 0), read under no assignment.
+impl crate::worker::partitions::Run for Chunk {
+    fn partition(&self) -> Partition {
+        Partition(0)
+    }
+
+    fn epoch(&self) -> u64 {
+        0
+    }
+
+    fn log_start(&self) -> Option<i64> {
+        Some(0)
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn offset(&self, i: usize) -> i64 {
+        self.line(i) as i64 - 1
+    }
+
+    fn prepared(&self) -> &Prepared {
+        &self.prepared
+    }
+
+    fn record_in(&self, i: usize, now_ms: i64) -> RecordIn<'_> {
+        RecordIn {
+            payload: self.record(i),
+            kafka_ts: None,
+            now_ms,
+        }
+    }
+
+    fn record(&self, i: usize) -> Record<'_> {
+        Record {
+            partition: Partition(0),
+            offset: self.offset(i),
+            key: None,
+            payload: self.record(i),
+            kafka_ts: None,
+            true_len: self.oversized[i],
+        }
     }
 }
 

@@ -7,14 +7,14 @@
 //! Invariants:
 //! - This thread is the only one that polls the consumer while it runs, so the
 //!   rebalance callback runs here, between two polls, and never while a chunk is
-//!   half built. The callback locks the worker's state (`Core`), as the loop does
+//!   half built. The callback locks the worker's state (`kafka::worker::Worker`), as the loop does
 //!   to apply a chunk: a revoke's checkpoint sees exactly the chunks applied
 //!   before it. Chunks still queued then are not in that checkpoint; their
 //!   records are read again by whoever owns the partition next.
 //! - A chunk holds runs: records of one partition in increasing offsets, polled
-//!   under one assignment epoch (`Core::epoch`, raised by every assignment). The
+//!   under one assignment epoch (`Shared::epoch`, raised by every assignment). The
 //!   loop applies a run only if its partition is still assigned under the epoch
-//!   it was polled in or an earlier one (`Slot::assigned_at`): a run polled
+//!   it was polled in or an earlier one (`worker::partitions`): a run polled
 //!   before a partition was revoked and assigned again is dropped, because the
 //!   new assignment fetches from the checkpoint, and applying the old run after
 //!   it could make a false gap in the offsets.
@@ -26,7 +26,12 @@
 //!   (`Positions`) when they moved since last sent: read after the poll, they are
 //!   past every record this thread has put in a chunk — and past the transaction
 //!   markers librdkafka consumed without handing them over, which no record shows
-//!   (`Core::pass_positions`).
+//!   (`Partitions::pass`).
+//! - Each run carries its partition's log start, and each `Positions` the log
+//!   starts of its partitions, as librdkafka's cache held them after the poll
+//!   (`cached_log_start`, no round trip): the offsets a run skips are classified
+//!   against them (`checkpoint::ledger::classify`), so applying a run makes no
+//!   call into librdkafka.
 //! - Step 1 runs under the engine configuration current when the chunk was
 //!   polled (`Polled::cfg`); the loop applies a chunk prepared under another one
 //!   (a price reload came between) by running step 1 again itself.
@@ -46,9 +51,10 @@ use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::topic_partition_list::Offset;
 use tracing::warn;
 
+use crate::base::clock;
 use crate::engine::{EngineConfig, Prepared, RecordIn};
+use crate::kafka::source::cached_log_start;
 use crate::model::Partition;
-use crate::worker::clock;
 use crate::worker::rebalance::Source;
 
 /// Records per chunk: one hand-over per chunk, small enough to stay in cache.
@@ -76,8 +82,11 @@ struct Meta {
 #[derive(Debug)]
 pub struct Run {
     pub partition: Partition,
-    /// `Core::epoch` when the records were polled.
+    /// The assignment epoch (`Shared::epoch`) when the records were polled.
     pub epoch: u64,
+    /// The partition's log start as librdkafka had seen it when the run was
+    /// polled (read on this thread: applying the run makes no call into it).
+    pub log_start: Option<i64>,
     bytes: Vec<u8>,
     records: Vec<Meta>,
     pub prepared: Prepared,
@@ -88,6 +97,7 @@ impl Run {
         Self {
             partition,
             epoch,
+            log_start: None,
             bytes: Vec::new(),
             records: Vec::new(),
             prepared: Prepared::default(),
@@ -153,9 +163,48 @@ impl Run {
 
     /// The records with offsets in `[from, to)`: a range, offsets being increasing.
     pub fn within(&self, from: i64, to: i64) -> Range<usize> {
-        let start = self.records.partition_point(|r| r.offset < from);
-        let end = self.records.partition_point(|r| r.offset < to);
-        start..end.max(start)
+        crate::worker::partitions::within(self, from, to)
+    }
+}
+
+impl crate::worker::partitions::Run for Run {
+    fn partition(&self) -> Partition {
+        self.partition
+    }
+
+    fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    fn log_start(&self) -> Option<i64> {
+        self.log_start
+    }
+
+    fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    fn offset(&self, i: usize) -> i64 {
+        self.records[i].offset
+    }
+
+    fn prepared(&self) -> &Prepared {
+        &self.prepared
+    }
+
+    fn record_in(&self, i: usize, now_ms: i64) -> RecordIn<'_> {
+        Run::record_in(self, i, now_ms)
+    }
+
+    fn record(&self, i: usize) -> crate::worker::partitions::Record<'_> {
+        crate::worker::partitions::Record {
+            partition: self.partition,
+            offset: self.offset(i),
+            key: self.key(i),
+            payload: self.payload(i),
+            kafka_ts: self.kafka_ts(i),
+            true_len: None,
+        }
     }
 }
 
@@ -222,17 +271,26 @@ pub struct Polled {
 /// The consumer's positions (librdkafka's: the offset after the last record or
 /// control record it consumed, per assigned partition), read after a poll that
 /// found nothing: every record before them is in this chunk or an earlier one.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Positions {
-    /// `Core::epoch` when they were read.
+    /// The assignment epoch (`Shared::epoch`) when they were read.
     pub epoch: u64,
     pub at: Vec<(Partition, i64)>,
+    /// Each partition's log start as librdkafka had seen it then (as `at`).
+    pub log_starts: Vec<Option<i64>>,
+}
+
+impl Positions {
+    /// The same positions under the same epoch (the log starts aside).
+    fn same(&self, other: &Self) -> bool {
+        self.epoch == other.epoch && self.at == other.at
+    }
 }
 
 /// The positions of the assigned partitions that librdkafka knows.
-fn positions(consumer: &Source, epoch: u64) -> Option<Positions> {
+fn positions(consumer: &Source, topic: &str, epoch: u64) -> Option<Positions> {
     let tpl = consumer.position().ok()?;
-    let at = tpl
+    let at: Vec<(Partition, i64)> = tpl
         .elements()
         .iter()
         .filter_map(|e| match e.offset() {
@@ -240,16 +298,26 @@ fn positions(consumer: &Source, epoch: u64) -> Option<Positions> {
             _ => None,
         })
         .collect();
-    Some(Positions { epoch, at })
+    let log_starts = at
+        .iter()
+        .map(|(p, _)| cached_log_start(consumer, topic, *p))
+        .collect();
+    Some(Positions {
+        epoch,
+        at,
+        log_starts,
+    })
 }
 
 /// What the loop shares with the poll thread.
 #[derive(Clone)]
 pub struct Shared {
     pub consumer: Arc<Source>,
+    /// The input topic.
+    pub topic: String,
     /// The engine configuration step 1 runs under (replaced by a price reload).
     pub engine: Arc<Mutex<Arc<EngineConfig>>>,
-    /// `Core::epoch`.
+    /// Raised by every assignment (`kafka::worker`), read after each poll.
     pub epoch: Arc<AtomicU64>,
 }
 
@@ -339,9 +407,15 @@ fn poll_loop(shared: &Shared, tx: &SyncSender<Polled>, stop: &AtomicBool) {
             wait = Duration::ZERO;
         }
         let positions = idle
-            .then(|| positions(consumer, shared.epoch.load(Ordering::Acquire)))
+            .then(|| {
+                positions(
+                    consumer,
+                    &shared.topic,
+                    shared.epoch.load(Ordering::Acquire),
+                )
+            })
             .flatten()
-            .filter(|p| sent_positions.as_ref() != Some(p));
+            .filter(|p| !sent_positions.as_ref().is_some_and(|s| s.same(p)));
         if runs.is_empty() && !out_of_range && positions.is_none() {
             continue;
         }
@@ -353,6 +427,9 @@ fn poll_loop(shared: &Shared, tx: &SyncSender<Polled>, stop: &AtomicBool) {
             Err(_) => return,
         };
         let now_ms = clock::wall_ms();
+        for run in &mut runs {
+            run.log_start = cached_log_start(consumer, &shared.topic, run.partition);
+        }
         prepare(&mut runs, &cfg, now_ms);
         let polled = Polled {
             runs,

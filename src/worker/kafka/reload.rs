@@ -17,11 +17,11 @@ use std::sync::Arc;
 
 use tracing::{error, info, warn};
 
-use super::core::Core;
+use super::worker::Worker;
 use crate::checkpoint::evolution::{compare, Rules, Semantics};
 use crate::config::Config;
 
-impl Core {
+impl Worker {
     /// Reloads the price table from `path` (see the module header).
     pub fn reload_prices(&mut self, path: Option<&Path>) {
         match self.try_reload(path) {
@@ -49,11 +49,10 @@ impl Core {
             return Err("the running rules are not known".into());
         };
         let mut changes = BTreeSet::new();
-        if self.slots.is_empty() {
+        if self.parts.is_empty() {
             changes.extend(compare(now, &new, None)?);
         }
-        for (p, s) in &self.slots {
-            let hw = s.task.high_water().map(|t| t.0);
+        for (p, hw) in self.parts.high_waters() {
             let found = compare(now, &new, hw).map_err(|why| format!("partition {p}: {why}"))?;
             changes.extend(found);
         }
@@ -63,13 +62,10 @@ impl Core {
         for change in &changes {
             warn!(change = %change, "price table reloaded: compatible change");
         }
-        self.engine = engine.clone();
         if let Ok(mut shared) = self.shared_engine.lock() {
             *shared = engine.clone();
         }
-        for s in self.slots.values_mut() {
-            s.task.set_config(engine.clone());
-        }
+        self.parts.set_engine(engine);
         let rules = Arc::new(Rules::of(new));
         self.job.rules = rules.clone();
         self.coord.set_rules(rules);

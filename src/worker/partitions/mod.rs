@@ -1,0 +1,292 @@
+//! The worker's partitions, whichever driver feeds them — the Kafka worker
+//! (`worker::kafka`) or the file run (`worker::file`) — and their one port to the
+//! world (`Outputs`). This unit owns applying a run of records (offset ledger →
+//! engine → routes → outputs, `apply`), the liveness rule (`idle`), the memory
+//! policy and the cut a checkpoint takes (`memory`), and the audit and the report
+//! (`audit`). It makes no I/O of its own but through `Outputs` and the state store
+//! the tasks spill to: what it needs from the consumer (the log start seen with a
+//! run, the log ends) is handed to it, so every decision here is a function of
+//! what it was given and a test drives it with a `Vec` of records.
+//!
+//! Invariants:
+//! - A run is applied only while its partition is assigned under the epoch it was
+//!   read in or an earlier one (`Run::epoch`, `kafka::poller`), and only from the
+//!   partition's next offset on; a bounded run applies nothing at or past the log
+//!   end seen at assignment.
+//! - Every offset a partition's next offset moves over is a record (consumed), an
+//!   empty offset or an accepted gap (`checkpoint::ledger`): both audits — each
+//!   record consumed has one route; `consumed + empty + gaps == next` — hold after
+//!   every call (`balanced`). A gap is refused unless the start policy accepts it.
+//! - Every record applied takes exactly one route, and what that route sends goes to
+//!   `Outputs` in the engine's order: a run's panes (with their progress records)
+//!   before its too-late records and dead letters.
+//! - The memory budget is checked every 4,096 records applied; over it, `spill_due`
+//!   says so until the next eviction, which a driver runs through `spill` (or a
+//!   checkpoint). Windows are evicted only when every window equals its stored copy
+//!   (right after a spill or a settled checkpoint).
+//! - A crash anywhere replays from the newest complete checkpoint; replayed outputs
+//!   are byte-identical to the originals (same versions).
+
+mod apply;
+mod audit;
+mod idle;
+mod memory;
+mod outputs;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+pub use outputs::{NoGroup, OutputPorts, Outputs, Record};
+
+use super::lag;
+use super::WorkerError;
+use crate::base::clock;
+use crate::checkpoint::OffsetLedger;
+use crate::engine::{EngineConfig, PartitionTask, Prepared, RecordIn, ResultRecord, Route};
+use crate::kafka::source::StartPolicy;
+use crate::model::Partition;
+use crate::state::NextOffset;
+
+pub(crate) use apply::{log_accepted_gap, log_onboarded};
+
+/// Consecutive records of one partition, in increasing offsets, through step 1 of
+/// the rules (`Prepared`), as a driver read them.
+pub trait Run {
+    fn partition(&self) -> Partition;
+    /// The assignment epoch the records were read under (a file run: 0).
+    fn epoch(&self) -> u64;
+    /// The partition's log start as the reader last saw it when it read these
+    /// records (`None`: not known; then no skipped offset is taken as deleted).
+    fn log_start(&self) -> Option<i64>;
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    fn offset(&self, i: usize) -> i64;
+    /// Step 1 of every record, in order.
+    fn prepared(&self) -> &Prepared;
+    /// The `i`-th record as the engine reads it, ingested at `now_ms` (step 1 again,
+    /// when the configuration changed since).
+    fn record_in(&self, i: usize, now_ms: i64) -> RecordIn<'_>;
+    /// The `i`-th record as an output carries it.
+    fn record(&self, i: usize) -> Record<'_>;
+}
+
+/// The records of `run` with offsets in `[from, to)`: a range, offsets increasing.
+pub fn within(run: &impl Run, from: i64, to: i64) -> Range<usize> {
+    let first_at_or_past = |o: i64| {
+        let (mut lo, mut hi) = (0, run.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if run.offset(mid) < o {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    };
+    let start = first_at_or_past(from);
+    start..first_at_or_past(to).max(start)
+}
+
+/// One owned partition.
+struct Slot {
+    task: PartitionTask,
+    next: NextOffset,
+    /// Log end when the partition was assigned (for a bounded run).
+    end: i64,
+    /// `clock::mono_ms()` of this partition's last record.
+    last_record: i64,
+    /// `clock::mono_ms()` when the liveness rule last looked at it.
+    checked_at: i64,
+    /// Where the offsets before `next` went (checkpointed with the state).
+    offsets: OffsetLedger,
+    /// The assignment epoch that assigned the partition.
+    assigned_at: u64,
+}
+
+/// What a partition starts from when it is assigned.
+pub struct Start {
+    pub next: NextOffset,
+    /// The log end seen at assignment (a bounded run stops there; `i64::MAX`: none).
+    pub end: i64,
+    pub offsets: OffsetLedger,
+    /// The assignment epoch.
+    pub epoch: u64,
+}
+
+/// What every partition shares.
+#[derive(Clone)]
+pub struct Settings {
+    pub engine: Arc<EngineConfig>,
+    /// The input, as refusals name it.
+    pub topic: String,
+    pub policy: StartPolicy,
+    /// A bounded run (`--until-end`): records at or past a partition's log end as
+    /// seen at assignment are not applied.
+    pub bounded: bool,
+    /// `watermark.idle_timeout`, ms.
+    pub idle_ms: Option<i64>,
+    /// Bytes of state these partitions may hold in memory (`state.memory_budget`).
+    pub memory_budget: Option<usize>,
+}
+
+/// The memory policy's state (see the module header).
+#[derive(Default)]
+struct Memory {
+    /// Records since the last check.
+    since_check: u32,
+    /// Over the budget: spill now.
+    spill_due: bool,
+    /// Windows evicted so far.
+    evicted: u64,
+}
+
+/// The partitions a worker owns, generic over where their outputs go.
+pub struct Partitions<O> {
+    settings: Settings,
+    slots: BTreeMap<Partition, Slot>,
+    /// The panes of the run being applied (reused).
+    panes: Vec<ResultRecord>,
+    /// The routes of the run being applied (reused).
+    routes: Vec<Route>,
+    outputs: O,
+    memory: Memory,
+    /// Partitions of the input and of the results topic, for progress records
+    /// (finality); `None`: not known, no progress records.
+    progress_to: Option<(i32, i32)>,
+}
+
+impl<O: Outputs> Partitions<O> {
+    pub fn new(settings: Settings, outputs: O) -> Self {
+        Self {
+            settings,
+            slots: BTreeMap::new(),
+            panes: Vec::new(),
+            routes: Vec::new(),
+            outputs,
+            memory: Memory::default(),
+            progress_to: None,
+        }
+    }
+
+    pub fn outputs(&self) -> &O {
+        &self.outputs
+    }
+
+    pub fn outputs_mut(&mut self) -> &mut O {
+        &mut self.outputs
+    }
+
+    pub fn engine(&self) -> &Arc<EngineConfig> {
+        &self.settings.engine
+    }
+
+    pub fn policy(&self) -> StartPolicy {
+        self.settings.policy
+    }
+
+    /// `watermark.idle_timeout`, ms.
+    pub fn idle_ms(&self) -> Option<i64> {
+        self.settings.idle_ms
+    }
+
+    /// Progress records go to `(input partitions, results partitions)`.
+    pub fn send_progress_to(&mut self, to: (i32, i32)) {
+        self.progress_to = Some(to);
+    }
+
+    /// Takes `p` over from `start` with its task (restored or new).
+    pub fn assign(&mut self, p: Partition, task: PartitionTask, start: Start) {
+        let slot = Slot {
+            task,
+            next: start.next,
+            end: start.end,
+            last_record: clock::mono_ms(),
+            checked_at: i64::MIN,
+            offsets: start.offsets,
+            assigned_at: start.epoch,
+        };
+        self.slots.insert(p, slot);
+    }
+
+    /// Lets `p` go (its state stays wherever it was committed).
+    pub fn remove(&mut self, p: Partition) {
+        self.slots.remove(&p);
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// The owned partitions, in order.
+    pub fn owned(&self) -> impl Iterator<Item = Partition> + '_ {
+        self.slots.keys().copied()
+    }
+
+    /// Each owned partition's next offset.
+    pub fn next_offsets(&self) -> impl Iterator<Item = (Partition, NextOffset)> + '_ {
+        self.slots.iter().map(|(p, s)| (*p, s.next))
+    }
+
+    /// Each owned partition's position, for the consumer lag (`worker::lag`).
+    pub fn lag_positions(&self) -> impl Iterator<Item = (Partition, lag::Position)> + '_ {
+        self.slots.iter().map(|(p, s)| {
+            let at = lag::Position {
+                next: s.next,
+                end_at_assign: s.end,
+            };
+            (*p, at)
+        })
+    }
+
+    /// A partition's share of the memory budget once `more` partitions join.
+    pub fn share_with(&self, more: usize) -> Option<usize> {
+        let n = (self.slots.len() + more).max(1);
+        self.settings.memory_budget.map(|b| b / n)
+    }
+
+    /// Every owned partition is read to the log end seen at its assignment
+    /// (`ledger::drained`).
+    pub fn drained(&self) -> bool {
+        let drained = |s: &Slot| crate::checkpoint::ledger::drained(s.next, s.end);
+        self.slots.values().all(drained)
+    }
+
+    /// Each owned partition's high-water `completed_ts` (a price reload's rule).
+    pub fn high_waters(&self) -> impl Iterator<Item = (Partition, Option<i64>)> + '_ {
+        let hw = |s: &Slot| s.task.high_water().map(|t| t.0);
+        self.slots.iter().map(move |(p, s)| (*p, hw(s)))
+    }
+
+    /// Applies records from now on under `engine` (a price reload).
+    pub fn set_engine(&mut self, engine: Arc<EngineConfig>) {
+        for s in self.slots.values_mut() {
+            s.task.set_config(engine.clone());
+        }
+        self.settings.engine = engine;
+    }
+
+    /// End of input: every open window emits its panes (not checkpointed; see
+    /// `PartitionTask::end_of_input`).
+    pub fn end_of_input(&mut self) -> Result<(), WorkerError> {
+        for slot in self.slots.values_mut() {
+            slot.task.end_of_input(&mut self.panes);
+            if let Some(e) = slot.task.take_spill_error() {
+                return Err(WorkerError::Refused(e));
+            }
+        }
+        for pane in self.panes.drain(..) {
+            self.outputs.result(&pane)?;
+        }
+        Ok(())
+    }
+}
