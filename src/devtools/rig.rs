@@ -92,11 +92,12 @@ impl Rig {
         }
     }
 
-    /// The worker's memory check (every 4096 records): over the budget, the
-    /// changes go to the store and the tasks shrink (`spill::keep_of`).
-    fn check_memory(&mut self) -> Result<(), CheckpointError> {
+    /// The worker's memory check (every 4096 records, and after a record that
+    /// emitted panes, as `worker::partitions` checks after such a run): over the
+    /// budget, the changes go to the store and the tasks shrink (`spill::keep_of`).
+    fn check_memory(&mut self, paned: bool) -> Result<(), CheckpointError> {
         self.since_check += 1;
-        if self.since_check < 4096 {
+        if self.since_check < 4096 && !paned {
             return Ok(());
         }
         self.since_check = 0;
@@ -162,7 +163,7 @@ impl Rig {
             &mut out,
         );
         self.offsets[p] += 1;
-        self.check_memory()?;
+        self.check_memory(!out.is_empty())?;
         Ok(route)
     }
 

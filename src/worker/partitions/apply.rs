@@ -189,7 +189,7 @@ impl<O: Outputs> Partitions<O> {
         // that counted none (nearly every one) has nothing to dispatch.
         let after = slot.task.counters();
         let routed = after.too_late != before.too_late || after.dead_letter != before.dead_letter;
-        self.count_for_memory(range.len());
+        self.count_for_memory(range.len(), after.panes != before.panes);
         if routed {
             self.dispatch(run, range.zip(routes.drain(..)), before.dead_letter)?;
         }

@@ -1,8 +1,11 @@
 //! The memory policy (docs/DESIGN.md §7.7) and what the checkpoint coordinator
 //! takes from the partitions: the cut at a barrier, the commits of a spill.
 //!
-//! Every 4,096 records applied, the state the tasks hold in memory (windows, their
-//! changes, dedup ids) is compared with the budget; over it, the driver spills: the
+//! Every 4,096 records applied, and after every run that emitted panes (a window
+//! end that fires brings its evicted windows back, with their panes and changed
+//! copies, so the next partition's end must not add to them), the state the tasks
+//! hold in memory (windows, their changes, dedup ids) is compared with the budget —
+//! a sum over the partitions; over it, the driver spills: the
 //! coordinator's state write without the export, then an eviction down to
 //! `spill::keep_of` the budget, shared evenly by the partitions. Nothing is flushed
 //! or committed by a spill.
@@ -18,11 +21,12 @@ use crate::worker::WorkerError;
 const CHECK_EVERY: u32 = 4096;
 
 impl<O: Outputs> Partitions<O> {
-    /// Counts `n` records applied; every `CHECK_EVERY`, checks the budget.
-    pub(super) fn count_for_memory(&mut self, n: usize) {
+    /// Counts `n` records applied; every `CHECK_EVERY`, and after a run that
+    /// emitted panes (`paned`), checks the budget.
+    pub(super) fn count_for_memory(&mut self, n: usize, paned: bool) {
         let m = &mut self.memory;
         m.since_check = m.since_check.saturating_add(n as u32);
-        if m.since_check < CHECK_EVERY {
+        if m.since_check < CHECK_EVERY && !paned {
             return;
         }
         m.since_check = 0;

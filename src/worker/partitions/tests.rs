@@ -544,3 +544,58 @@ fn a_gap_is_refused_without_the_flag() {
     );
     assert_eq!(report.next_offset, NextOffset(6));
 }
+
+/// The budget is checked after a run that emitted panes (a window end that
+/// fires brings its evicted windows back), not only every 4,096 records.
+#[test]
+fn a_run_that_fires_panes_checks_the_budget_at_once() {
+    let engine = crate::devtools::support::one_price_engine(10_000);
+    let settings = Settings {
+        engine: engine.clone(),
+        topic: "t".into(),
+        policy: StartPolicy::default(),
+        bounded: false,
+        idle_ms: None,
+        memory_budget: Some(4096),
+    };
+    let mut parts = Partitions::new(settings, Recording::default());
+    let p = Partition(0);
+    let start = Start {
+        next: NextOffset(0),
+        end: i64::MAX,
+        offsets: OffsetLedger::default(),
+        epoch: 0,
+    };
+    parts.assign(p, PartitionTask::new(p, engine.clone()), start);
+    let t0 = 1_767_261_600_000i64;
+    let rec = |i: i64, ts: i64| {
+        let json = format!(
+            r#"{{"request_id":"r{i}","tenant_id":"t{i}","model":"m","prompt_tokens":1,"completion_tokens":1,"completed_ts":{ts}}}"#
+        );
+        (i, json)
+    };
+    // 40 tenants in the first minute: over a 4 KiB budget, no pane yet.
+    let first: Vec<_> = (0..40).map(|i| rec(i, t0 + i * 100)).collect();
+    parts
+        .apply(&TestRun::new(p, 0, None, &first, &engine), &engine, 0)
+        .unwrap();
+    assert!(
+        !parts.spill_due(),
+        "40 records and no pane: not checked yet"
+    );
+    // Then time moves on 5 s a record: the first minute fires.
+    let next: Vec<_> = (40..70)
+        .map(|i| rec(i, t0 + 4_000 + (i - 40) * 5_000))
+        .collect();
+    parts
+        .apply(&TestRun::new(p, 0, None, &next, &engine), &engine, 0)
+        .unwrap();
+    assert!(
+        !parts.outputs().got.results.is_empty(),
+        "the first minute fired"
+    );
+    assert!(
+        parts.spill_due(),
+        "a run that fired panes checks the budget"
+    );
+}
