@@ -486,55 +486,49 @@ proptest! {
     }
 }
 
-/// Without `--allow-truncated-log`, a run whose records skip deleted offsets is
-/// refused, naming them.
-#[test]
-fn a_gap_is_refused_without_the_flag() {
-    let engine = crate::devtools::support::one_price_engine(10_000);
+/// A unit over partition 0 alone, assigned from offset 0.
+fn one_partition(
+    engine: &Arc<EngineConfig>,
+    allow_truncated_log: bool,
+    memory_budget: Option<usize>,
+) -> Partitions<Recording> {
     let settings = Settings {
         engine: engine.clone(),
         topic: "t".into(),
-        policy: StartPolicy::default(),
+        policy: StartPolicy {
+            allow_truncated_log,
+            ..StartPolicy::default()
+        },
         bounded: false,
         idle_ms: None,
-        memory_budget: None,
+        memory_budget,
     };
     let mut parts = Partitions::new(settings, Recording::default());
-    let p = Partition(0);
     let start = Start {
         next: NextOffset(0),
         end: i64::MAX,
         offsets: OffsetLedger::default(),
         epoch: 0,
     };
+    let p = Partition(0);
     parts.assign(p, PartitionTask::new(p, engine.clone()), start);
+    parts
+}
+
+/// Without `--allow-truncated-log`, a run whose records skip deleted offsets is
+/// refused, naming them.
+#[test]
+fn a_gap_is_refused_without_the_flag() {
+    let engine = crate::devtools::support::one_price_engine(10_000);
+    let mut parts = one_partition(&engine, false, None);
+    let p = Partition(0);
     let recs = [(5, "{}".to_string())];
     // Offsets 0..3 deleted, 3..5 empty.
     let run = TestRun::new(p, 0, Some(3), &recs, &engine);
     let e = parts.apply(&run, &engine, 0).unwrap_err().to_string();
     assert!(e.contains("0..3"), "{e}");
     // Accepted, the same run balances: 3 gap offsets, 2 empty, 1 record.
-    let mut parts = Partitions::new(
-        Settings {
-            engine: engine.clone(),
-            topic: "t".into(),
-            policy: StartPolicy {
-                allow_truncated_log: true,
-                ..StartPolicy::default()
-            },
-            bounded: false,
-            idle_ms: None,
-            memory_budget: None,
-        },
-        Recording::default(),
-    );
-    let start = Start {
-        next: NextOffset(0),
-        end: i64::MAX,
-        offsets: OffsetLedger::default(),
-        epoch: 0,
-    };
-    parts.assign(p, PartitionTask::new(p, engine.clone()), start);
+    let mut parts = one_partition(&engine, true, None);
     parts.apply(&run, &engine, 0).unwrap();
     assert!(parts.balanced());
     let report = &parts.reports(|_| None)[0];
@@ -550,23 +544,8 @@ fn a_gap_is_refused_without_the_flag() {
 #[test]
 fn a_run_that_fires_panes_checks_the_budget_at_once() {
     let engine = crate::devtools::support::one_price_engine(10_000);
-    let settings = Settings {
-        engine: engine.clone(),
-        topic: "t".into(),
-        policy: StartPolicy::default(),
-        bounded: false,
-        idle_ms: None,
-        memory_budget: Some(4096),
-    };
-    let mut parts = Partitions::new(settings, Recording::default());
+    let mut parts = one_partition(&engine, false, Some(4096));
     let p = Partition(0);
-    let start = Start {
-        next: NextOffset(0),
-        end: i64::MAX,
-        offsets: OffsetLedger::default(),
-        epoch: 0,
-    };
-    parts.assign(p, PartitionTask::new(p, engine.clone()), start);
     let t0 = 1_767_261_600_000i64;
     let rec = |i: i64, ts: i64| {
         let json = format!(
