@@ -4,6 +4,10 @@
 //! unwinding, no flush, no destructor) the `n`-th time (default 1st) execution
 //! reaches `hit("<name>")`. Unset, `hit` costs one relaxed atomic load.
 //!
+//! `TALLY_PANIC_AT=<name>[:<n>]` makes the `n`-th `hit("<name>")` panic instead,
+//! in whatever thread reached it: the exit status of a bug (1, `ErrorClass::
+//! Internal`). Every crash point is also a pause point (below).
+//!
 //! `TALLY_PAUSE_AT=<name>:<ms>` makes every `pause("<name>")` sleep `ms`
 //! milliseconds (0 without `:<ms>`): a test slows one step down to hold a race
 //! window open (the Kafka loop's `apply_chunk`, so that a rebalance finds chunks
@@ -19,6 +23,8 @@ use std::sync::OnceLock;
 static TARGET: OnceLock<Option<(String, u64)>> = OnceLock::new();
 static HITS: AtomicU64 = AtomicU64::new(0);
 static PAUSE: OnceLock<Option<(String, u64)>> = OnceLock::new();
+static PANIC: OnceLock<Option<(String, u64)>> = OnceLock::new();
+static PANIC_HITS: AtomicU64 = AtomicU64::new(0);
 
 /// `<name>[:<n>]` from the environment variable `var`; `n` is `default` when
 /// absent or not a number.
@@ -34,8 +40,16 @@ fn target() -> &'static Option<(String, u64)> {
     TARGET.get_or_init(|| armed("TALLY_CRASH_AT", 1).map(|(name, n)| (name, n.max(1))))
 }
 
-/// Aborts the process if this crash point is armed and its count is reached.
+/// Aborts the process if this crash point is armed and its count is reached;
+/// panics if it is armed as a panic point; sleeps if it is armed as a pause
+/// point.
 pub fn hit(name: &str) {
+    if let Some((armed, n)) = PANIC.get_or_init(|| armed("TALLY_PANIC_AT", 1)) {
+        if armed == name && PANIC_HITS.fetch_add(1, Ordering::Relaxed) + 1 == (*n).max(1) {
+            panic!("panic point {name} reached (TALLY_PANIC_AT)");
+        }
+    }
+    pause(name);
     if let Some((armed, n)) = target() {
         if armed == name && HITS.fetch_add(1, Ordering::Relaxed) + 1 == *n {
             eprintln!("tally: crash point {name} reached; aborting");

@@ -107,6 +107,7 @@ impl ConsumerContext for SourceContext {
         };
         let result: KafkaResult<()> = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                crate::failpoint::hit("rebalance_assign");
                 let mut committer = GroupCommitter::new(consumer, &topic);
                 let assigned = gather_facts(consumer, &topic, &partitions)
                     .map_err(WorkerError::Refused)
@@ -133,6 +134,7 @@ impl ConsumerContext for SourceContext {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 let at: Vec<i32> = partitions.iter().map(|p| p.0).collect();
                 info!(partitions = %crate::logfmt::list(&at), "revoked");
+                crate::failpoint::hit("rebalance_revoke");
                 let mut committer = GroupCommitter::new(consumer, &topic);
                 if let Err(e) = handler.on_revoke(&mut committer, &partitions) {
                     self.fail(e);
