@@ -41,10 +41,25 @@ pub enum KafkaIoError {
     },
 }
 
-/// A flush that failed at a checkpoint barrier fails the checkpoint (step 2).
-impl From<KafkaIoError> for crate::checkpoint::CheckpointError {
-    fn from(e: KafkaIoError) -> Self {
-        crate::checkpoint::CheckpointError::Outputs(Box::new(e))
+impl crate::base::error::Classify for KafkaIoError {
+    fn class(&self) -> crate::base::error::ErrorClass {
+        match self {
+            KafkaIoError::Client { source, .. } => client_class(source),
+            KafkaIoError::Fatal(_) | KafkaIoError::Unreachable { .. } => {
+                crate::base::error::ErrorClass::Unavailable
+            }
+        }
+    }
+}
+
+/// The class of one of librdkafka's errors: a refused property is a
+/// configuration error, anything else the cluster failing.
+pub fn client_class(e: &rdkafka::error::KafkaError) -> crate::base::error::ErrorClass {
+    use crate::base::error::ErrorClass;
+    use rdkafka::error::KafkaError;
+    match e {
+        KafkaError::ClientConfig(..) | KafkaError::ClientCreation(_) => ErrorClass::Config,
+        _ => ErrorClass::Unavailable,
     }
 }
 
@@ -197,7 +212,8 @@ pub fn partition_count<C: rdkafka::consumer::ConsumerContext>(
 
 /// Waits until the cluster answers a metadata request for `topic`, for at most
 /// `k.connect_timeout`; then fails with the last error librdkafka reported (a
-/// TLS or SASL failure names itself there). Stops early on shutdown.
+/// TLS or SASL failure names itself there). Stops early on shutdown. Call it
+/// before the consumer subscribes or is assigned (it polls the consumer's events).
 pub fn await_cluster<C: rdkafka::consumer::ConsumerContext>(
     consumer: &rdkafka::consumer::BaseConsumer<C>,
     k: &KafkaConfig,
@@ -216,6 +232,12 @@ pub fn await_cluster<C: rdkafka::consumer::ConsumerContext>(
             Ok(_) => return Ok(()),
             Err(e) => e,
         };
+        // Serve the client's queued events: its log lines (`FAIL`) carry why a
+        // connection failed (a TLS handshake, SASL), and a consumer nobody polls
+        // yet (the sink's, before its assignment) would keep them queued, leaving
+        // only "BrokerTransportFailure". Not subscribed or assigned yet, a poll
+        // returns no message; its errors are that summary without the reason.
+        while consumer.poll(Duration::ZERO).is_some() {}
         if Instant::now() >= deadline || crate::base::shutdown::requested() {
             let mut last = logging::last_error().unwrap_or_else(|| err.to_string());
             if last.contains("state APIVERSION_QUERY") && !last.contains("SSL routines") {

@@ -61,21 +61,24 @@ pub fn gather_facts<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     topic: &str,
     partitions: &[Partition],
-) -> Result<Vec<LogFacts>, String> {
+) -> Result<Vec<LogFacts>, super::KafkaIoError> {
     let timeout = Duration::from_secs(10);
     let mut tpl = TopicPartitionList::new();
     for p in partitions {
         tpl.add_partition(topic, p.0);
     }
-    let committed = consumer
-        .committed_offsets(tpl, timeout)
-        .map_err(|e| format!("reading the committed offsets of {topic}: {e}"))?;
+    let committed =
+        consumer
+            .committed_offsets(tpl, timeout)
+            .map_err(super::KafkaIoError::client(format!(
+                "reading the committed offsets of {topic}"
+            )))?;
     partitions
         .iter()
         .map(|p| {
-            let (log_start, log_end) = consumer
-                .fetch_watermarks(topic, p.0, timeout)
-                .map_err(|e| format!("reading the log range of {topic}/{p}: {e}"))?;
+            let (log_start, log_end) = consumer.fetch_watermarks(topic, p.0, timeout).map_err(
+                super::KafkaIoError::client(format!("reading the log range of {topic}/{p}")),
+            )?;
             let committed = match committed.find_partition(topic, p.0).map(|e| e.offset()) {
                 Some(Offset::Offset(o)) => Some(o),
                 _ => None,

@@ -23,6 +23,7 @@ use tracing::{error, info, warn};
 use super::apply::{applied_offsets, apply_batch, Batch, Delivered, Rejected};
 use super::{check, connect, migrate, SinkError};
 use crate::base::clock::now_ms;
+use crate::base::error::{Refusal, RefusalKind};
 use crate::base::shutdown;
 use crate::config::Config;
 use crate::engine::SinkRecord;
@@ -209,11 +210,11 @@ fn assignment(
             )))?;
         if let Some(s) = start {
             if s < low || s > high {
-                return Err(SinkError::Refused(format!(
+                return Err(SinkError::Refused(Refusal::new(RefusalKind::SinkOffsets, format!(
                     "sink_offsets says {topic}/{p} resumes at {s}, but the log holds offsets {low}..{high}: \
                      results were deleted before they were applied, or the topic was recreated. Refusing \
                      to skip silently; after checking, delete that row from sink_offsets to start over."
-                )));
+                ))));
             }
         }
         next.insert(p, start.unwrap_or(low));
