@@ -19,7 +19,7 @@ use config::KafkaConfig;
 
 /// Kept for the worker's files while the partitions unit rewrites them (issue 35,
 /// step 1); the clock lives in `base::clock`.
-pub use crate::base::clock::now_ms;
+pub(crate) use crate::base::clock::now_ms;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KafkaIoError {
@@ -54,7 +54,7 @@ impl crate::base::error::Classify for KafkaIoError {
 
 /// The class of one of librdkafka's errors: a refused property is a
 /// configuration error, anything else the cluster failing.
-pub fn client_class(e: &rdkafka::error::KafkaError) -> crate::base::error::ErrorClass {
+pub(crate) fn client_class(e: &rdkafka::error::KafkaError) -> crate::base::error::ErrorClass {
     use crate::base::error::ErrorClass;
     use rdkafka::error::KafkaError;
     match e {
@@ -64,7 +64,7 @@ pub fn client_class(e: &rdkafka::error::KafkaError) -> crate::base::error::Error
 }
 
 impl KafkaIoError {
-    pub fn client(
+    pub(crate) fn client(
         context: impl Into<String>,
     ) -> impl FnOnce(rdkafka::error::KafkaError) -> KafkaIoError {
         let context = context.into();
@@ -102,7 +102,7 @@ pub const PRODUCER_DEFAULTS: &[(&str, &str)] = &[
 
 /// Consumer defaults (the user's `[kafka]` properties go on top), besides the
 /// properties tally owns (`OWNED_CONSUMER_PROPERTIES`).
-pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
+pub(crate) const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     ("session.timeout.ms", "6000"),
     ("heartbeat.interval.ms", "1000"),
     ("enable.partition.eof", "false"),
@@ -126,7 +126,7 @@ pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
 /// guarantee rests on it: the config refuses it under `[kafka]`, and `tally
 /// config` prints it.
 #[derive(Debug, Clone, Copy)]
-pub struct Owned {
+pub(crate) struct Owned {
     pub key: &'static str,
     pub value: &'static str,
     /// Why tally owns it (the refusal says this).
@@ -144,7 +144,7 @@ const OFFSETS_OWNED: &str = "offsets are committed only with checkpoints, and a 
 /// `read_committed`: records of aborted transactions are never handed over (never
 /// billed), a bounded run's log end is the last stable offset, and transaction
 /// markers are empty offsets (docs/DESIGN.md §7.5).
-pub const OWNED_CONSUMER_PROPERTIES: &[Owned] = &[
+pub(crate) const OWNED_CONSUMER_PROPERTIES: &[Owned] = &[
     Owned {
         key: "enable.auto.commit",
         value: "false",
@@ -195,7 +195,7 @@ pub fn consumer_config(k: &KafkaConfig) -> ClientConfig {
 
 /// The number of partitions of `topic` from the broker's metadata (0 if the topic
 /// does not exist).
-pub fn partition_count<C: rdkafka::consumer::ConsumerContext>(
+pub(crate) fn partition_count<C: rdkafka::consumer::ConsumerContext>(
     consumer: &rdkafka::consumer::BaseConsumer<C>,
     topic: &str,
 ) -> Result<usize, KafkaIoError> {
@@ -214,7 +214,7 @@ pub fn partition_count<C: rdkafka::consumer::ConsumerContext>(
 /// `k.connect_timeout`; then fails with the last error librdkafka reported (a
 /// TLS or SASL failure names itself there). Stops early on shutdown. Call it
 /// before the consumer subscribes or is assigned (it polls the consumer's events).
-pub fn await_cluster<C: rdkafka::consumer::ConsumerContext>(
+pub(crate) fn await_cluster<C: rdkafka::consumer::ConsumerContext>(
     consumer: &rdkafka::consumer::BaseConsumer<C>,
     k: &KafkaConfig,
     topic: &str,
@@ -258,7 +258,7 @@ pub fn await_cluster<C: rdkafka::consumer::ConsumerContext>(
 
 /// Whether a consumer error is about reaching the brokers (librdkafka retries
 /// those itself), not about the data.
-pub fn is_broker_transient(e: &rdkafka::error::KafkaError) -> bool {
+pub(crate) fn is_broker_transient(e: &rdkafka::error::KafkaError) -> bool {
     use rdkafka::types::RDKafkaErrorCode as C;
     matches!(
         e.rdkafka_error_code(),

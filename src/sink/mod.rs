@@ -45,7 +45,7 @@ impl crate::base::error::Classify for SinkError {
 
 /// The class of a PostgreSQL error: without a SQLSTATE the connection itself
 /// failed (refused, closed, timed out); with one, by its class (`sqlstate_class`).
-pub fn postgres_class(e: &tokio_postgres::Error) -> crate::base::error::ErrorClass {
+pub(crate) fn postgres_class(e: &tokio_postgres::Error) -> crate::base::error::ErrorClass {
     match e.code() {
         None => crate::base::error::ErrorClass::Unavailable,
         Some(c) => sqlstate_class(c.code()),
@@ -53,7 +53,7 @@ pub fn postgres_class(e: &tokio_postgres::Error) -> crate::base::error::ErrorCla
 }
 
 /// The class of a PostgreSQL error by its SQLSTATE: what to do about it.
-pub fn sqlstate_class(code: &str) -> crate::base::error::ErrorClass {
+pub(crate) fn sqlstate_class(code: &str) -> crate::base::error::ErrorClass {
     use crate::base::error::ErrorClass;
     match code.get(..2) {
         // The server is unreachable, going away or out of resources (disk, memory,

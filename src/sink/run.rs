@@ -36,13 +36,13 @@ use crate::model::Partition;
 use crate::service::State;
 
 #[derive(Debug, Clone, Copy, Default)]
-pub struct SinkOptions {
+pub(crate) struct SinkOptions {
     /// Exit once every partition reached the log end seen at start.
     pub until_end: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SinkSummary {
+pub(crate) struct SinkSummary {
     pub records: u64,
     pub rows_changed: u64,
     pub stale_ignored: u64,
@@ -62,7 +62,7 @@ impl std::fmt::Display for SinkSummary {
 const MAX_BATCH: usize = 2_000;
 
 /// Connects and applies the migrations (also `tally migrate`).
-pub fn migrate_only(cfg: &Config) -> Result<usize, SinkError> {
+pub(crate) fn migrate_only(cfg: &Config) -> Result<usize, SinkError> {
     runtime()?.block_on(async {
         let mut client = connect(&cfg.sink.database_url).await?;
         migrate::run(&mut client).await
