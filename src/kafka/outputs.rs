@@ -62,15 +62,18 @@ impl DeliveryTracker {
         self.ack_us.lock().map(|h| h.clone()).unwrap_or_default()
     }
 
-    /// Failures since the last call, as an error naming the first one.
+    /// Every failure so far, as an error naming the first one. Sticky: once a
+    /// record was not delivered, every later check fails too — a flush after
+    /// it must never pass for one that delivered everything (a checkpoint past
+    /// the lost record would skip it for good).
     pub(crate) fn take_failures(&self) -> Result<(), KafkaIoError> {
-        let failed = self.failed.swap(0, Ordering::Relaxed);
+        let failed = self.failed.load(Ordering::Relaxed);
         if failed > 0 {
             let first = self
                 .first_error
                 .lock()
                 .ok()
-                .and_then(|mut f| f.take())
+                .and_then(|f| f.clone())
                 .unwrap_or_default();
             return Err(KafkaIoError::Fatal(format!(
                 "{failed} record(s) were not delivered; first error: {first}"

@@ -113,6 +113,15 @@ impl ConsumerContext for SourceContext {
             .unwrap_or_default();
         let Ok(mut handler) = self.handler.lock() else {
             self.fail(Bug::poisoned("worker state").into());
+            // Nothing is restored or checkpointed without the worker; revoked
+            // partitions are still let go, or the consumer's close waits for ever.
+            if err == RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS {
+                let _ = if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                };
+            }
             return;
         };
         let result: KafkaResult<()> = match err {

@@ -65,8 +65,22 @@ fn lock(core: &Mutex<Worker>) -> Result<MutexGuard<'_, Worker>, WorkerError> {
 /// Runs one worker until shutdown (or, with `until_end`, until its partitions are drained).
 pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
     let mut driver = Driver::open(cfg, opts)?;
-    while let Next::More = driver.step()? {}
-    driver.close(cfg)
+    let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| loop {
+        if let Next::Stop = driver.step()? {
+            return Ok(());
+        }
+    }));
+    match stepped {
+        Ok(Ok(())) => driver.close(cfg),
+        Ok(Err(e)) => {
+            driver.abandon();
+            Err(e)
+        }
+        Err(panic) => {
+            driver.abandon();
+            std::panic::resume_unwind(panic)
+        }
+    }
 }
 
 /// The worker's state, as the loop and the rebalance callback share it: the
@@ -282,6 +296,21 @@ impl Driver {
 
     /// The final checkpoint (and a bounded run's end-of-input panes), the stop
     /// report, and leaving the group.
+    /// After a failure (an error or a panic): nothing more is checkpointed — a
+    /// revoke would checkpoint past outputs that were never delivered — and the
+    /// consumer is not closed: leaving the group runs a revoke inside librdkafka
+    /// and waits on a broker that may not answer. The group notices this member
+    /// gone at its session timeout, as after a crash; the next start restores
+    /// the last complete checkpoint.
+    fn abandon(mut self) {
+        match self.core.lock() {
+            Ok(mut c) => c.closed = true,
+            Err(poisoned) => poisoned.into_inner().closed = true,
+        }
+        self.poller.stop();
+        std::mem::forget(self);
+    }
+
     fn close(mut self, cfg: &Config) -> Result<Counters, WorkerError> {
         // No poll (nor rebalance callback) from here on but the loop's own.
         self.poller.stop();

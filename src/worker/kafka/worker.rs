@@ -48,8 +48,9 @@ pub struct Worker {
     pub(super) coord: Coordinator,
     pub(super) publisher: Publisher,
     pub(super) assigned_once: bool,
-    /// Set after the final checkpoint: nothing more is checkpointed (in particular
-    /// not the end-of-input panes of a bounded run).
+    /// Set after the final checkpoint, or when the worker failed: nothing more is
+    /// checkpointed (not the end-of-input panes of a bounded run; not a revoke
+    /// after a failed flush, whose checkpoint would pass over undelivered outputs).
     pub(super) closed: bool,
     /// `checkpoint.interval`, ms (reported).
     pub(super) checkpoint_interval_ms: i64,
