@@ -37,6 +37,8 @@ use std::time::{Duration, Instant};
 use crate::common::*;
 use tally::cli::exit::{CONFIG, INTERNAL, REFUSED, UNAVAILABLE};
 
+mod midrun;
+
 const TOPICS: &[(&str, i32)] = &[
     ("requests", 1),
     ("tenant-cost", 1),
