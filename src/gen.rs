@@ -516,14 +516,16 @@ mod tests {
             let task = tasks
                 .entry(r.partition)
                 .or_insert_with(|| PartitionTask::new(Partition(r.partition), cfg.clone()));
-            let route = task.process(
-                RecordIn {
-                    payload: r.payload.as_bytes(),
-                    kafka_ts: None,
-                    now_ms: 0,
-                },
-                &mut panes,
-            );
+            let route = task
+                .process(
+                    RecordIn {
+                        payload: r.payload.as_bytes(),
+                        kafka_ts: None,
+                        now_ms: 0,
+                    },
+                    &mut panes,
+                )
+                .expect("no spill store");
             let ok = match (r.kind, &route) {
                 (Kind::Normal, Route::Window)
                 | (Kind::TooLate, Route::TooLate { .. })
@@ -538,7 +540,7 @@ mod tests {
             );
         }
         for t in tasks.values_mut() {
-            t.end_of_input(&mut panes);
+            t.end_of_input(&mut panes).unwrap();
         }
         let mut got: BTreeMap<(String, i64), (u128, u64)> = BTreeMap::new();
         for pane in panes {

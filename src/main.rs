@@ -11,7 +11,15 @@ fn main() -> ExitCode {
     tally::base::alloc::purge_freed_memory_at_once();
     let cli = tally::cli::Cli::parse();
     tally::cli::init_logging();
-    match tally::cli::dispatch(cli) {
+    // A panic on this thread is a bug like any other: exit 1 (the default
+    // would be 101, a status the exit-code table does not know).
+    let outcome =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tally::cli::dispatch(cli)));
+    let Ok(outcome) = outcome else {
+        eprintln!("tally: error: internal error: a panic (a bug; see the message above)");
+        return ExitCode::from(tally::base::error::ErrorClass::Internal.exit_status());
+    };
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             match e.downcast_ref::<tally::cli::Interrupted>() {

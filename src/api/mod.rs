@@ -43,7 +43,7 @@ use params::ParamError;
 
 /// What a read can fail on.
 #[derive(Debug)]
-pub enum ReadError {
+pub(crate) enum ReadError {
     /// A window crosses a bucket boundary: the window size does not divide the
     /// bucket in that zone's offsets (answered 400, naming `window`).
     Unaligned(String),
@@ -72,7 +72,7 @@ struct RequestLabels {
 }
 
 /// The API's shared state: the database connection (made on demand) and metrics.
-pub struct Api {
+pub(crate) struct Api {
     url: String,
     client: Mutex<Option<Arc<tokio_postgres::Client>>>,
     /// The database's zone names (`pg_timezone_names`), read once.
@@ -348,7 +348,7 @@ async fn serve(cfg: &Config) -> anyhow::Result<()> {
 
 /// Serves the API over `database_url` on a free loopback port, on a thread of
 /// its own, for the life of the process (the demo); returns the address.
-pub fn spawn_local(database_url: &str) -> anyhow::Result<std::net::SocketAddr> {
+pub(crate) fn spawn_local(database_url: &str) -> anyhow::Result<std::net::SocketAddr> {
     let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     std_listener.set_nonblocking(true)?;
     let addr = std_listener.local_addr()?;

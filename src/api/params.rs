@@ -15,7 +15,7 @@ use crate::time::utc::parse_utc_ms;
 
 /// A bad parameter: answered with 400 `{"error": {"parameter", "message"}}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParamError {
+pub(crate) struct ParamError {
     pub parameter: String,
     pub message: String,
 }
@@ -29,7 +29,7 @@ fn bad(parameter: &str, message: impl Into<String>) -> ParamError {
 
 /// The calendar unit of a rollup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unit {
+pub(crate) enum Unit {
     Minute,
     Hour,
     Day,
@@ -38,7 +38,7 @@ pub enum Unit {
 
 impl Unit {
     /// PostgreSQL's `date_trunc` name.
-    pub fn sql(self) -> &'static str {
+    pub(crate) fn sql(self) -> &'static str {
         match self {
             Unit::Minute => "minute",
             Unit::Hour => "hour",
@@ -48,12 +48,12 @@ impl Unit {
     }
 }
 
-pub const DEFAULT_LIMIT: usize = 1_000;
-pub const MAX_LIMIT: usize = 100_000;
+pub(crate) const DEFAULT_LIMIT: usize = 1_000;
+pub(crate) const MAX_LIMIT: usize = 100_000;
 
 /// `GET /v1/usage`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UsageQuery {
+pub(crate) struct UsageQuery {
     pub tenant_id: Option<String>,
     pub from_ms: i64,
     pub to_ms: i64,
@@ -67,7 +67,7 @@ pub struct UsageQuery {
 
 /// Where a page ended: the last row's `(window_start, tenant_id, model)`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Cursor {
+pub(crate) struct Cursor {
     pub window_start: i64,
     pub tenant_id: String,
     /// `""` when not grouped by model.
@@ -83,7 +83,7 @@ struct Token {
 
 /// `GET /v1/invoices/{tenant}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InvoiceQuery {
+pub(crate) struct InvoiceQuery {
     pub tenant_id: String,
     /// `(year, month)`.
     pub period: (i32, u32),
@@ -134,7 +134,7 @@ fn time(name: &str, v: &str) -> Result<i64, ParamError> {
 }
 
 /// Parses the query string of `/v1/usage`.
-pub fn usage(query: &str) -> Result<UsageQuery, ParamError> {
+pub(crate) fn usage(query: &str) -> Result<UsageQuery, ParamError> {
     let mut tenant_id = None;
     let (mut from, mut to, mut window, mut tz, mut group_by, mut limit, mut page) =
         (None, None, None, None, None, None, None);
@@ -238,7 +238,7 @@ fn fingerprint(q: &UsageQuery) -> String {
 }
 
 /// The `next_page` token after `last`.
-pub fn next_page(q: &UsageQuery, last: Cursor) -> String {
+pub(crate) fn next_page(q: &UsageQuery, last: Cursor) -> String {
     let t = Token {
         q: fingerprint(q),
         c: last,
@@ -267,7 +267,7 @@ fn decode_token(p: &str, q: &UsageQuery) -> Result<Cursor, ParamError> {
 }
 
 /// Parses `/v1/invoices/{tenant}`'s tenant (percent-decoded) and query string.
-pub fn invoice(tenant: &str, query: &str) -> Result<InvoiceQuery, ParamError> {
+pub(crate) fn invoice(tenant: &str, query: &str) -> Result<InvoiceQuery, ParamError> {
     let tenant_id = crate::percent::decode_utf8(tenant)
         .ok_or_else(|| bad("tenant_id", "not valid percent-encoded UTF-8"))?;
     if tenant_id.is_empty() {

@@ -18,7 +18,7 @@ use crate::time::utc::format_rfc3339_ms;
 
 /// One row of `/v1/usage`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct UsageRow {
+pub(crate) struct UsageRow {
     pub tenant_id: String,
     pub window_start: String,
     pub window_end: String,
@@ -37,7 +37,7 @@ pub struct UsageRow {
 
 /// A page of `/v1/usage`.
 #[derive(Debug, Serialize)]
-pub struct Page {
+pub(crate) struct Page {
     pub data: Vec<UsageRow>,
     pub next_page: Option<String>,
 }
@@ -94,7 +94,7 @@ fn usage_args<'a>(q: &'a UsageQuery, unit: &'a &'static str) -> [Param<'a>; 6] {
 }
 
 /// One page of `q`.
-pub async fn page(client: &Client, q: &UsageQuery) -> Result<Page, ReadError> {
+pub(crate) async fn page(client: &Client, q: &UsageQuery) -> Result<Page, ReadError> {
     let after = q.after.as_ref();
     let limit = (q.limit + 1) as i64;
     let unit = q.unit.sql();
@@ -142,7 +142,10 @@ pub async fn page(client: &Client, q: &UsageQuery) -> Result<Page, ReadError> {
 
 /// Every row of `q` (no paging), for the CSV answer: checks the alignment of the
 /// whole range first (a stream cannot turn into a 400 halfway).
-pub async fn all(client: &Client, q: &UsageQuery) -> Result<tokio_postgres::RowStream, ReadError> {
+pub(crate) async fn all(
+    client: &Client,
+    q: &UsageQuery,
+) -> Result<tokio_postgres::RowStream, ReadError> {
     let unit = q.unit.sql();
     let args = usage_args(q, &unit);
     let aligned: Option<bool> = client
@@ -160,13 +163,13 @@ pub async fn all(client: &Client, q: &UsageQuery) -> Result<tokio_postgres::RowS
 }
 
 /// The CSV header of `q`'s rows.
-pub fn csv_header(q: &UsageQuery) -> String {
+pub(crate) fn csv_header(q: &UsageQuery) -> String {
     let model = if q.by_model { "model," } else { "" };
     format!("tenant_id,window_start,window_end,{model}cost_pico,usd,requests,prompt_tokens,completion_tokens,final\r\n")
 }
 
 /// One CSV line (RFC 4180: fields with a comma, quote or line break are quoted).
-pub fn csv_line(r: &Row, by_model: bool) -> Result<String, ReadError> {
+pub(crate) fn csv_line(r: &Row, by_model: bool) -> Result<String, ReadError> {
     let (u, _) = row(r)?;
     let field = |s: &str| {
         if s.contains([',', '"', '\r', '\n']) {
@@ -196,7 +199,7 @@ pub fn csv_line(r: &Row, by_model: bool) -> Result<String, ReadError> {
 
 /// `/v1/invoices/{tenant}`.
 #[derive(Debug, Serialize)]
-pub struct Invoice {
+pub(crate) struct Invoice {
     pub tenant_id: String,
     pub period: String,
     pub tz: String,
@@ -207,7 +210,7 @@ pub struct Invoice {
 }
 
 #[derive(Debug, Serialize)]
-pub struct InvoiceLine {
+pub(crate) struct InvoiceLine {
     pub model: String,
     pub requests: Whole,
     pub prompt_tokens: Whole,
@@ -217,7 +220,7 @@ pub struct InvoiceLine {
 }
 
 #[derive(Debug, Serialize)]
-pub struct Total {
+pub(crate) struct Total {
     pub requests: Whole,
     pub cost_pico: String,
     pub usd: String,
@@ -225,7 +228,7 @@ pub struct Total {
 
 /// The month of `q` in its zone: its line per model, the total, and whether
 /// every minute of it is final.
-pub async fn invoice(client: &Client, q: &InvoiceQuery) -> Result<Invoice, ReadError> {
+pub(crate) async fn invoice(client: &Client, q: &InvoiceQuery) -> Result<Invoice, ReadError> {
     let (year, month) = q.period;
     let bounds = client
         .query_one(

@@ -12,11 +12,11 @@ use serde::{Serialize, Serializer};
 use super::ReadError;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Whole(String);
+pub(crate) struct Whole(String);
 
 impl Whole {
     /// Reads PostgreSQL's text of a non-negative integral `NUMERIC`.
-    pub fn parse(text: &str, what: &str) -> Result<Self, ReadError> {
+    pub(crate) fn parse(text: &str, what: &str) -> Result<Self, ReadError> {
         let digits = text.trim_start_matches('0');
         if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
             return Err(ReadError::Data(format!(
@@ -28,17 +28,17 @@ impl Whole {
         ))
     }
 
-    pub fn zero() -> Self {
+    pub(crate) fn zero() -> Self {
         Self("0".into())
     }
 
     #[cfg(test)]
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 
     /// The sum, digit by digit.
-    pub fn add(&self, other: &Whole) -> Whole {
+    pub(crate) fn add(&self, other: &Whole) -> Whole {
         let (a, b) = (self.0.as_bytes(), other.0.as_bytes());
         let mut out = Vec::with_capacity(a.len().max(b.len()) + 1);
         let (mut i, mut j, mut carry) = (a.len(), b.len(), 0u8);
@@ -61,7 +61,7 @@ impl Whole {
     }
 
     /// These pico-USD in USD with exactly 12 places (`Pico::usd_string`'s format).
-    pub fn usd(&self) -> String {
+    pub(crate) fn usd(&self) -> String {
         let padded = format!("{:0>13}", self.0);
         let (whole, frac) = padded.split_at(padded.len() - 12);
         format!("{whole}.{frac}")

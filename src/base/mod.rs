@@ -5,12 +5,14 @@
 //! - `clock`: wall and monotonic milliseconds, precise (`now_ms`) and coarse;
 //! - `shutdown`: the signal flags the loops check (SIGTERM, SIGINT, SIGHUP);
 //! - `histogram`: a log-linear histogram of milliseconds;
+//! - `error`: the class of an error (what to do about it), typed refusals, bugs;
 //! - `duration`, `size`: human durations and byte sizes as the config writes them;
 //! - `InvalidKey`: a config value a section's own check refuses, named by its key.
 
 pub mod alloc;
 pub mod clock;
 pub mod duration;
+pub mod error;
 pub mod histogram;
 pub mod shutdown;
 pub mod size;

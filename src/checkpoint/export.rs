@@ -34,6 +34,7 @@ use super::{
     CheckpointError, CheckpointId, Manifest, OffsetLedger, PartRef, PartitionEntry, Segment,
     SegmentKind,
 };
+use crate::base::error::Bug;
 use crate::engine::Counters;
 use crate::model::NextOffset;
 use crate::model::Partition;
@@ -130,7 +131,7 @@ impl PendingExport {
     /// Waits for the export; its manifest is then durable.
     pub fn wait(self) -> Result<Manifest, CheckpointError> {
         self.handle.join().map_err(|_| {
-            CheckpointError::Refused(format!("checkpoint {} thread panicked", self.id.0))
+            CheckpointError::Bug(Bug(format!("checkpoint {} thread panicked", self.id.0)))
         })?
     }
 }
@@ -207,10 +208,10 @@ fn run(mut job: ExportJob) -> Result<Manifest, CheckpointError> {
     });
     done.sort_by_key(|(i, _)| *i);
     if done.len() < count && !failed.load(Ordering::Relaxed) {
-        return Err(CheckpointError::Refused(format!(
+        return Err(CheckpointError::Bug(Bug(format!(
             "checkpoint {}: an upload thread panicked",
             job.id.0
-        )));
+        ))));
     }
     let entries = done
         .into_iter()

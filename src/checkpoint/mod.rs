@@ -75,6 +75,8 @@ mod chain_tests;
 
 use serde::{Deserialize, Serialize};
 
+use crate::base::error::{Bug, ClassifiedError, Classify, ErrorClass, Refusal};
+
 use crate::engine::{Counters, EngineConfig};
 use crate::model::NextOffset;
 use crate::model::Partition;
@@ -95,13 +97,30 @@ pub enum CheckpointError {
     #[error("checkpoint store: {0}")]
     Store(#[from] objects::ObjectError),
     /// The outputs could not be flushed at the barrier (step 2): the outputs'
-    /// own error (`kafka::KafkaIoError` converts into this), which the exit
-    /// status is read from.
+    /// own error (the producer's, a file's), whose class it keeps.
     #[error("flushing the outputs at the checkpoint barrier: {0}")]
-    Outputs(#[source] Box<dyn std::error::Error + Send + Sync>),
+    Outputs(Box<dyn ClassifiedError>),
     /// A refusal to restore, with the way out.
-    #[error("{0}")]
-    Refused(String),
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// A checkpoint's thread panicked.
+    #[error(transparent)]
+    Bug(#[from] Bug),
+}
+
+impl Classify for CheckpointError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            // A local directory that fails (disk full, read-only) is local I/O;
+            // damage reaching the boundary (`checkpoints verify`) is not classified.
+            CheckpointError::Io { .. } | CheckpointError::Corrupt { .. } => ErrorClass::Internal,
+            CheckpointError::State(e) => e.class(),
+            CheckpointError::Store(e) => e.class(),
+            CheckpointError::Outputs(e) => e.class(),
+            CheckpointError::Refused(e) => e.class(),
+            CheckpointError::Bug(e) => e.class(),
+        }
+    }
 }
 
 impl CheckpointError {

@@ -29,6 +29,7 @@ use super::format::Unreadable;
 use super::ledger::Gap;
 use super::objects::ObjectError;
 use super::{Manifest, OffsetLedger, PartitionEntry};
+use crate::base::error::{Refusal, RefusalKind};
 use crate::model::NextOffset;
 use crate::model::Partition;
 
@@ -62,7 +63,7 @@ pub enum Try<'m> {
     /// resumes past the log end): log it, go on with the next step.
     Skip { name: &'m str, why: String },
     /// Stop here with this refusal.
-    Refuse(String),
+    Refuse(Refusal),
 }
 
 /// How a failed read of a manifest counts: `Ok(reason)` when the object itself
@@ -107,7 +108,10 @@ pub fn plan<'m>(
         .iter()
         .find(|e| matches!(e, Unreadable::OtherFormat(_)))
     {
-        return vec![Try::Refuse(format!("partition {p}: {e}"))];
+        return vec![Try::Refuse(Refusal::new(
+            RefusalKind::StoreFormat,
+            format!("partition {p}: {e}"),
+        ))];
     }
     let mut candidates: Vec<(&str, &Manifest, &PartitionEntry)> = found
         .checkpoints
@@ -135,14 +139,14 @@ pub fn plan<'m>(
                 changes,
             }),
             Err(why) => {
-                steps.push(Try::Refuse(format!(
+                steps.push(Try::Refuse(Refusal::new(RefusalKind::ConfigChanged, format!(
                     "partition {p}: the newest usable checkpoint {name} was written under another configuration \
                      (fingerprint {} ≠ {}): {why}. Either run with the previous configuration, or re-bill under a \
                      new `job.generation` with a new consumer group (state rebuilt from the log start), or — \
                      knowingly — pass `--reset-state earliest`.",
                     short(&m.fingerprint),
                     short(&rules.fingerprint)
-                )));
+                ))));
                 return steps;
             }
         }
@@ -185,13 +189,13 @@ fn compatible(m: &Manifest, entry: &PartitionEntry, rules: &Rules) -> Result<Vec
 }
 
 /// The refusal when every candidate of a plan was damaged.
-pub fn none_usable(p: Partition, problems: &[String]) -> String {
-    format!(
+pub fn none_usable(p: Partition, problems: &[String]) -> Refusal {
+    Refusal::new(RefusalKind::NoUsableCheckpoint, format!(
         "partition {p}: checkpoints exist but none is usable ({}). Refusing to start from empty state. \
          Restore the checkpoint store, or rebuild the partition from the log start with \
          `--reset-state earliest`.",
         problems.join("; ")
-    )
+    ))
 }
 
 /// The facts about a partition that the Kafka adapter gathers before it calls the
@@ -238,7 +242,7 @@ pub fn decide(
     restored: Option<(NextOffset, OffsetLedger)>,
     policy: StartPolicy,
     now_ms: i64,
-) -> Result<Start, String> {
+) -> Result<Start, Refusal> {
     let (topic, p) = (names.topic, facts.partition);
     let (low, high) = (facts.log_start, facts.log_end);
     let fresh = restored.is_none();
@@ -248,13 +252,13 @@ pub fn decide(
         None => {
             if let Some(o) = facts.committed {
                 if !policy.reset_state_earliest {
-                    return Err(format!(
+                    return Err(Refusal::new(RefusalKind::CommittedWithoutCheckpoint, format!(
                         "partition {topic}/{p} has committed offset {o} in consumer group {} but no checkpoint \
                          in {}. Starting from empty state would under-bill (the windows before offset {o} \
                          are lost). Restore the checkpoint store, or rebuild this partition from the log \
                          start with `tally run --reset-state earliest`.",
                         names.group, names.store
-                    ));
+                    )));
                 }
                 rebuilt_over = Some(o);
             }
@@ -262,12 +266,12 @@ pub fn decide(
         }
     };
     if start > high {
-        return Err(format!(
+        return Err(Refusal::new(RefusalKind::PastLogEnd, format!(
             "partition {topic}/{p}: the checkpoint resumes at offset {start} but the log ends at {high}: the \
              topic was recreated or the broker lost data. Refusing to guess. If the topic was recreated on \
              purpose, start a new consumer group (or rebuild from the log start with `--reset-state \
              earliest`); if the broker lost data, restore the topic first."
-        ));
+        )));
     }
     let mut accepted_gap = None;
     let mut onboarded = false;
@@ -309,8 +313,8 @@ pub fn decide(
 
 /// The refusal of a partition's first start (no checkpoint) on a log that no
 /// longer begins at 0: both ways to accept it, and what each covers.
-fn first_start_refusal(topic: &str, p: Partition, gap: &Gap, how: &str) -> String {
-    format!(
+fn first_start_refusal(topic: &str, p: Partition, gap: &Gap, how: &str) -> Refusal {
+    Refusal::new(RefusalKind::NewGroupOnTruncatedLog, format!(
         "partition {topic}/{p}: {gap} were deleted by the broker (retention.ms, retention.bytes or \
          DeleteRecords) before this consumer group first read them: {how}. Refusing to bill a partial \
          history silently. Either bring the records back (restore the topic from a backup), or choose \
@@ -318,26 +322,32 @@ fn first_start_refusal(topic: &str, p: Partition, gap: &Gap, how: &str) -> Strin
          at its log start — the gap is logged, counted in tally_offsets_gap_total and recorded in the \
          checkpoint, and any later gap is still refused; `--allow-truncated-log` accepts this gap and \
          every later one for as long as it is given."
-    )
+    ))
 }
 
 /// The refusal of a gap of deleted offsets found after a partition's first start
 /// (`how`: how it was found).
-pub fn gap_refusal(topic: &str, p: Partition, gap: &Gap, how: &str, policy: StartPolicy) -> String {
+pub fn gap_refusal(
+    topic: &str,
+    p: Partition,
+    gap: &Gap,
+    how: &str,
+    policy: StartPolicy,
+) -> Refusal {
     let onboarding = if policy.start_at_log_start {
         " (`--start-at-log-start` does not cover it: it chooses only where a partition without a \
          checkpoint starts.)"
     } else {
         ""
     };
-    format!(
+    Refusal::new(RefusalKind::LogTruncated, format!(
         "partition {topic}/{p}: {gap} were deleted by the broker (retention.ms, retention.bytes or \
          DeleteRecords) before tally read them: {how}. None of them is billed, and the last checkpoint \
          is intact, so a plain restart refuses again. Either bring the records back (restore the topic \
          from a backup, then restart), or accept the gap: restart with `--allow-truncated-log` — it \
          is logged, counted in tally_offsets_gap_total and recorded in the checkpoint. Then find out why \
          tally fell behind and raise the topic's retention.{onboarding}"
-    )
+    ))
 }
 
 fn short(h: &str) -> &str {

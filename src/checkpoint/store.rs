@@ -16,6 +16,7 @@ use super::objects::{ObjectInfo, Objects};
 use super::restore::StartPolicy;
 use super::restore::{none_usable, plan, read_failure, Found, Try};
 use super::{CheckpointError, CheckpointId, Manifest, OffsetLedger};
+use crate::base::error::{Bug, Refusal};
 use crate::model::NextOffset;
 use crate::model::Partition;
 use crate::state::{PartitionMeta, StateStore};
@@ -97,15 +98,15 @@ fn check_group(cfg: &CheckpointConfig, group: &str) -> Result<(), CheckpointErro
     if is_one_dir_name(group) {
         return Ok(());
     }
-    Err(CheckpointError::Refused(format!(
+    Err(CheckpointError::Refused(Refusal::setup(format!(
         "consumer group id {group:?} cannot name a checkpoint store under {}: it must be one \
          directory name (no '/', not '.' or '..'); choose another `kafka.group_id`",
         cfg.dir.display()
-    )))
+    ))))
 }
 
 fn refused_option((key, msg): (String, String)) -> CheckpointError {
-    CheckpointError::Refused(format!("{key}: {msg}"))
+    CheckpointError::Refused(Refusal::setup(format!("{key}: {msg}")))
 }
 
 impl CheckpointStore {
@@ -541,7 +542,9 @@ fn joined<T>(
         .into_iter()
         .map(|h| {
             h.join().unwrap_or_else(|_| {
-                Err(CheckpointError::Refused("a restore thread panicked".into()))
+                Err(CheckpointError::Bug(
+                    Bug("a restore thread panicked".into()),
+                ))
             })
         })
         .collect()

@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 use clap::{Args, Subcommand};
 
 use super::ConfigArg;
+use crate::base::error::Refusal;
 use crate::checkpoint::restore::{plan, Try};
 use crate::checkpoint::store::{found, CheckpointStore};
 use crate::checkpoint::CheckpointError;
@@ -113,9 +114,12 @@ pub fn run(c: ConfigCmd) -> anyhow::Result<()> {
     }
     match refused.first() {
         None => Ok(()),
-        Some(first) => Err(CheckpointError::Refused(format!(
-            "{} partition(s) would be refused at a restart; the first: {first}",
-            refused.len()
+        Some(first) => Err(CheckpointError::Refused(Refusal::new(
+            first.kind,
+            format!(
+                "{} partition(s) would be refused at a restart; the first: {first}",
+                refused.len()
+            ),
         ))
         .into()),
     }

@@ -1,12 +1,17 @@
 //! Exit statuses by class, so a supervisor can tell "an operator must act" from
-//! "restart me" (the table is in docs/reference/exit-codes.md).
+//! "restart me": `class → status` (`base::error::ErrorClass::exit_status`; the
+//! table is in docs/reference/exit-codes.md, tested against `ErrorClass::ALL`).
 //!
-//! The class is read off the error's chain: the first cause whose type says
-//! what it is decides. Anything not recognised is `INTERNAL`.
+//! Each error type says its own class (`Classify`, an exhaustive match). The
+//! class of an error is that of the first cause in its chain that is one of
+//! those types; anything else (a context string alone) is `Internal`.
+
+use std::error::Error;
 
 use rdkafka::error::KafkaError;
 
 use super::Interrupted;
+use crate::base::error::{Bug, Classify, ErrorClass, Refusal};
 use crate::checkpoint::objects::ObjectError;
 use crate::checkpoint::CheckpointError;
 use crate::config::ConfigError;
@@ -15,136 +20,67 @@ use crate::sink::SinkError;
 use crate::state::StateError;
 use crate::worker::WorkerError;
 
-/// An error tally did not classify (a bug, an I/O failure, damage found by
-/// `checkpoints verify`).
-pub const INTERNAL: u8 = 1;
-/// The configuration (file, environment) is wrong; clap's usage errors exit 2 too.
-pub const CONFIG: u8 = 2;
-/// Refused: restarting changes nothing until an operator takes the way out the
-/// message names (a changed config, missing checkpoints, a truncated log, a
-/// state.dir in use).
-pub const REFUSED: u8 = 3;
-/// A dependency (Kafka, PostgreSQL) could not be reached or failed: a restart
-/// may succeed once it is back.
-pub const UNAVAILABLE: u8 = 4;
-
 /// The exit status for `e`.
 pub fn status(e: &anyhow::Error) -> u8 {
     for cause in e.chain() {
         if let Some(i) = cause.downcast_ref::<Interrupted>() {
             return i.exit_status();
         }
-        let class = if let Some(e) = cause.downcast_ref::<WorkerError>() {
-            worker(e)
-        } else if let Some(e) = cause.downcast_ref::<CheckpointError>() {
-            checkpoint(e)
-        } else if cause.is::<ConfigError>() {
-            Some(CONFIG)
-        } else if let Some(e) = cause.downcast_ref::<StateError>() {
-            state(e)
-        } else if let Some(e) = cause.downcast_ref::<KafkaIoError>() {
-            Some(kafka_io(e))
-        } else if let Some(e) = cause.downcast_ref::<KafkaError>() {
-            Some(kafka(e))
-        } else if let Some(e) = cause.downcast_ref::<SinkError>() {
-            sink(e)
-        } else if let Some(e) = cause.downcast_ref::<tokio_postgres::Error>() {
-            postgres(e)
-        } else {
-            None
-        };
-        if let Some(c) = class {
-            return c;
+        if let Some(class) = class_of(cause) {
+            return class.exit_status();
         }
     }
-    INTERNAL
+    ErrorClass::Internal.exit_status()
 }
 
-fn worker(e: &WorkerError) -> Option<u8> {
-    match e {
-        WorkerError::Config(_) => Some(CONFIG),
-        WorkerError::Refused(_) => Some(REFUSED),
-        WorkerError::Checkpoint(c) => checkpoint(c),
-        WorkerError::State(s) => state(s),
-        WorkerError::Kafka(k) => Some(kafka_io(k)),
-        WorkerError::Io { .. } => None,
+/// The class of `cause` if its type is one that knows it.
+pub fn class_of(cause: &(dyn Error + 'static)) -> Option<ErrorClass> {
+    fn own<T: Classify + Error + 'static>(cause: &(dyn Error + 'static)) -> Option<ErrorClass> {
+        cause.downcast_ref::<T>().map(Classify::class)
     }
-}
-
-fn checkpoint(e: &CheckpointError) -> Option<u8> {
-    match e {
-        CheckpointError::Refused(_) => Some(REFUSED),
-        CheckpointError::State(s) => state(s),
-        CheckpointError::Outputs(e) => e.downcast_ref::<KafkaIoError>().map(kafka_io),
-        // The object store could not be reached or failed: a restart may help.
-        // A local directory that fails (disk full, read-only) is local I/O: 1.
-        CheckpointError::Store(ObjectError::Unavailable { .. }) => Some(UNAVAILABLE),
-        _ => None,
-    }
-}
-
-fn state(e: &StateError) -> Option<u8> {
-    matches!(e, StateError::Locked { .. }).then_some(REFUSED)
-}
-
-fn kafka_io(e: &KafkaIoError) -> u8 {
-    match e {
-        KafkaIoError::Client { source, .. } => kafka(source),
-        KafkaIoError::Fatal(_) | KafkaIoError::Unreachable { .. } => UNAVAILABLE,
-    }
-}
-
-fn kafka(e: &KafkaError) -> u8 {
-    match e {
-        // librdkafka refused the properties: a configuration error.
-        KafkaError::ClientConfig(..) | KafkaError::ClientCreation(_) => CONFIG,
-        _ => UNAVAILABLE,
-    }
-}
-
-fn sink(e: &SinkError) -> Option<u8> {
-    match e {
-        SinkError::Postgres(p) => postgres(p),
-        SinkError::Kafka(k) => Some(kafka_io(k)),
-        SinkError::Url(_) => Some(CONFIG),
-        SinkError::Refused(_) => Some(REFUSED),
-        _ => None,
-    }
-}
-
-fn postgres(e: &tokio_postgres::Error) -> Option<u8> {
-    match e.code() {
-        // No SQLSTATE: the connection itself failed (refused, closed, timed out).
-        None => Some(UNAVAILABLE),
-        Some(c) => sqlstate(c.code()),
-    }
-}
-
-/// The class of a PostgreSQL error by its SQLSTATE: what to do about it.
-fn sqlstate(code: &str) -> Option<u8> {
-    match code.get(..2)? {
-        // The server is unreachable, going away or out of resources (disk, memory,
-        // connections): a restart may succeed once it is back.
-        "08" | "53" | "57" => Some(UNAVAILABLE),
-        // Credentials refused (28), no such database (3D), a privilege missing
-        // (42501): `sink.database_url` or the role must change.
-        "28" | "3D" => Some(CONFIG),
-        _ if code == "42501" => Some(CONFIG),
-        _ => None,
-    }
+    own::<WorkerError>(cause)
+        .or_else(|| own::<CheckpointError>(cause))
+        .or_else(|| own::<ConfigError>(cause))
+        .or_else(|| own::<StateError>(cause))
+        .or_else(|| own::<KafkaIoError>(cause))
+        .or_else(|| own::<SinkError>(cause))
+        .or_else(|| own::<ObjectError>(cause))
+        .or_else(|| own::<Refusal>(cause))
+        .or_else(|| own::<Bug>(cause))
+        // Foreign types, classified where they are used.
+        .or_else(|| {
+            cause
+                .downcast_ref::<KafkaError>()
+                .map(crate::kafka::client_class)
+        })
+        .or_else(|| {
+            cause
+                .downcast_ref::<tokio_postgres::Error>()
+                .map(crate::sink::postgres_class)
+        })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::error::RefusalKind;
+    use crate::engine::SpillError;
+
+    const INTERNAL: u8 = 1;
+    const CONFIG: u8 = 2;
+    const REFUSED: u8 = 3;
+    const UNAVAILABLE: u8 = 4;
+
+    fn refusal() -> Refusal {
+        Refusal::new(RefusalKind::ConfigChanged, "fingerprint")
+    }
 
     #[test]
     fn classes() {
-        let refused = anyhow::Error::new(WorkerError::Refused("x".into())).context("run");
+        let refused = anyhow::Error::new(WorkerError::Refused(refusal())).context("run");
         assert_eq!(status(&refused), REFUSED);
-        let nested = anyhow::Error::new(WorkerError::Checkpoint(CheckpointError::Refused(
-            "fingerprint".into(),
-        )));
+        let nested =
+            anyhow::Error::new(WorkerError::Checkpoint(CheckpointError::Refused(refusal())));
         assert_eq!(status(&nested), REFUSED);
         let cfg = anyhow::Error::new(ConfigError::Parse("bad".into()));
         assert_eq!(status(&cfg), CONFIG);
@@ -164,29 +100,68 @@ mod tests {
         assert_eq!(status(&stop), 143);
     }
 
+    /// Issue 35: the errors the code once turned into refusals (3) by carrying
+    /// them as strings: a Kafka failure inside the rebalance callback, a producer
+    /// flush failing at a checkpoint barrier (timed or hand-over: the same port),
+    /// a state store read failing under a spill, a thread's panic.
+    #[test]
+    fn errors_keep_their_class_across_the_rebalance_flush_and_spill_paths() {
+        let kafka = || KafkaIoError::Client {
+            context: "reading the log range of requests/0".into(),
+            source: KafkaError::MetadataFetch(
+                rdkafka::types::RDKafkaErrorCode::BrokerTransportFailure,
+            ),
+        };
+        let in_rebalance = anyhow::Error::new(WorkerError::Kafka(kafka()));
+        assert_eq!(status(&in_rebalance), UNAVAILABLE);
+        let flush = anyhow::Error::new(WorkerError::Checkpoint(CheckpointError::Outputs(
+            Box::new(kafka()),
+        )));
+        assert_eq!(status(&flush), UNAVAILABLE);
+        let file_flush = anyhow::Error::new(CheckpointError::Outputs(Box::new(WorkerError::Io {
+            path: "out.jsonl".into(),
+            source: std::io::Error::from(std::io::ErrorKind::StorageFull),
+        })));
+        assert_eq!(status(&file_flush), INTERNAL);
+        let spill = anyhow::Error::new(WorkerError::Spill(SpillError {
+            doing: "reading spilled windows ending 60000".into(),
+            msg: "IO error".into(),
+        }));
+        assert_eq!(status(&spill), INTERNAL);
+        let poisoned = anyhow::Error::new(WorkerError::from(Bug::poisoned("worker state")));
+        assert_eq!(status(&poisoned), INTERNAL);
+        let panicked = anyhow::Error::new(CheckpointError::Bug(Bug("an upload thread".into())));
+        assert_eq!(status(&panicked), INTERNAL);
+        let locked = anyhow::Error::new(StateError::Locked { path: "s".into() });
+        assert_eq!(status(&locked), REFUSED);
+    }
+
     /// Issue 33: PostgreSQL's errors by SQLSTATE class (a wrong password is a
     /// configuration error, a server shutting down is unavailable).
     #[test]
     fn postgres_errors_by_sqlstate() {
         for (code, want) in [
-            ("08006", Some(UNAVAILABLE)),
-            ("57P01", Some(UNAVAILABLE)),
-            ("53300", Some(UNAVAILABLE)),
-            ("53100", Some(UNAVAILABLE)),
-            ("28P01", Some(CONFIG)),
-            ("3D000", Some(CONFIG)),
-            ("42501", Some(CONFIG)),
-            ("42P01", None),
-            ("22021", None),
-            ("", None),
+            ("08006", UNAVAILABLE),
+            ("57P01", UNAVAILABLE),
+            ("53300", UNAVAILABLE),
+            ("53100", UNAVAILABLE),
+            ("28P01", CONFIG),
+            ("3D000", CONFIG),
+            ("42501", CONFIG),
+            ("42P01", INTERNAL),
+            ("22021", INTERNAL),
+            ("", INTERNAL),
         ] {
-            assert_eq!(sqlstate(code), want, "{code}");
+            assert_eq!(
+                crate::sink::sqlstate_class(code).exit_status(),
+                want,
+                "{code}"
+            );
         }
     }
 
     /// Issue 33: the checkpoint store's failures by where they happen — the
-    /// object store is a dependency (4), the local directory is local I/O (1),
-    /// damage found by a restore is a refusal with a way out (3).
+    /// object store is a dependency (4), the local directory is local I/O (1).
     #[test]
     fn checkpoint_store_failures_by_class() {
         let store =
@@ -211,5 +186,61 @@ mod tests {
             source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
         });
         assert_eq!(status(&local), INTERNAL);
+    }
+
+    /// The table in docs/reference/exit-codes.md has one row per class, with the
+    /// class's status, and no status the code does not give.
+    #[test]
+    fn the_documented_table_is_the_classes() {
+        let doc = include_str!("../../docs/reference/exit-codes.md");
+        let statuses: Vec<&str> = doc
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .map(|l| l.split('`').next().unwrap_or(""))
+            .collect();
+        for class in ErrorClass::ALL {
+            let s = class.exit_status().to_string();
+            assert!(statuses.contains(&s.as_str()), "{class:?}: no row for {s}");
+        }
+        let classes: Vec<String> = ErrorClass::ALL
+            .iter()
+            .map(|c| c.exit_status().to_string())
+            .collect();
+        for s in statuses {
+            // 0: success; 130, 143: a file run stopped by a signal (`Interrupted`).
+            let known = ["0", "130"].contains(&s) || classes.iter().any(|c| c == s);
+            assert!(
+                known,
+                "the table documents status {s}, which no class gives"
+            );
+        }
+    }
+
+    /// Every refusal kind's way out is a section of docs/operations/refusals.md.
+    #[test]
+    fn every_refusal_names_a_section_of_the_refusals_page() {
+        let doc = include_str!("../../docs/operations/refusals.md");
+        let anchors: Vec<String> = doc
+            .lines()
+            .filter_map(|l| {
+                l.trim_start_matches('#')
+                    .strip_prefix(' ')
+                    .filter(|_| l.starts_with('#'))
+            })
+            .map(|h| {
+                h.to_lowercase()
+                    .chars()
+                    .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-')
+                    .map(|c| if c == ' ' { '-' } else { c })
+                    .collect()
+            })
+            .collect();
+        for kind in RefusalKind::ALL {
+            let anchor = kind.doc().strip_prefix("refusals.md#").unwrap();
+            assert!(
+                anchors.iter().any(|a| a == anchor),
+                "{kind:?}: #{anchor} not in {anchors:?}"
+            );
+        }
     }
 }

@@ -19,6 +19,7 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use super::ConfigArg;
 use crate::base::clock::now_ms;
+use crate::base::error::{Refusal, RefusalKind};
 use crate::base::shutdown;
 use crate::engine::RecordIn;
 use crate::kafka::logging::Logged;
@@ -268,10 +269,13 @@ fn consumer_error(
         // A position outside the log (`auto.offset.reset=error`): late records
         // were deleted before they were billed. Never skip them silently.
         KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset) => {
-            Err(crate::worker::WorkerError::Refused(format!(
-                "a position on {topic} is outside the log: late records were deleted by retention \
-                     before reprocess-late read them, and were not billed. Nothing past them was \
-                     committed; after checking, --from earliest bills what remains"
+            Err(crate::worker::WorkerError::Refused(Refusal::new(
+                RefusalKind::LogTruncated,
+                format!(
+                    "a position on {topic} is outside the log: late records were deleted by \
+                     retention before reprocess-late read them, and were not billed. Nothing past \
+                     them was committed; after checking, --from earliest bills what remains"
+                ),
             ))
             .into())
         }

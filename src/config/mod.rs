@@ -53,6 +53,17 @@ pub enum ConfigError {
     },
 }
 
+impl crate::base::error::Classify for ConfigError {
+    fn class(&self) -> crate::base::error::ErrorClass {
+        match self {
+            ConfigError::Read { .. }
+            | ConfigError::Parse(_)
+            | ConfigError::Invalid { .. }
+            | ConfigError::Env { .. } => crate::base::error::ErrorClass::Config,
+        }
+    }
+}
+
 impl From<InvalidKey> for ConfigError {
     fn from(e: InvalidKey) -> Self {
         ConfigError::Invalid {

@@ -292,8 +292,7 @@ fn restore(dir: &Path, budget: usize, count: usize) -> anyhow::Result<()> {
                 now_ms: 0,
             },
             &mut out,
-        );
+        )?;
     }
-    anyhow::ensure!(task.take_spill_error().is_none(), "a read back failed");
     Ok(())
 }

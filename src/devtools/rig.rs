@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use crate::base::error::Bug;
+
 use crate::checkpoint::coordinator::{Completed, Coordinator, Cut, Ports};
 use crate::checkpoint::export::JobIdentity;
 use crate::checkpoint::store::CheckpointStore;
@@ -12,6 +14,7 @@ use crate::engine::{EngineConfig, PartitionTask, RecordIn};
 use crate::model::NextOffset;
 use crate::model::Partition;
 use crate::state::StateStore;
+use crate::worker::WorkerError;
 
 /// No outputs to flush, no group to commit to.
 pub struct NoPorts;
@@ -83,19 +86,20 @@ impl Rig {
         self.tasks.iter().map(|t| t.budgeted_bytes()).sum()
     }
 
-    fn evict(&mut self) {
+    fn evict(&mut self) -> Result<(), WorkerError> {
         if let (Some(budget), true) = (self.budget, self.coord.settled()) {
             let keep = crate::engine::spill::keep_of(budget) / self.tasks.len().max(1);
             for t in &mut self.tasks {
-                t.evict(keep);
+                t.evict(keep)?;
             }
         }
+        Ok(())
     }
 
     /// The worker's memory check (every 4096 records, and after a record that
     /// emitted panes, as `worker::partitions` checks after such a run): over the
     /// budget, the changes go to the store and the tasks shrink (`spill::keep_of`).
-    fn check_memory(&mut self, paned: bool) -> Result<(), CheckpointError> {
+    fn check_memory(&mut self, paned: bool) -> Result<(), WorkerError> {
         self.since_check += 1;
         if self.since_check < 4096 && !paned {
             return Ok(());
@@ -112,7 +116,7 @@ impl Rig {
 
     /// A spill: every task's changes to the working copy (no checkpoint), then,
     /// under a budget, evictions.
-    pub fn commit(&mut self) -> Result<(), CheckpointError> {
+    pub fn commit(&mut self) -> Result<(), WorkerError> {
         let commits = self
             .tasks
             .iter_mut()
@@ -124,11 +128,7 @@ impl Rig {
             })
             .collect();
         self.coord.spill(&mut NoPorts, commits)?;
-        self.evict();
-        match self.tasks.iter_mut().find_map(|t| t.take_spill_error()) {
-            Some(e) => Err(CheckpointError::Refused(e)),
-            None => Ok(()),
-        }
+        self.evict()
     }
 
     /// One request per tenant in `tenants` to partition `p`, completed at `ts`
@@ -149,7 +149,7 @@ impl Rig {
         id: &str,
         tenant: &str,
         ts: i64,
-    ) -> Result<crate::engine::Route, CheckpointError> {
+    ) -> Result<crate::engine::Route, WorkerError> {
         let rec = format!(
             r#"{{"request_id":"{id}","tenant_id":"{tenant}","model":"m","prompt_tokens":100,"completion_tokens":10,"completed_ts":{ts}}}"#
         );
@@ -161,14 +161,14 @@ impl Rig {
                 now_ms: 0,
             },
             &mut out,
-        );
+        )?;
         self.offsets[p] += 1;
         self.check_memory(!out.is_empty())?;
         Ok(route)
     }
 
     /// A checkpoint of every partition, waited for.
-    pub fn checkpoint(&mut self) -> Result<Completed, CheckpointError> {
+    pub fn checkpoint(&mut self) -> Result<Completed, WorkerError> {
         let (tasks, offsets) = (&mut self.tasks, &self.offsets);
         let cut = || {
             tasks
@@ -185,9 +185,9 @@ impl Rig {
                 .collect()
         };
         let done = self.coord.checkpoint(&mut NoPorts, cut, true)?;
-        self.evict();
+        self.evict()?;
         done.into_iter()
             .last()
-            .ok_or_else(|| CheckpointError::Refused("the checkpoint did not complete".into()))
+            .ok_or_else(|| Bug("the rig's checkpoint did not complete".into()).into())
     }
 }

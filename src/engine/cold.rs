@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use super::bloom::Bloom;
 use super::fpset::Fp;
+use super::spill_error::SpillError;
 use crate::model::Partition;
 
 /// The most buckets of filters a partition holds.
@@ -53,7 +54,7 @@ pub struct Cold {
     moved: u64,
     /// Store reads so far (filter "maybe"s).
     reads: u64,
-    error: Option<String>,
+    error: Option<SpillError>,
 }
 
 impl std::fmt::Debug for Cold {
@@ -95,8 +96,11 @@ impl Cold {
         self.reads += 1;
         match self.store.cold_expiry(self.partition, fp) {
             Ok(e) => e.is_some_and(|e| e > watermark),
-            Err(e) => {
-                self.error.get_or_insert(e);
+            Err(msg) => {
+                self.error.get_or_insert(SpillError {
+                    doing: "reading a cold dedup id".into(),
+                    msg,
+                });
                 false
             }
         }
@@ -131,7 +135,10 @@ impl Cold {
         });
         entries.sort_unstable();
         if let Err(e) = self.store.put_cold(self.partition, &entries) {
-            self.error.get_or_insert(e.clone());
+            self.error.get_or_insert(SpillError {
+                doing: "moving dedup ids out of memory".into(),
+                msg: e.clone(),
+            });
             return Err(e);
         }
         for b in new_buckets {
@@ -166,7 +173,7 @@ impl Cold {
         self.reads
     }
 
-    pub fn take_error(&mut self) -> Option<String> {
+    pub fn take_error(&mut self) -> Option<SpillError> {
         self.error.take()
     }
 }

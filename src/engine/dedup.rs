@@ -210,7 +210,7 @@ impl Dedup {
     }
 
     /// A failure to read the cold tier; the task's output since is void.
-    pub fn take_error(&mut self) -> Option<String> {
+    pub fn take_error(&mut self) -> Option<super::spill_error::SpillError> {
         self.cold.as_mut().and_then(Cold::take_error)
     }
 

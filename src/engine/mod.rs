@@ -6,6 +6,10 @@
 //! decides is a function of the payloads, their order and the configuration —
 //! except the `max_future` guard and processing-time modes, which read the `now_ms`
 //! the caller passes in.
+//!
+//! Under a memory budget, windows and dedup ids move to a store behind ports
+//! (`spill`, `cold`); every task call that may read or move through them returns
+//! the store's failure (`SpillError`) with the output it voids.
 
 mod acc;
 pub mod bloom;
@@ -16,6 +20,7 @@ pub mod fpset;
 mod prepared;
 mod result;
 pub mod spill;
+mod spill_error;
 mod step1;
 mod task;
 
@@ -25,6 +30,7 @@ pub use prepared::Prepared;
 pub use result::{
     AdjustmentRecord, LineItem, PaneKind, ProgressRecord, ResultKind, ResultRecord, SinkRecord,
 };
+pub use spill_error::SpillError;
 pub use step1::{validate, Valid};
 pub use task::{
     window_bytes, PartitionTask, Progress, StateDelta, TaskSnapshot, WindowKey, WindowPhase,

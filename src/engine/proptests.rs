@@ -116,6 +116,7 @@ fn run(task: &mut PartitionTask, recs: &[String]) -> (Vec<Route>, Vec<ResultReco
                 },
                 &mut out,
             )
+            .expect("no spill store")
         })
         .collect();
     (routes, out)
@@ -199,7 +200,7 @@ proptest! {
         let mut task = PartitionTask::new(Partition(0), cfg(lateness));
         let mut out = Vec::new();
         for (i, r) in recs.iter().enumerate() {
-            task.process(RecordIn { payload: r.as_bytes(), kafka_ts: None, now_ms: T0 }, &mut out);
+            task.process(RecordIn { payload: r.as_bytes(), kafka_ts: None, now_ms: T0 }, &mut out).unwrap();
             let c = task.counters();
             prop_assert!(c.balanced());
             prop_assert_eq!(c.consumed, i as u64 + 1);
@@ -213,7 +214,7 @@ proptest! {
         let mut out = Vec::new();
         let mut last = task.watermark();
         for r in &recs {
-            task.process(RecordIn { payload: r.as_bytes(), kafka_ts: None, now_ms: T0 }, &mut out);
+            task.process(RecordIn { payload: r.as_bytes(), kafka_ts: None, now_ms: T0 }, &mut out).unwrap();
             prop_assert!(task.watermark() >= last);
             last = task.watermark();
         }
@@ -233,7 +234,7 @@ proptest! {
         let c = cfg(lateness);
         let mut task = PartitionTask::new(Partition(0), c.clone());
         let (routes, mut panes) = run(&mut task, &recs);
-        task.end_of_input(&mut panes);
+        task.end_of_input(&mut panes).unwrap();
         let billed: u128 = finals(&panes).values().map(|p| p.cost_pico.0).sum();
         let mut late = 0u128;
         let mut all = 0u128;
@@ -283,7 +284,7 @@ proptest! {
                 prepared.push(&config, RecordIn { payload: r.as_bytes(), kafka_ts: None, now_ms: T0 });
             }
             prop_assert_eq!(prepared.len(), now.len());
-            batched.process_prepared(&prepared, 0..prepared.len(), T0, &mut got_panes, &mut got_routes);
+            batched.process_prepared(&prepared, 0..prepared.len(), T0, &mut got_panes, &mut got_routes).unwrap();
             rest = later;
         }
         prop_assert_eq!(got_routes, routes);
@@ -320,7 +321,7 @@ proptest! {
     ) {
         let mut plain = PartitionTask::new(Partition(0), cfg(lateness));
         let (want_routes, mut want) = run(&mut plain, &recs);
-        plain.end_of_input(&mut want);
+        plain.end_of_input(&mut want).unwrap();
 
         let store = Arc::new(MirrorStore::default());
         let mut t = PartitionTask::new(Partition(0), cfg(lateness));
@@ -331,12 +332,11 @@ proptest! {
             routes.extend(r);
             panes.extend(p);
             store.commit(t.drain_changes());
-            t.evict(keep * WINDOW_BYTES);
+            prop_assert!(t.evict(keep * WINDOW_BYTES).is_ok());
             prop_assert!(t.memory_bytes() <= keep * WINDOW_BYTES);
             prop_assert_eq!(t.memory_bytes(), t.recount_bytes());
-            prop_assert!(t.take_spill_error().is_none());
         }
-        t.end_of_input(&mut panes);
+        t.end_of_input(&mut panes).unwrap();
         prop_assert_eq!(routes, want_routes);
         prop_assert_eq!(panes, want);
         prop_assert_eq!(t.counters(), plain.counters());
@@ -363,7 +363,7 @@ proptest! {
         let finals_of = |recs: &[String]| {
             let mut t = PartitionTask::new(Partition(0), cfg(0));
             let (routes, mut panes) = run(&mut t, recs);
-            t.end_of_input(&mut panes);
+            t.end_of_input(&mut panes).unwrap();
             assert!(routes.iter().all(|r| *r == Route::Window));
             finals(&panes)
         };
@@ -393,7 +393,7 @@ fn the_memory_budget_holds_for_long_tenant_ids() {
         let (routes, _) = run(&mut t, chunk);
         assert!(routes.iter().all(|r| *r == Route::Window));
         store.commit(t.drain_changes());
-        t.evict(budget);
+        t.evict(budget).unwrap();
         assert!(
             t.memory_bytes() <= budget,
             "{} bytes held",

@@ -22,6 +22,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::spill_error::SpillError;
 use super::{WindowAcc, WindowPhase};
 use crate::model::Partition;
 
@@ -82,7 +83,7 @@ pub struct Spilled {
     pub(super) open: BTreeMap<i64, u64>,
     pub(super) fired: BTreeMap<i64, u64>,
     /// The first read failure; the worker must stop (its state is incomplete).
-    error: Option<String>,
+    error: Option<SpillError>,
 }
 
 impl Spilled {
@@ -98,12 +99,12 @@ impl Spilled {
         self.open.values().chain(self.fired.values()).sum()
     }
 
-    pub fn take_error(&mut self) -> Option<String> {
+    pub fn take_error(&mut self) -> Option<SpillError> {
         self.error.take()
     }
 
-    fn fail(&mut self, msg: String) {
-        self.error.get_or_insert(msg);
+    fn fail(&mut self, doing: String, msg: String) {
+        self.error.get_or_insert(SpillError { doing, msg });
     }
 
     /// Reads back `(end, tenant)` if `end` has evicted windows (of the given
@@ -131,7 +132,7 @@ impl Spilled {
             }
             Ok(None) => None,
             Err(e) => {
-                self.fail(format!("reading spilled window {end}/{tenant}: {e}"));
+                self.fail(format!("reading spilled window {end}/{tenant}"), e);
                 None
             }
         }
@@ -149,7 +150,7 @@ impl Spilled {
         match store.windows_ending(partition, end) {
             Ok(v) => v,
             Err(e) => {
-                self.fail(format!("reading spilled windows ending {end}: {e}"));
+                self.fail(format!("reading spilled windows ending {end}"), e);
                 Vec::new()
             }
         }

@@ -28,6 +28,7 @@ use super::dedup::{Dedup, DedupDelta, Fingerprint};
 use super::prepared::Prepared;
 use super::result::{LineItem, PaneKind, ResultKind, ResultRecord};
 use super::spill::{filter_bytes, SpillStore, Spilled, CHANGE_BYTES, WINDOW_BYTES};
+use super::spill_error::SpillError;
 use super::step1::{check, Checked, Folding};
 use super::{Counters, EngineConfig, RecordIn, Route, TimeSource};
 use crate::base::histogram::Histogram;
@@ -280,13 +281,17 @@ impl PartitionTask {
 
     /// Idleness: advances the watermark to `to` without data (wall-clock driven),
     /// firing and purging as if an event had moved it. Returns whether it moved.
-    pub fn force_watermark(&mut self, to: EventTime, out: &mut Vec<ResultRecord>) -> bool {
+    pub fn force_watermark(
+        &mut self,
+        to: EventTime,
+        out: &mut Vec<ResultRecord>,
+    ) -> Result<bool, SpillError> {
         if !self.watermark.force(to.0) {
-            return false;
+            return Ok(false);
         }
         self.counters.idle_advances += 1;
         self.advance(out);
-        true
+        self.spill_result(true)
     }
 
     /// The lowest watermark at which something would fire or purge, if any.
@@ -348,12 +353,19 @@ impl PartitionTask {
         self.spilled.attach(store);
     }
 
-    /// A failure to read an evicted window or a cold dedup id back (or to move
-    /// ids out); the task's output since is void.
-    pub fn take_spill_error(&mut self) -> Option<String> {
-        self.spilled
+    /// `v`, or the failure to read an evicted window or a cold dedup id back
+    /// (or to move ids out) during the call that returns it: the task's output
+    /// since is void. Every call that may read or move returns through here, so
+    /// the failure travels with the output it voids.
+    fn spill_result<T>(&mut self, v: T) -> Result<T, SpillError> {
+        match self
+            .spilled
             .take_error()
             .or_else(|| self.dedup.take_error())
+        {
+            Some(e) => Err(e),
+            None => Ok(v),
+        }
     }
 
     /// Memory the dedup ids take (hot table and cold filters), which
@@ -381,13 +393,14 @@ impl PartitionTask {
     /// first, then open windows latest end first. Call right after
     /// `drain_changes` has been committed (the evicted windows and the moved ids'
     /// chunks must be in the store). Returns how many windows were evicted.
-    pub fn evict(&mut self, keep_bytes: usize) -> usize {
+    pub fn evict(&mut self, keep_bytes: usize) -> Result<usize, SpillError> {
         if !self.spilled.can_evict() {
-            return 0;
+            return Ok(0);
         }
         if self.dedup.hot_bytes() >= keep_bytes / 4 && self.dedup.len() >= MIN_COLD_MOVE {
-            // A failure is remembered by the cold tier (`take_spill_error`).
+            // A failure is remembered by the cold tier (`spill_result`).
             let _ = self.dedup.spill_cold(filter_bytes(keep_bytes));
+            self.spill_result(())?;
         }
         let keep_bytes = keep_bytes.saturating_sub(self.dedup.memory_bytes());
         let mut excess = self.held_bytes.saturating_sub(keep_bytes);
@@ -430,13 +443,18 @@ impl PartitionTask {
             excess = excess.saturating_sub(freed);
             evicted += gone;
         }
-        evicted
+        Ok(evicted)
     }
 
     /// Routes one record; panes it causes are appended to `out`.
-    pub fn process(&mut self, rec: RecordIn<'_>, out: &mut Vec<ResultRecord>) -> Route {
+    pub fn process(
+        &mut self,
+        rec: RecordIn<'_>,
+        out: &mut Vec<ResultRecord>,
+    ) -> Result<Route, SpillError> {
         let checked = self.check(rec);
-        self.count(rec, &checked, out)
+        let route = self.count(rec, &checked, out);
+        self.spill_result(route)
     }
 
     /// Routes a batch of records, in order, exactly as `process` on each would (the
@@ -449,7 +467,7 @@ impl PartitionTask {
         recs: &[RecordIn<'_>],
         out: &mut Vec<ResultRecord>,
         routes: &mut Vec<Route>,
-    ) {
+    ) -> Result<(), SpillError> {
         let checked: Vec<_> = recs
             .iter()
             .map(|r| {
@@ -464,6 +482,7 @@ impl PartitionTask {
             let route = self.count(*rec, c, out);
             routes.push(route);
         }
+        self.spill_result(())
     }
 
     /// Routes the records `range` of a batch that went through step 1 ahead
@@ -477,7 +496,7 @@ impl PartitionTask {
         now_ms: i64,
         out: &mut Vec<ResultRecord>,
         routes: &mut Vec<Route>,
-    ) {
+    ) -> Result<(), SpillError> {
         const AHEAD: usize = 16;
         let end = range.end;
         for fp in (range.start..end.min(range.start + AHEAD)).filter_map(|i| batch.fingerprint(i)) {
@@ -496,6 +515,7 @@ impl PartitionTask {
             };
             routes.push(route);
         }
+        self.spill_result(())
     }
 
     /// Step 1 of the rules, and the request id's dedup fingerprint.
@@ -760,7 +780,7 @@ impl PartitionTask {
     /// Used at the end of a bounded run (file input, `--until-end`); the task must
     /// not be persisted afterwards, so a later live run restores the state from
     /// before and re-emits the same panes (same versions) when data closes them.
-    pub fn end_of_input(&mut self, out: &mut Vec<ResultRecord>) {
+    pub fn end_of_input(&mut self, out: &mut Vec<ResultRecord>) -> Result<(), SpillError> {
         self.unspill_open_through(i64::MAX);
         for (end, tenants) in std::mem::take(&mut self.open) {
             let mut tenants: Vec<_> = tenants.into_iter().collect();
@@ -778,6 +798,7 @@ impl PartitionTask {
                 self.counters.panes += 1;
             }
         }
+        self.spill_result(())
     }
 
     /// Windows changed since the last call (clearing their dirty flag), the

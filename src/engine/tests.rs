@@ -67,6 +67,7 @@ fn run(task: &mut PartitionTask, records: &[String]) -> (Vec<Route>, Vec<ResultR
                 },
                 &mut out,
             )
+            .expect("no spill store")
         })
         .collect();
     (routes, out)
@@ -258,7 +259,7 @@ fn end_of_input_flushes_open_windows_in_order() {
     let (_, panes) = run(&mut task, &[ev("a", "zeta", T10), ev("b", "acme", T10 + 1)]);
     assert!(panes.is_empty());
     let mut out = Vec::new();
-    task.end_of_input(&mut out);
+    task.end_of_input(&mut out).unwrap();
     let tenants: Vec<_> = out.iter().map(|p| p.tenant_id.as_str()).collect();
     assert_eq!(tenants, ["acme", "zeta"]);
 }

@@ -31,13 +31,13 @@ use super::tls_listener::{self, TlsFiles};
 use super::KafkaIoError;
 
 /// A running mock cluster; it serves until dropped.
-pub struct DevBroker {
+pub(crate) struct DevBroker {
     handle: BaseProducer,
     bootstrap: String,
 }
 
 impl DevBroker {
-    pub fn bootstrap_servers(&self) -> String {
+    pub(crate) fn bootstrap_servers(&self) -> String {
         self.bootstrap.clone()
     }
 
@@ -62,7 +62,7 @@ impl DevBroker {
         Ok(format!("{host}:{port}"))
     }
 
-    pub fn create_topic(&self, name: &str, partitions: i32) -> Result<(), KafkaIoError> {
+    pub(crate) fn create_topic(&self, name: &str, partitions: i32) -> Result<(), KafkaIoError> {
         let c = CString::new(name)
             .map_err(|_| KafkaIoError::Fatal(format!("topic name {name:?} contains NUL")))?;
         // SAFETY: valid mock pointer and NUL-terminated name.
@@ -78,7 +78,7 @@ impl DevBroker {
 
 /// Group timings the broker owns.
 #[derive(Debug, Clone, Copy)]
-pub struct GroupTimings {
+pub(crate) struct GroupTimings {
     /// Classic groups' `group.initial.rebalance.delay.ms` (3 s in the mock by
     /// default; short for development and tests).
     pub initial_rebalance_delay: Duration,
@@ -102,7 +102,7 @@ impl Default for GroupTimings {
 /// Starts the mock cluster, creates `topics` (name, partitions), writes the
 /// bootstrap address to `address_file` (atomically) and returns the cluster.
 /// With `tls`, clients reach it only through a TLS listener (`tls_listener`).
-pub fn start(
+pub(crate) fn start(
     topics: &[(String, i32)],
     address_file: Option<&Path>,
     timings: GroupTimings,
@@ -153,7 +153,10 @@ pub fn start(
 }
 
 /// Parses `name:partitions` (partitions default to `default_partitions`).
-pub fn parse_topic_spec(spec: &str, default_partitions: i32) -> Result<(String, i32), String> {
+pub(crate) fn parse_topic_spec(
+    spec: &str,
+    default_partitions: i32,
+) -> Result<(String, i32), String> {
     match spec.split_once(':') {
         None if !spec.is_empty() => Ok((spec.to_string(), default_partitions)),
         Some((name, n)) if !name.is_empty() => n

@@ -39,7 +39,8 @@ impl Default for KafkaConfig {
 impl KafkaConfig {
     /// The keys of `[kafka]` that are tally's, not librdkafka's (in the
     /// environment, their `_` stays `_`).
-    pub const OWN_KEYS: [&'static str; 3] = ["bootstrap_servers", "group_id", "connect_timeout"];
+    pub(crate) const OWN_KEYS: [&'static str; 3] =
+        ["bootstrap_servers", "group_id", "connect_timeout"];
 }
 
 impl TryFrom<BTreeMap<String, toml::Value>> for KafkaConfig {
@@ -104,7 +105,7 @@ impl Default for TopicsConfig {
 
 impl KafkaConfig {
     /// The section's own checks; each error names the key.
-    pub fn validate(&self) -> Result<(), InvalidKey> {
+    pub(crate) fn validate(&self) -> Result<(), InvalidKey> {
         if self.group_id.is_empty() {
             return Err(InvalidKey::new("kafka.group_id", "must not be empty"));
         }
@@ -125,7 +126,7 @@ impl KafkaConfig {
 
 impl TopicsConfig {
     /// The section's own checks; each error names the key.
-    pub fn validate(&self) -> Result<(), InvalidKey> {
+    pub(crate) fn validate(&self) -> Result<(), InvalidKey> {
         for (key, v) in [
             ("topics.input", &self.input),
             ("topics.results", &self.results),

@@ -21,7 +21,7 @@ static LAST_ERROR: Mutex<Option<String>> = Mutex::new(None);
 
 /// Logs an error librdkafka reported and keeps it as the last one — unless it
 /// is only the summary "all brokers are down", which would hide the reason.
-pub fn error(error: &KafkaError, reason: &str) {
+pub(crate) fn error(error: &KafkaError, reason: &str) {
     tracing::error!(target: "librdkafka", "librdkafka: {error}: {reason}");
     let summary =
         error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::AllBrokersDown);
@@ -38,12 +38,12 @@ fn keep(reason: &str) {
 }
 
 /// The last error librdkafka reported in this process, if any.
-pub fn last_error() -> Option<String> {
+pub(crate) fn last_error() -> Option<String> {
     LAST_ERROR.lock().ok().and_then(|l| l.clone())
 }
 
 /// Logs one librdkafka line (see the module header).
-pub fn log(level: RDKafkaLogLevel, fac: &str, msg: &str) {
+pub(crate) fn log(level: RDKafkaLogLevel, fac: &str, msg: &str) {
     // A broker connection that failed, with its reason (logged at info by librdkafka).
     if fac == "FAIL" {
         keep(msg);
@@ -67,7 +67,7 @@ pub fn log(level: RDKafkaLogLevel, fac: &str, msg: &str) {
 
 /// The context of clients that need nothing but the log routing.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Logged;
+pub(crate) struct Logged;
 
 impl ClientContext for Logged {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, msg: &str) {

@@ -19,7 +19,7 @@ use config::KafkaConfig;
 
 /// Kept for the worker's files while the partitions unit rewrites them (issue 35,
 /// step 1); the clock lives in `base::clock`.
-pub use crate::base::clock::now_ms;
+pub(crate) use crate::base::clock::now_ms;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KafkaIoError {
@@ -41,15 +41,30 @@ pub enum KafkaIoError {
     },
 }
 
-/// A flush that failed at a checkpoint barrier fails the checkpoint (step 2).
-impl From<KafkaIoError> for crate::checkpoint::CheckpointError {
-    fn from(e: KafkaIoError) -> Self {
-        crate::checkpoint::CheckpointError::Outputs(Box::new(e))
+impl crate::base::error::Classify for KafkaIoError {
+    fn class(&self) -> crate::base::error::ErrorClass {
+        match self {
+            KafkaIoError::Client { source, .. } => client_class(source),
+            KafkaIoError::Fatal(_) | KafkaIoError::Unreachable { .. } => {
+                crate::base::error::ErrorClass::Unavailable
+            }
+        }
+    }
+}
+
+/// The class of one of librdkafka's errors: a refused property is a
+/// configuration error, anything else the cluster failing.
+pub(crate) fn client_class(e: &rdkafka::error::KafkaError) -> crate::base::error::ErrorClass {
+    use crate::base::error::ErrorClass;
+    use rdkafka::error::KafkaError;
+    match e {
+        KafkaError::ClientConfig(..) | KafkaError::ClientCreation(_) => ErrorClass::Config,
+        _ => ErrorClass::Unavailable,
     }
 }
 
 impl KafkaIoError {
-    pub fn client(
+    pub(crate) fn client(
         context: impl Into<String>,
     ) -> impl FnOnce(rdkafka::error::KafkaError) -> KafkaIoError {
         let context = context.into();
@@ -87,7 +102,7 @@ pub const PRODUCER_DEFAULTS: &[(&str, &str)] = &[
 
 /// Consumer defaults (the user's `[kafka]` properties go on top), besides the
 /// properties tally owns (`OWNED_CONSUMER_PROPERTIES`).
-pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
+pub(crate) const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     ("session.timeout.ms", "6000"),
     ("heartbeat.interval.ms", "1000"),
     ("enable.partition.eof", "false"),
@@ -111,7 +126,7 @@ pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
 /// guarantee rests on it: the config refuses it under `[kafka]`, and `tally
 /// config` prints it.
 #[derive(Debug, Clone, Copy)]
-pub struct Owned {
+pub(crate) struct Owned {
     pub key: &'static str,
     pub value: &'static str,
     /// Why tally owns it (the refusal says this).
@@ -129,7 +144,7 @@ const OFFSETS_OWNED: &str = "offsets are committed only with checkpoints, and a 
 /// `read_committed`: records of aborted transactions are never handed over (never
 /// billed), a bounded run's log end is the last stable offset, and transaction
 /// markers are empty offsets (docs/DESIGN.md §7.5).
-pub const OWNED_CONSUMER_PROPERTIES: &[Owned] = &[
+pub(crate) const OWNED_CONSUMER_PROPERTIES: &[Owned] = &[
     Owned {
         key: "enable.auto.commit",
         value: "false",
@@ -180,7 +195,7 @@ pub fn consumer_config(k: &KafkaConfig) -> ClientConfig {
 
 /// The number of partitions of `topic` from the broker's metadata (0 if the topic
 /// does not exist).
-pub fn partition_count<C: rdkafka::consumer::ConsumerContext>(
+pub(crate) fn partition_count<C: rdkafka::consumer::ConsumerContext>(
     consumer: &rdkafka::consumer::BaseConsumer<C>,
     topic: &str,
 ) -> Result<usize, KafkaIoError> {
@@ -197,8 +212,9 @@ pub fn partition_count<C: rdkafka::consumer::ConsumerContext>(
 
 /// Waits until the cluster answers a metadata request for `topic`, for at most
 /// `k.connect_timeout`; then fails with the last error librdkafka reported (a
-/// TLS or SASL failure names itself there). Stops early on shutdown.
-pub fn await_cluster<C: rdkafka::consumer::ConsumerContext>(
+/// TLS or SASL failure names itself there). Stops early on shutdown. Call it
+/// before the consumer subscribes or is assigned (it polls the consumer's events).
+pub(crate) fn await_cluster<C: rdkafka::consumer::ConsumerContext>(
     consumer: &rdkafka::consumer::BaseConsumer<C>,
     k: &KafkaConfig,
     topic: &str,
@@ -216,6 +232,12 @@ pub fn await_cluster<C: rdkafka::consumer::ConsumerContext>(
             Ok(_) => return Ok(()),
             Err(e) => e,
         };
+        // Serve the client's queued events: its log lines (`FAIL`) carry why a
+        // connection failed (a TLS handshake, SASL), and a consumer nobody polls
+        // yet (the sink's, before its assignment) would keep them queued, leaving
+        // only "BrokerTransportFailure". Not subscribed or assigned yet, a poll
+        // returns no message; its errors are that summary without the reason.
+        while consumer.poll(Duration::ZERO).is_some() {}
         if Instant::now() >= deadline || crate::base::shutdown::requested() {
             let mut last = logging::last_error().unwrap_or_else(|| err.to_string());
             if last.contains("state APIVERSION_QUERY") && !last.contains("SSL routines") {
@@ -236,7 +258,7 @@ pub fn await_cluster<C: rdkafka::consumer::ConsumerContext>(
 
 /// Whether a consumer error is about reaching the brokers (librdkafka retries
 /// those itself), not about the data.
-pub fn is_broker_transient(e: &rdkafka::error::KafkaError) -> bool {
+pub(crate) fn is_broker_transient(e: &rdkafka::error::KafkaError) -> bool {
     use rdkafka::types::RDKafkaErrorCode as C;
     matches!(
         e.rdkafka_error_code(),

@@ -27,7 +27,7 @@ use crate::model::{DeadLetterReason, Partition};
 
 /// Counts failed deliveries and keeps the first error; times acknowledgements of
 /// the records sent with a `sent_at` opaque (0 = untimed).
-pub struct DeliveryTracker {
+pub(crate) struct DeliveryTracker {
     failed: AtomicU64,
     delivered: AtomicU64,
     first_error: Mutex<Option<String>>,
@@ -49,21 +49,21 @@ impl Default for DeliveryTracker {
 }
 
 /// The delivery opaque of a record that is not timed.
-pub const UNTIMED: usize = 0;
+pub(crate) const UNTIMED: usize = 0;
 
 impl DeliveryTracker {
     /// The delivery opaque that times a record sent now.
-    pub fn sent_now(&self) -> usize {
+    pub(crate) fn sent_now(&self) -> usize {
         self.epoch.elapsed().as_micros() as usize + 1
     }
 
     /// Send → acknowledgement times (µs) of the timed records so far.
-    pub fn ack_latency_us(&self) -> Histogram {
+    pub(crate) fn ack_latency_us(&self) -> Histogram {
         self.ack_us.lock().map(|h| h.clone()).unwrap_or_default()
     }
 
     /// Failures since the last call, as an error naming the first one.
-    pub fn take_failures(&self) -> Result<(), KafkaIoError> {
+    pub(crate) fn take_failures(&self) -> Result<(), KafkaIoError> {
         let failed = self.failed.swap(0, Ordering::Relaxed);
         if failed > 0 {
             let first = self
@@ -131,7 +131,7 @@ pub struct Outputs {
 }
 
 /// Where a record came from: `topic/partition/offset`.
-pub fn source_coords(topic: &str, partition: Partition, offset: i64) -> String {
+pub(crate) fn source_coords(topic: &str, partition: Partition, offset: i64) -> String {
     format!("{topic}/{partition}/{offset}")
 }
 
@@ -175,18 +175,18 @@ impl Outputs {
 
     /// Stops timing on-time panes: the ones that follow are not watermark-driven
     /// (end of input).
-    pub fn stop_timing_panes(&self) {
+    pub(crate) fn stop_timing_panes(&self) {
         self.time_panes.set(false);
     }
 
     /// On-time pane latency (µs): watermark past the window end → acknowledged.
-    pub fn pane_ack_latency_us(&self) -> Histogram {
+    pub(crate) fn pane_ack_latency_us(&self) -> Histogram {
         self.producer.context().ack_latency_us()
     }
 
     /// The partitions of the results topic, from the broker's metadata (0 if it
     /// does not exist).
-    pub fn results_partitions(&self) -> Result<i32, KafkaIoError> {
+    pub(crate) fn results_partitions(&self) -> Result<i32, KafkaIoError> {
         let md = self
             .producer
             .client()
@@ -204,7 +204,7 @@ impl Outputs {
 
     /// A progress record, to every partition of the results topic (after the
     /// panes it covers, which this producer sent before: order holds per partition).
-    pub fn progress(&self, r: &crate::engine::ProgressRecord) -> Result<(), KafkaIoError> {
+    pub(crate) fn progress(&self, r: &crate::engine::ProgressRecord) -> Result<(), KafkaIoError> {
         let (key, payload) = (r.key(), r.to_json());
         for partition in 0..r.results_partitions {
             self.send(
@@ -218,7 +218,10 @@ impl Outputs {
     }
 
     /// An adjustment from `reprocess-late`, keyed by its request id.
-    pub fn adjustment(&self, a: &crate::engine::AdjustmentRecord) -> Result<(), KafkaIoError> {
+    pub(crate) fn adjustment(
+        &self,
+        a: &crate::engine::AdjustmentRecord,
+    ) -> Result<(), KafkaIoError> {
         let payload = a.to_json();
         self.send(
             BaseRecord::with_opaque_to(&self.results, UNTIMED)
@@ -227,7 +230,7 @@ impl Outputs {
         )
     }
 
-    pub fn late(
+    pub(crate) fn late(
         &self,
         key: Option<&[u8]>,
         payload: &[u8],
@@ -269,7 +272,7 @@ impl Outputs {
         ))
     }
 
-    pub fn dead_letter(
+    pub(crate) fn dead_letter(
         &self,
         key: Option<&[u8]>,
         payload: &[u8],
@@ -441,7 +444,7 @@ impl Drop for Poller {
 
 /// Sends one record, waiting (serving delivery reports) while the local queue is full.
 #[allow(clippy::result_large_err)] // rdkafka's `(KafkaError, BaseRecord)` error
-pub fn send<C: ProducerContext<DeliveryOpaque = usize>>(
+pub(crate) fn send<C: ProducerContext<DeliveryOpaque = usize>>(
     producer: &BaseProducer<C>,
     record: Record<'_>,
 ) -> Result<(), KafkaIoError> {
@@ -476,7 +479,7 @@ fn send_retrying<'a>(
 }
 
 /// A record as the producers here send it: the opaque is a `sent_at` or `UNTIMED`.
-pub type Record<'a> = BaseRecord<'a, [u8], [u8], usize>;
+pub(crate) type Record<'a> = BaseRecord<'a, [u8], [u8], usize>;
 
 fn with_key<'a>(r: Record<'a>, key: Option<&'a [u8]>) -> Record<'a> {
     match key {

@@ -22,12 +22,12 @@ use crate::model::Partition;
 
 /// Options for partitions without any checkpoint: the restore decision's own
 /// (`checkpoint::restore`), named here too for the commands that pass them in.
-pub use crate::checkpoint::restore::StartPolicy;
+pub(crate) use crate::checkpoint::restore::StartPolicy;
 
 /// A checkpoint's offsets to the consumer group, with `tally-checkpoint=<id>` as
 /// commit metadata. A failed commit (e.g. during a rebalance) is logged and loses
 /// nothing: restores read offsets from the checkpoint store.
-pub struct GroupCommitter<'a, C: ConsumerContext> {
+pub(crate) struct GroupCommitter<'a, C: ConsumerContext> {
     consumer: &'a BaseConsumer<C>,
     topic: &'a str,
 }
@@ -57,25 +57,28 @@ impl<C: ConsumerContext> OffsetCommitter for GroupCommitter<'_, C> {
 }
 
 /// The facts of an assignment: each partition's log range and committed offset.
-pub fn gather_facts<C: ConsumerContext>(
+pub(crate) fn gather_facts<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     topic: &str,
     partitions: &[Partition],
-) -> Result<Vec<LogFacts>, String> {
+) -> Result<Vec<LogFacts>, super::KafkaIoError> {
     let timeout = Duration::from_secs(10);
     let mut tpl = TopicPartitionList::new();
     for p in partitions {
         tpl.add_partition(topic, p.0);
     }
-    let committed = consumer
-        .committed_offsets(tpl, timeout)
-        .map_err(|e| format!("reading the committed offsets of {topic}: {e}"))?;
+    let committed =
+        consumer
+            .committed_offsets(tpl, timeout)
+            .map_err(super::KafkaIoError::client(format!(
+                "reading the committed offsets of {topic}"
+            )))?;
     partitions
         .iter()
         .map(|p| {
-            let (log_start, log_end) = consumer
-                .fetch_watermarks(topic, p.0, timeout)
-                .map_err(|e| format!("reading the log range of {topic}/{p}: {e}"))?;
+            let (log_start, log_end) = consumer.fetch_watermarks(topic, p.0, timeout).map_err(
+                super::KafkaIoError::client(format!("reading the log range of {topic}/{p}")),
+            )?;
             let committed = match committed.find_partition(topic, p.0).map(|e| e.offset()) {
                 Some(Offset::Offset(o)) => Some(o),
                 _ => None,
@@ -92,7 +95,7 @@ pub fn gather_facts<C: ConsumerContext>(
 
 /// The log start of `topic`/`partition` as librdkafka last saw it in a fetch
 /// response (no network round trip); `None` before the first fetch.
-pub fn cached_log_start<C: ConsumerContext>(
+pub(crate) fn cached_log_start<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     topic: &str,
     partition: Partition,
@@ -102,7 +105,7 @@ pub fn cached_log_start<C: ConsumerContext>(
 
 /// The log end (high watermark) of `topic`/`partition` as librdkafka last saw it
 /// in a fetch response (no network round trip); `None` before the first fetch.
-pub fn cached_log_end<C: ConsumerContext>(
+pub(crate) fn cached_log_end<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     topic: &str,
     partition: Partition,
@@ -112,7 +115,7 @@ pub fn cached_log_end<C: ConsumerContext>(
 
 /// The log start and end of `topic`/`partition` from librdkafka's cache (the
 /// last fetch response), for any consumer.
-pub fn cached_watermarks<C: ConsumerContext>(
+pub(crate) fn cached_watermarks<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     topic: &str,
     partition: Partition,

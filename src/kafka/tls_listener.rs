@@ -18,7 +18,7 @@ use tracing::{debug, info};
 
 /// The files of the TLS listener (PEM).
 #[derive(Debug, Clone)]
-pub struct TlsFiles {
+pub(crate) struct TlsFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
     /// Require client certificates signed by this CA.
@@ -50,7 +50,7 @@ fn acceptor(files: &TlsFiles) -> Result<SslAcceptor, String> {
 
 /// Binds a TLS listener on `host`'s loopback port and relays its connections to
 /// `backend` on a thread of its own. Returns the listener's port.
-pub fn start(files: &TlsFiles, host: &str, backend: SocketAddr) -> Result<u16, String> {
+pub(crate) fn start(files: &TlsFiles, host: &str, backend: SocketAddr) -> Result<u16, String> {
     let acceptor = Arc::new(acceptor(files)?);
     let listener = std::net::TcpListener::bind((host, 0))
         .and_then(|l| l.set_nonblocking(true).map(|_| l))

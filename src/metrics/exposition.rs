@@ -69,20 +69,20 @@ pub const EXPORTED: &[&str] = &[
 ];
 
 /// Upper bounds of the delay, disorder and latency histograms, ms.
-pub const BOUNDS_MS: [u64; 16] = [
+pub(crate) const BOUNDS_MS: [u64; 16] = [
     5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 300_000, 900_000,
     3_600_000,
 ];
 
 /// The Prometheus text of a worker's report.
-pub fn worker(report: &WorkerReport) -> String {
+pub(crate) fn worker(report: &WorkerReport) -> String {
     render(Box::new(Worker(report.clone())))
 }
 
 /// The consumer lag family alone (no `tally_build_info`): each owned input
 /// partition's log end minus the worker's position, in records, as
 /// `worker::lag` computes it when scraped.
-pub fn consumer_lag(lags: &[(Partition, i64)]) -> String {
+pub(crate) fn consumer_lag(lags: &[(Partition, i64)]) -> String {
     let mut reg = Registry::default();
     reg.register_collector(Box::new(ConsumerLag(lags.to_vec())));
     encode(&reg)
@@ -90,7 +90,7 @@ pub fn consumer_lag(lags: &[(Partition, i64)]) -> String {
 
 /// What the sink reports.
 #[derive(Debug, Clone, Default)]
-pub struct SinkFigures {
+pub(crate) struct SinkFigures {
     pub applied_records: u64,
     pub rows_changed: u64,
     /// Result records rejected (not storable; kept in `sink_rejected`).
@@ -101,13 +101,13 @@ pub struct SinkFigures {
 }
 
 /// The Prometheus text of the sink's figures.
-pub fn sink(figures: &SinkFigures) -> String {
+pub(crate) fn sink(figures: &SinkFigures) -> String {
     render(Box::new(Sink(figures.clone())))
 }
 
 /// What `reprocess-late --follow` reports.
 #[derive(Debug, Clone, Default)]
-pub struct ReprocessFigures {
+pub(crate) struct ReprocessFigures {
     /// (partition, late-topic log end minus the next offset to reprocess): late
     /// records not billed yet.
     pub backlog: Vec<(i32, i64)>,
@@ -117,12 +117,12 @@ pub struct ReprocessFigures {
 }
 
 /// The Prometheus text of the reprocessing's figures.
-pub fn reprocess(figures: &ReprocessFigures) -> String {
+pub(crate) fn reprocess(figures: &ReprocessFigures) -> String {
     render(Box::new(Reprocess(figures.clone())))
 }
 
 /// Only `tally_build_info` (processes with nothing else to report yet).
-pub fn build_info_only() -> String {
+pub(crate) fn build_info_only() -> String {
     let mut reg = Registry::default();
     reg.register_collector(Box::new(BuildInfo));
     encode(&reg)

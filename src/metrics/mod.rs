@@ -107,13 +107,13 @@ impl WorkerReport {
     }
 
     /// The minimum watermark over active partitions, and the partition holding it.
-    pub fn job_watermark(&self) -> Option<(EventTime, Partition)> {
+    pub(crate) fn job_watermark(&self) -> Option<(EventTime, Partition)> {
         self.active()
             .filter_map(|p| p.watermark.map(|w| (w, p.partition)))
             .min()
     }
 
-    pub fn merged(&self, f: impl Fn(&PartitionReport) -> &Histogram) -> Histogram {
+    pub(crate) fn merged(&self, f: impl Fn(&PartitionReport) -> &Histogram) -> Histogram {
         let mut h = Histogram::default();
         for p in &self.partitions {
             h.merge(f(p));
@@ -123,7 +123,7 @@ impl WorkerReport {
 
     /// A `max_out_of_orderness` covering p99 of the observed disorder, rounded up to
     /// a whole second (what the bounded-out-of-orderness heuristic needs to cover).
-    pub fn recommended_bound_ms(&self) -> Option<i64> {
+    pub(crate) fn recommended_bound_ms(&self) -> Option<i64> {
         let p99 = self.merged(|p| &p.disorder).quantile(990)? as i64;
         Some(((p99 / 1000) + 1) * 1000)
     }
@@ -135,12 +135,12 @@ impl WorkerReport {
     }
 
     /// The Prometheus text of this report (`exposition`).
-    pub fn render_prometheus(&self) -> String {
+    pub(crate) fn render_prometheus(&self) -> String {
         exposition::worker(self)
     }
 
     /// The `tally delays` table.
-    pub fn render_table(&self) -> String {
+    pub(crate) fn render_table(&self) -> String {
         let fmt_q = |h: &Histogram| {
             QUANTILES
                 .iter()

@@ -153,7 +153,7 @@ pub struct Batch {
 /// without it succeeds: a data exception (class 22: a NUL byte, a number out of
 /// range), an integrity violation (23), a cardinality violation (21: an upsert
 /// touching one row twice) or a program limit (54: an index row too large).
-pub fn data_error(e: &tokio_postgres::Error) -> bool {
+pub(crate) fn data_error(e: &tokio_postgres::Error) -> bool {
     e.code()
         .is_some_and(|c| matches!(&c.code()[..2], "21" | "22" | "23" | "54"))
 }
@@ -367,7 +367,7 @@ async fn window(
 }
 
 /// The next offset to read, per partition of `topic`, as the sink last applied it.
-pub async fn applied_offsets(
+pub(crate) async fn applied_offsets(
     client: &Client,
     topic: &str,
 ) -> Result<BTreeMap<Partition, NextOffset>, SinkError> {

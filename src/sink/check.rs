@@ -19,13 +19,13 @@ use crate::model::id::{self, MAX_ID_BYTES, MAX_KEY_BYTES};
 use crate::model::Pico;
 
 /// Why a record cannot be stored: a sentence naming the field.
-pub type Rejection = String;
+pub(crate) type Rejection = String;
 
 /// The partition counts the sink sees, which a progress record's counts must not
 /// exceed: `tally_final` waits for every pair they name, so one record naming more
 /// partitions than exist would keep every window from being final.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Topology {
+pub(crate) struct Topology {
     /// Partitions of the results topic (the sink reads them all).
     pub results: i32,
     /// Partitions of the input topic, when the sink could read its metadata.
@@ -35,14 +35,14 @@ pub struct Topology {
 impl Topology {
     /// No bound (what the engine's own tests check against).
     #[cfg(test)]
-    pub const ANY: Topology = Topology {
+    pub(crate) const ANY: Topology = Topology {
         results: i32::MAX,
         input: None,
     };
 }
 
 /// Checks `r` before it is applied.
-pub fn storable(r: &SinkRecord, topology: &Topology) -> Result<(), Rejection> {
+pub(crate) fn storable(r: &SinkRecord, topology: &Topology) -> Result<(), Rejection> {
     match r {
         SinkRecord::Window(w) => window(w),
         SinkRecord::Adjustment(a) => adjustment(a),

@@ -36,7 +36,7 @@ use postgres_openssl::MakeTlsConnector;
 
 /// libpq's `sslmode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SslMode {
+pub(crate) enum SslMode {
     Disable,
     Prefer,
     Require,
@@ -46,14 +46,14 @@ pub enum SslMode {
 
 /// Where the server certificate's issuer must come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RootCert {
+pub(crate) enum RootCert {
     File(PathBuf),
     System,
 }
 
 /// The TLS part of a database URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsParams {
+pub(crate) struct TlsParams {
     pub mode: SslMode,
     pub root_cert: Option<RootCert>,
     pub cert: Option<PathBuf>,
@@ -65,7 +65,7 @@ pub struct TlsParams {
 /// Splits libpq's TLS parameters out of `url`: the URL tokio-postgres is given
 /// (with `sslmode` mapped to one it knows), and the parameters. Errors name the
 /// parameter.
-pub fn split_tls(url: &str) -> Result<(String, TlsParams), String> {
+pub(crate) fn split_tls(url: &str) -> Result<(String, TlsParams), String> {
     let mut params = TlsParams {
         mode: SslMode::Prefer,
         root_cert: None,
@@ -128,7 +128,7 @@ pub fn split_tls(url: &str) -> Result<(String, TlsParams), String> {
 
 /// The OpenSSL connector for `params`, with libpq's defaults under
 /// `$HOME/.postgresql/`. Errors name the file and the parameter.
-pub fn connector(params: &TlsParams) -> Result<MakeTlsConnector, String> {
+pub(crate) fn connector(params: &TlsParams) -> Result<MakeTlsConnector, String> {
     connector_in(
         params,
         std::env::var_os("HOME").map(PathBuf::from).as_deref(),

@@ -11,7 +11,7 @@ use tokio_postgres::Client;
 use super::SinkError;
 
 /// `(version, name, sql)` — append only; never edit a released migration.
-pub const MIGRATIONS: &[(i32, &str, &str)] = &[
+pub(crate) const MIGRATIONS: &[(i32, &str, &str)] = &[
     (
         1,
         "partials_and_view",

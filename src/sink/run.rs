@@ -23,6 +23,7 @@ use tracing::{error, info, warn};
 use super::apply::{applied_offsets, apply_batch, Batch, Delivered, Rejected};
 use super::{check, connect, migrate, SinkError};
 use crate::base::clock::now_ms;
+use crate::base::error::{Refusal, RefusalKind};
 use crate::base::shutdown;
 use crate::config::Config;
 use crate::engine::SinkRecord;
@@ -35,13 +36,13 @@ use crate::model::Partition;
 use crate::service::State;
 
 #[derive(Debug, Clone, Copy, Default)]
-pub struct SinkOptions {
+pub(crate) struct SinkOptions {
     /// Exit once every partition reached the log end seen at start.
     pub until_end: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SinkSummary {
+pub(crate) struct SinkSummary {
     pub records: u64,
     pub rows_changed: u64,
     pub stale_ignored: u64,
@@ -61,7 +62,7 @@ impl std::fmt::Display for SinkSummary {
 const MAX_BATCH: usize = 2_000;
 
 /// Connects and applies the migrations (also `tally migrate`).
-pub fn migrate_only(cfg: &Config) -> Result<usize, SinkError> {
+pub(crate) fn migrate_only(cfg: &Config) -> Result<usize, SinkError> {
     runtime()?.block_on(async {
         let mut client = connect(&cfg.sink.database_url).await?;
         migrate::run(&mut client).await
@@ -209,11 +210,11 @@ fn assignment(
             )))?;
         if let Some(s) = start {
             if s < low || s > high {
-                return Err(SinkError::Refused(format!(
+                return Err(SinkError::Refused(Refusal::new(RefusalKind::SinkOffsets, format!(
                     "sink_offsets says {topic}/{p} resumes at {s}, but the log holds offsets {low}..{high}: \
                      results were deleted before they were applied, or the topic was recreated. Refusing \
                      to skip silently; after checking, delete that row from sink_offsets to start over."
-                )));
+                ))));
             }
         }
         next.insert(p, start.unwrap_or(low));

@@ -112,6 +112,22 @@ pub enum StateError {
     Corrupt { key: String, msg: String },
 }
 
+impl crate::base::error::Classify for StateError {
+    fn class(&self) -> crate::base::error::ErrorClass {
+        use crate::base::error::ErrorClass;
+        match self {
+            // Another process holds the store: an operator must stop it or move one.
+            StateError::Locked { .. } => ErrorClass::Refused,
+            // Local I/O (a full or read-only disk) or damage: restart.
+            StateError::Open { .. }
+            | StateError::Dir { .. }
+            | StateError::Write(_)
+            | StateError::Read(_)
+            | StateError::Corrupt { .. } => ErrorClass::Internal,
+        }
+    }
+}
+
 /// Domain vocabulary (`model::partition`), named here too for the state's callers.
 pub use crate::model::NextOffset;
 

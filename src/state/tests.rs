@@ -45,7 +45,8 @@ fn feed(task: &mut PartitionTask, from: usize, to: usize) {
                 now_ms: 0,
             },
             &mut out,
-        );
+        )
+        .unwrap();
     }
 }
 

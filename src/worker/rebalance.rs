@@ -8,8 +8,8 @@
 //! (restore, or refuse), which returns each partition's start offset. Revoked
 //! partitions are checkpointed through `on_revoke`; both get a `GroupCommitter` for
 //! the checkpoint's offsets. Refusals and failures are recorded as a fatal error,
-//! with its class (`WorkerError`: a refusal exits 3, an unavailable checkpoint store
-//! 4), that the worker loop returns.
+//! typed with its class (`WorkerError`: a refusal exits 3; Kafka or the checkpoint
+//! store unavailable 4; a poisoned lock 1), that the worker loop returns.
 
 use std::sync::{Arc, Mutex};
 
@@ -21,9 +21,11 @@ use rdkafka::ClientContext;
 use tracing::{error, info, warn};
 
 use super::WorkerError;
+use crate::base::error::Bug;
 use crate::checkpoint::coordinator::OffsetCommitter;
 use crate::checkpoint::restore::LogFacts;
 use crate::kafka::source::{gather_facts, GroupCommitter};
+use crate::kafka::KafkaIoError;
 use crate::model::NextOffset;
 use crate::model::Partition;
 
@@ -42,6 +44,14 @@ pub trait RebalanceHandler: Send {
         committer: &mut dyn OffsetCommitter,
         partitions: &[Partition],
     ) -> Result<(), WorkerError>;
+}
+
+/// `f`, with a panic turned into a `Bug`: the callback runs inside librdkafka's
+/// poll (an `extern "C"` frame), where a panic would abort the process, skipping
+/// the exit status of a bug (1) and the flush of the logs.
+fn caught<T>(doing: &str, f: impl FnOnce() -> Result<T, WorkerError>) -> Result<T, WorkerError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|_| Err(Bug(format!("a panic while handling {doing}")).into()))
 }
 
 pub struct SourceContext {
@@ -102,7 +112,7 @@ impl ConsumerContext for SourceContext {
             .map(|e| e.topic().to_string())
             .unwrap_or_default();
         let Ok(mut handler) = self.handler.lock() else {
-            self.fail(WorkerError::Refused("worker state lock poisoned".into()));
+            self.fail(Bug::poisoned("worker state").into());
             return;
         };
         let result: KafkaResult<()> = match err {
@@ -110,8 +120,12 @@ impl ConsumerContext for SourceContext {
                 crate::failpoint::hit("rebalance_assign");
                 let mut committer = GroupCommitter::new(consumer, &topic);
                 let assigned = gather_facts(consumer, &topic, &partitions)
-                    .map_err(WorkerError::Refused)
-                    .and_then(|facts| handler.on_assign(&mut committer, &facts));
+                    .map_err(WorkerError::Kafka)
+                    .and_then(|facts| {
+                        caught("an assignment", || {
+                            handler.on_assign(&mut committer, &facts)
+                        })
+                    });
                 match assigned {
                     Ok(starts) => {
                         for (p, start) in &starts {
@@ -136,7 +150,9 @@ impl ConsumerContext for SourceContext {
                 info!(partitions = %crate::logfmt::list(&at), "revoked");
                 crate::failpoint::hit("rebalance_revoke");
                 let mut committer = GroupCommitter::new(consumer, &topic);
-                if let Err(e) = handler.on_revoke(&mut committer, &partitions) {
+                if let Err(e) = caught("a revocation", || {
+                    handler.on_revoke(&mut committer, &partitions)
+                }) {
                     self.fail(e);
                 }
                 if cooperative {
@@ -151,9 +167,7 @@ impl ConsumerContext for SourceContext {
             }
         };
         if let Err(e) = result {
-            self.fail(WorkerError::Refused(format!(
-                "applying the assignment: {e}"
-            )));
+            self.fail(KafkaIoError::client("applying the assignment")(e).into());
         }
     }
 }

@@ -129,7 +129,10 @@ impl Ports for ModelPorts<'_> {
     fn commit_offsets(&mut self, _: CheckpointId, _: &[(Partition, NextOffset)]) {}
     fn reached(&mut self, step: Step) -> Result<(), CheckpointError> {
         match self.crash_at {
-            Some(s) if s == step => Err(CheckpointError::Refused(format!("crash at {}", s.name()))),
+            Some(s) if s == step => Err(CheckpointError::Bug(crate::base::error::Bug(format!(
+                "crash at {}",
+                s.name()
+            )))),
             _ => Ok(()),
         }
     }
@@ -175,14 +178,16 @@ fn apply(
 ) {
     let mut panes = Vec::new();
     for (i, rec) in input.iter().enumerate().take(to).skip(from) {
-        let route = task.process(
-            RecordIn {
-                payload: rec.as_bytes(),
-                kafka_ts: None,
-                now_ms: 0,
-            },
-            &mut panes,
-        );
+        let route = task
+            .process(
+                RecordIn {
+                    payload: rec.as_bytes(),
+                    kafka_ts: None,
+                    now_ms: 0,
+                },
+                &mut panes,
+            )
+            .expect("no spill store");
         for pane in panes.drain(..) {
             out.push(Out::Result(serde_json::to_string(&pane).unwrap()));
         }
@@ -361,7 +366,7 @@ fn reference(input: &[Vec<String>]) -> World {
         let mut out = Vec::new();
         apply(&mut task, p as i32, recs, 0, recs.len(), &mut out);
         let mut panes = Vec::new();
-        task.end_of_input(&mut panes);
+        task.end_of_input(&mut panes).unwrap();
         out.extend(
             panes
                 .iter()
@@ -494,7 +499,7 @@ fn run_model(seed: u64) -> usize {
         m.process(w, usize::MAX / 2);
         for (_, (task, _)) in w.tasks.iter_mut() {
             let mut panes = Vec::new();
-            task.end_of_input(&mut panes);
+            task.end_of_input(&mut panes).unwrap();
             w.pending.extend(
                 panes
                     .iter()

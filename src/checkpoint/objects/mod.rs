@@ -57,6 +57,24 @@ pub enum ObjectError {
     Interrupted { location: String },
 }
 
+impl crate::base::error::Classify for ObjectError {
+    fn class(&self) -> crate::base::error::ErrorClass {
+        use crate::base::error::ErrorClass;
+        match self {
+            // The object store could not be reached or failed: a restart may help.
+            ObjectError::Unavailable { .. } => ErrorClass::Unavailable,
+            // A stop request: the loops treat it as a stop before it reaches a
+            // boundary (`CheckpointError::is_interrupted`).
+            ObjectError::Interrupted { .. } => ErrorClass::Internal,
+            // Local I/O, or damage of an object (a restore falls back from it).
+            ObjectError::Io { .. }
+            | ObjectError::Exists { .. }
+            | ObjectError::NotFound { .. }
+            | ObjectError::Refused { .. } => ErrorClass::Internal,
+        }
+    }
+}
+
 impl ObjectError {
     /// Whether the error says the object itself is wrong (damage), rather than
     /// that the store could not be read.

@@ -144,9 +144,11 @@ fn the_plan_orders_by_offset_then_id_and_stops_at_another_fingerprint() {
         policy,
         None,
     );
-    let Try::Refuse(msg) = &steps[0] else {
+    let Try::Refuse(refusal) = &steps[0] else {
         panic!("{steps:?}")
     };
+    assert_eq!(refusal.kind, crate::base::error::RefusalKind::ConfigChanged);
+    let msg = &refusal.message;
     assert!(
         msg.contains("another configuration") && msg.contains("job.generation"),
         "{msg}"
@@ -292,7 +294,8 @@ fn the_start_is_decided_from_the_restore_the_group_and_the_log() {
                     assert_eq!(g.at_ms, 99, "row {i}");
                 }
             }
-            (Err(msg), Err(words)) => {
+            (Err(refusal), Err(words)) => {
+                let msg = refusal.message;
                 for w in words {
                     assert!(msg.contains(w), "row {i}: {w:?} not in {msg}");
                 }

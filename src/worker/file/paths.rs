@@ -23,6 +23,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::WorkerError;
+use crate::base::error::Refusal;
 
 /// Everything a file run reads and writes.
 #[derive(Debug, Clone)]
@@ -73,7 +74,7 @@ impl Paths {
         for (what, path) in self.outputs() {
             let id = identity(path, 0).map_err(io_err(path))?;
             if id == input_id {
-                return Err(WorkerError::Refused(format!(
+                return Err(WorkerError::Refused(Refusal::setup(format!(
                     "{what} {} is the input file {} (the same file: device {}, inode {}); \
                      writing it would destroy the input before it is read. Choose another \
                      --output-file",
@@ -81,15 +82,15 @@ impl Paths {
                     self.input.display(),
                     input.dev(),
                     input.ino()
-                )));
+                ))));
             }
             if let Some((other, other_path, _)) = seen.iter().find(|(_, _, o)| *o == id) {
-                return Err(WorkerError::Refused(format!(
+                return Err(WorkerError::Refused(Refusal::setup(format!(
                     "{what} {} and {other} {} are the same file; one would overwrite the \
                      other. Remove the link between them or choose another --output-file",
                     path.display(),
                     other_path.display()
-                )));
+                ))));
             }
             seen.push((what, path, id));
         }
@@ -101,12 +102,12 @@ impl Paths {
         for dir in wiped {
             if let Ok(dir) = fs::canonicalize(dir) {
                 if canonical_input.starts_with(&dir) {
-                    return Err(WorkerError::Refused(format!(
+                    return Err(WorkerError::Refused(Refusal::setup(format!(
                         "the input file {} is inside {}, which a file run deletes; move the \
                          input or change state.dir / checkpoint.dir",
                         self.input.display(),
                         dir.display()
-                    )));
+                    ))));
                 }
             }
         }
@@ -163,7 +164,7 @@ mod tests {
 
     fn refusal(p: &Paths, wiped: &[&Path]) -> String {
         match p.check(wiped) {
-            Err(WorkerError::Refused(m)) => m,
+            Err(WorkerError::Refused(r)) => r.message,
             other => panic!("expected a refusal, got {other:?}"),
         }
     }

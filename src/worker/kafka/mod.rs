@@ -30,6 +30,7 @@ use super::lag;
 use super::partitions::{Outputs, Partitions, Settings};
 use super::report::Publisher;
 use super::WorkerError;
+use crate::base::error::{Bug, Refusal};
 use crate::base::shutdown;
 use crate::checkpoint::coordinator::Coordinator;
 use crate::checkpoint::export::JobIdentity;
@@ -58,7 +59,7 @@ const QUIET: Duration = Duration::from_millis(100);
 
 fn lock(core: &Mutex<Worker>) -> Result<MutexGuard<'_, Worker>, WorkerError> {
     core.lock()
-        .map_err(|_| WorkerError::Refused("worker state lock poisoned".into()))
+        .map_err(|_| Bug::poisoned("worker state").into())
 }
 
 /// Runs one worker until shutdown (or, with `until_end`, until its partitions are drained).
@@ -212,10 +213,10 @@ impl Driver {
             info!("shutdown requested");
             return Ok(Next::Stop);
         }
-        let polled = self.poller.next(QUIET).map_err(|_| {
-            WorkerError::Refused("the poll thread ended unexpectedly (a panic; see above)".into())
+        let mut polled = self.poller.next(QUIET).map_err(|_| {
+            WorkerError::Bug(Bug("the poll thread ended unexpectedly (a panic)".into()))
         })?;
-        if let Some(fatal) = self.consumer.context().take_fatal() {
+        if let Some(fatal) = polled.as_mut().and_then(|p| p.fatal.take()) {
             // A stop request ended a restore waiting on the store: a stop, not a failure.
             if matches!(&fatal, WorkerError::Checkpoint(e) if e.is_interrupted()) {
                 info!("shutdown requested during a restore");
@@ -309,6 +310,11 @@ impl Driver {
         // short, and the group notices the member gone at its session timeout.
         if !cfg.kafka.properties.contains_key("group.instance.id") {
             leave_assignment(&self.consumer);
+            // The poll thread is gone: a revoke that failed in these polls is
+            // taken here.
+            if let Some(fatal) = self.consumer.context().take_fatal() {
+                return Err(fatal);
+            }
         }
         std::thread::Builder::new()
             .name("close-watchdog".into())
@@ -414,9 +420,9 @@ fn progress_targets(
 fn input_partitions(consumer: &Source, topic: &str) -> Result<usize, WorkerError> {
     let n = crate::kafka::partition_count(consumer, topic)?;
     if n == 0 {
-        return Err(WorkerError::Refused(format!(
+        return Err(WorkerError::Refused(Refusal::setup(format!(
             "input topic {topic} has no partitions (does it exist?)"
-        )));
+        ))));
     }
     Ok(n)
 }

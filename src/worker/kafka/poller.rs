@@ -56,6 +56,7 @@ use crate::engine::{EngineConfig, Prepared, RecordIn};
 use crate::kafka::source::cached_log_start;
 use crate::model::Partition;
 use crate::worker::rebalance::Source;
+use crate::worker::WorkerError;
 
 /// Records per chunk: one hand-over per chunk, small enough to stay in cache.
 const CHUNK: usize = 512;
@@ -266,6 +267,11 @@ pub struct Polled {
     /// The consumer's positions after these records, when it had nothing more to
     /// hand over and they moved since the last chunk that carried them.
     pub positions: Option<Positions>,
+    /// A rebalance callback inside the last poll failed (typed, with its class):
+    /// the worker stops on it at once (nothing after the last checkpoint is
+    /// committed; a restart replays it). The poll thread ends after handing it
+    /// over.
+    pub fatal: Option<WorkerError>,
 }
 
 /// The consumer's positions (librdkafka's: the offset after the last record or
@@ -383,8 +389,16 @@ fn poll_loop(shared: &Shared, tx: &SyncSender<Polled>, stop: &AtomicBool) {
     while !stop.load(Ordering::Relaxed) {
         let mut runs: Vec<Run> = Vec::new();
         let (mut n, mut wait, mut out_of_range, mut idle) = (0, POLL_WAIT, false, false);
+        let mut fatal = None;
         while n < CHUNK {
-            match consumer.poll(wait) {
+            let event = consumer.poll(wait);
+            // A rebalance callback runs inside poll; a failure it recorded goes
+            // down the channel in order with the records.
+            fatal = consumer.context().take_fatal();
+            if fatal.is_some() {
+                break;
+            }
+            match event {
                 Some(Ok(m)) => {
                     // Read after the poll: a rebalance callback runs inside poll.
                     let epoch = shared.epoch.load(Ordering::Acquire);
@@ -416,7 +430,7 @@ fn poll_loop(shared: &Shared, tx: &SyncSender<Polled>, stop: &AtomicBool) {
             })
             .flatten()
             .filter(|p| !sent_positions.as_ref().is_some_and(|s| s.same(p)));
-        if runs.is_empty() && !out_of_range && positions.is_none() {
+        if runs.is_empty() && !out_of_range && positions.is_none() && fatal.is_none() {
             continue;
         }
         if positions.is_some() {
@@ -437,8 +451,10 @@ fn poll_loop(shared: &Shared, tx: &SyncSender<Polled>, stop: &AtomicBool) {
             cfg,
             out_of_range,
             positions,
+            fatal,
         };
-        if tx.send(polled).is_err() {
+        let last = polled.fatal.is_some();
+        if tx.send(polled).is_err() || last {
             return;
         }
     }

@@ -10,6 +10,7 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use tracing::{info, warn};
 
 use super::worker::Worker;
+use crate::base::error::{Refusal, RefusalKind};
 use crate::checkpoint::restore::{self, LogFacts, Names, Start as Decided};
 use crate::checkpoint::CheckpointError;
 use crate::engine::PartitionTask;
@@ -50,7 +51,7 @@ impl Worker {
         for (f, r) in facts.iter().zip(restored) {
             let p = f.partition;
             let r = r.map_err(|e| match e {
-                CheckpointError::Refused(m) => WorkerError::Refused(m),
+                CheckpointError::Refused(r) => WorkerError::Refused(r),
                 other => WorkerError::Checkpoint(other),
             })?;
             let fresh = r.is_none();
@@ -121,11 +122,11 @@ impl Worker {
                     )))?;
             let next = next.0;
             if next > high {
-                return Err(WorkerError::Refused(format!(
+                return Err(WorkerError::Refused(Refusal::new(RefusalKind::PastLogEnd, format!(
                     "partition {topic}/{p}: tally reads on at offset {next} but the log ends at {high}: the topic \
                      was recreated or the broker lost data. Refusing to guess; if the topic was recreated on \
                      purpose, start a new consumer group (or `--reset-state earliest`)."
-                )));
+                ))));
             }
             moved |= self.parts.fall_behind(p, low)?;
         }

@@ -137,7 +137,7 @@ impl Worker {
         let mut committer = GroupCommitter::new(consumer, &self.job.topic);
         if let Some(c) = self.parts.finish(&mut self.coord, &mut committer, false)? {
             // The barrier's deltas are in the store now: windows may go.
-            self.parts.evict_to_budget();
+            self.parts.evict_to_budget()?;
             self.completed(c, Some(consumer));
         }
         Ok(())
@@ -221,7 +221,7 @@ impl RebalanceHandler for Worker {
             .set_not_ready(format!("restoring {} partition(s)", facts.len()));
         let starts = self.restore_all(facts)?;
         self.publish_positions();
-        self.parts.evict_to_budget();
+        self.parts.evict_to_budget()?;
         // Joined, and every assigned partition restored: the report shows the
         // restored positions and the backlog as of the assignment's log ends
         // before the service says ready.

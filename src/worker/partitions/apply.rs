@@ -171,14 +171,12 @@ impl<O: Outputs> Partitions<O> {
         if Arc::ptr_eq(cfg, slot.task.config()) {
             let (prepared, panes) = (run.prepared(), &mut self.panes);
             slot.task
-                .process_prepared(prepared, range.clone(), now_ms, panes, &mut routes);
+                .process_prepared(prepared, range.clone(), now_ms, panes, &mut routes)?;
         } else {
             // Prepared under a configuration a price reload has replaced since.
             let recs: Vec<RecordIn<'_>> = range.clone().map(|i| run.record_in(i, now_ms)).collect();
-            slot.task.process_batch(&recs, &mut self.panes, &mut routes);
-        }
-        if let Some(e) = slot.task.take_spill_error() {
-            return Err(WorkerError::Refused(e));
+            slot.task
+                .process_batch(&recs, &mut self.panes, &mut routes)?;
         }
         slot.next = NextOffset(run.offset(range.end - 1) + 1);
         slot.last_record = clock::mono_ms();

@@ -60,10 +60,7 @@ impl<O: Outputs> Partitions<O> {
             if !(fires || progresses) {
                 continue;
             }
-            slot.task.force_watermark(forced, &mut self.panes);
-            if let Some(e) = slot.task.take_spill_error() {
-                return Err(WorkerError::Refused(e));
-            }
+            slot.task.force_watermark(forced, &mut self.panes)?;
             let to = self.progress_to;
             send_panes(&mut self.outputs, slot, &mut self.panes, to, generation)?;
             let why = if silence >= idle {

@@ -47,13 +47,16 @@ impl<O: Outputs> Partitions<O> {
     }
 
     /// Evicts windows beyond the memory budget (all are clean right after a commit).
-    pub fn evict_to_budget(&mut self) {
+    pub fn evict_to_budget(&mut self) -> Result<(), WorkerError> {
         self.memory.spill_due = false;
         let Some(budget) = self.settings.memory_budget else {
-            return;
+            return Ok(());
         };
         let keep = crate::engine::spill::keep_of(budget) / self.slots.len().max(1);
-        let evicted: usize = self.slots.values_mut().map(|s| s.task.evict(keep)).sum();
+        let mut evicted = 0;
+        for s in self.slots.values_mut() {
+            evicted += s.task.evict(keep)?;
+        }
         self.memory.evicted += evicted as u64;
         if evicted > 0 {
             debug!(
@@ -62,6 +65,7 @@ impl<O: Outputs> Partitions<O> {
                 "windows evicted to the state store"
             );
         }
+        Ok(())
     }
 
     /// Takes a checkpoint through `coord` (steps 1–3; with `wait`, also 4–5): the
@@ -96,7 +100,7 @@ impl<O: Outputs> Partitions<O> {
             done.map_err(|e| ports.error(e))?
         };
         if coord.settled() {
-            self.evict_to_budget();
+            self.evict_to_budget()?;
         }
         Ok(done)
     }
@@ -123,7 +127,7 @@ impl<O: Outputs> Partitions<O> {
         let mut ports = OutputPorts::new(&mut self.outputs, committer);
         let done = coord.spill(&mut ports, parts);
         let done = done.map_err(|e| ports.error(e))?;
-        self.evict_to_budget();
+        self.evict_to_budget()?;
         Ok(done)
     }
 

@@ -279,10 +279,7 @@ impl<O: Outputs> Partitions<O> {
     /// `PartitionTask::end_of_input`).
     pub fn end_of_input(&mut self) -> Result<(), WorkerError> {
         for slot in self.slots.values_mut() {
-            slot.task.end_of_input(&mut self.panes);
-            if let Some(e) = slot.task.take_spill_error() {
-                return Err(WorkerError::Refused(e));
-            }
+            slot.task.end_of_input(&mut self.panes)?;
         }
         for pane in self.panes.drain(..) {
             self.outputs.result(&pane)?;

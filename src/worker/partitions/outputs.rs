@@ -91,7 +91,7 @@ impl<O: Outputs + ?Sized> Ports for OutputPorts<'_, O> {
     fn flush_outputs(&mut self) -> Result<(), CheckpointError> {
         match self.outputs.flush() {
             Ok(()) => Ok(()),
-            Err(WorkerError::Kafka(k)) => Err(k.into()),
+            Err(WorkerError::Kafka(k)) => Err(CheckpointError::Outputs(Box::new(k))),
             Err(e) => {
                 let why = CheckpointError::Io {
                     path: "the run's outputs".into(),

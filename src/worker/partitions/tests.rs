@@ -352,7 +352,7 @@ impl Rig {
                 kafka_ts: None,
                 now_ms: 0,
             };
-            match task.process(rec, &mut panes) {
+            match task.process(rec, &mut panes).expect("reads back") {
                 Route::TooLate {
                     window_end,
                     watermark,

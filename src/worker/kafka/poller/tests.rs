@@ -128,9 +128,10 @@ fn a_prepared_run_routes_as_its_records() {
         Vec::<Route>::new(),
         Vec::<Route>::new(),
     );
-    a.process_prepared(&run.prepared, range.clone(), t, &mut panes_a, &mut routes_a);
+    a.process_prepared(&run.prepared, range.clone(), t, &mut panes_a, &mut routes_a)
+        .unwrap();
     let recs: Vec<_> = range.clone().map(|i| run.record_in(i, t)).collect();
-    b.process_batch(&recs, &mut panes_b, &mut routes_b);
+    b.process_batch(&recs, &mut panes_b, &mut routes_b).unwrap();
     assert_eq!(routes_a.len(), 35);
     assert_eq!(format!("{routes_a:?}"), format!("{routes_b:?}"));
     assert_eq!(format!("{panes_a:?}"), format!("{panes_b:?}"));
