@@ -35,7 +35,7 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use tally::cli::exit::{CONFIG, INTERNAL, REFUSED, UNAVAILABLE};
+use tally::base::error::ErrorClass;
 
 mod midrun;
 
@@ -49,7 +49,7 @@ const TOPICS: &[(&str, i32)] = &[
 /// 2026-01-01T10:00:00Z.
 const T10: i64 = 1_767_261_600_000;
 
-/// The statuses the code defines (`tally::cli::exit`, `cli::Interrupted`), each
+/// The statuses the code defines (`ErrorClass::ALL`, `cli::Interrupted`), each
 /// in the table once; the table lists no other.
 #[test]
 fn every_status_in_the_table_is_one_the_code_defines() {
@@ -82,20 +82,17 @@ fn every_status_in_the_table_is_one_the_code_defines() {
         }
         .exit_status()
     };
-    let mut defined = vec![
-        0,
-        INTERNAL,
-        CONFIG,
-        REFUSED,
-        UNAVAILABLE,
-        interrupted(libc::SIGINT),
-        interrupted(libc::SIGTERM),
-    ];
+    let mut defined: Vec<u8> = ErrorClass::ALL.map(ErrorClass::exit_status).to_vec();
+    defined.extend([0, interrupted(libc::SIGINT), interrupted(libc::SIGTERM)]);
     documented.sort_unstable();
     defined.sort_unstable();
     assert_eq!(documented, defined, "the table's statuses vs the code's");
     // What a supervisor must not restart on is the configuration and the refusals.
-    let prevent = format!("RestartPreventExitStatus={CONFIG} {REFUSED}");
+    let prevent = format!(
+        "RestartPreventExitStatus={} {}",
+        ErrorClass::Config.exit_status(),
+        ErrorClass::Refused.exit_status()
+    );
     assert!(
         doc.contains(&prevent),
         "{prevent} not in the table's advice"
