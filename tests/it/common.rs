@@ -33,6 +33,83 @@ impl DevBroker {
     pub fn kafka(&self) -> KafkaConfig {
         self.0.kafka()
     }
+
+    /// Kills the broker process (SIGKILL) as a crash or a lost host would: every
+    /// client's connection drops and nothing answers at its address afterwards.
+    /// Returns once nothing listens there any more.
+    pub fn kill(&self) {
+        signal(self.pid(), libc::SIGKILL);
+        wait_until(
+            &format!("the broker at {} gone", self.bootstrap),
+            Duration::from_secs(10),
+            || {
+                std::net::TcpStream::connect(("127.0.0.1", self.port()))
+                    .is_err()
+                    .then_some(())
+            },
+        );
+    }
+
+    /// Stops the broker process (SIGSTOP): connections stay open and nothing
+    /// answers on them, as a broker that hangs or a network that drops every
+    /// packet — until `resume`, with every record it had.
+    pub fn freeze(&self) {
+        signal(self.pid(), libc::SIGSTOP);
+    }
+
+    /// Lets a frozen broker run again (SIGCONT).
+    pub fn resume(&self) {
+        signal(self.pid(), libc::SIGCONT);
+    }
+
+    fn port(&self) -> u16 {
+        self.bootstrap
+            .split(',')
+            .next()
+            .and_then(|a| a.rsplit_once(':'))
+            .and_then(|(_, p)| p.parse().ok())
+            .unwrap_or_else(|| panic!("no port in the bootstrap {}", self.bootstrap))
+    }
+
+    /// The broker's process id: the child of this process listening at its address.
+    pub fn pid(&self) -> u32 {
+        listener_pid(self.port())
+            .unwrap_or_else(|| panic!("no child process listens at {}", self.bootstrap))
+    }
+}
+
+/// The pid of this process's child that listens on TCP `port` (from /proc: the
+/// socket's inode in /proc/net/tcp*, then the child holding it).
+fn listener_pid(port: u16) -> Option<u32> {
+    let inode = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .find_map(|table| {
+            let text = std::fs::read_to_string(table).ok()?;
+            text.lines().skip(1).find_map(|line| {
+                let cols: Vec<&str> = line.split_whitespace().collect();
+                let local = u16::from_str_radix(cols.get(1)?.rsplit(':').next()?, 16).ok()?;
+                // 0A: LISTEN.
+                (local == port && cols.get(3) == Some(&"0A"))
+                    .then(|| cols.get(9).map(|i| i.to_string()))?
+            })
+        })?;
+    let socket = format!("socket:[{inode}]");
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // The parent pid is the second field after the parenthesised command name.
+            let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?;
+            if ppid != me {
+                return None;
+            }
+            let mut fds = std::fs::read_dir(entry.path().join("fd")).ok()?.flatten();
+            fds.any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.to_str() == Some(&socket)))
+                .then_some(pid)
+        })
 }
 
 impl std::ops::Deref for DevBroker {
@@ -453,6 +530,40 @@ impl Service {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The exit status, if it has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().unwrap()
+    }
+
+    /// Waits for the exit, at most `within` (then kills it and panics with its log).
+    pub fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.exited() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "tally did not exit within {within:?}; its log:\n{}",
+                    tail(&self.log_text(), 60)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// The last `n` lines of `text` (a long log in a failure message).
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 impl Drop for Service {

@@ -9,6 +9,7 @@ mod crafted;
 mod defaults;
 mod endpoints;
 mod evolution;
+mod exit_codes;
 mod file_mode;
 mod finality;
 mod harness;

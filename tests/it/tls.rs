@@ -20,7 +20,7 @@ const KEY_PASSWORD: &str = "CANARY-tls-keypw-31";
 
 /// `tally-dev certs` into `<dir>/certs`: ca, server (localhost/127.0.0.1), client
 /// (key encrypted with KEY_PASSWORD), other-ca.
-fn certs(dir: &Path) -> PathBuf {
+pub(crate) fn certs(dir: &Path) -> PathBuf {
     let out = dir.join("certs");
     let status = Command::new(tally_dev_bin())
         .args([OsStr::new("certs"), OsStr::new("--out"), out.as_os_str()])
@@ -31,7 +31,7 @@ fn certs(dir: &Path) -> PathBuf {
     out
 }
 
-fn tls_broker(certs: &Path, mtls: bool) -> Broker {
+pub(crate) fn tls_broker(certs: &Path, mtls: bool) -> Broker {
     let (cert, key, ca) = (
         certs.join("server.pem"),
         certs.join("server.key"),
@@ -50,7 +50,7 @@ fn tls_broker(certs: &Path, mtls: bool) -> Broker {
 }
 
 /// A job config whose `[kafka]` section is `kafka` (librdkafka's own names).
-fn config(dir: &Path, name: &str, bootstrap: &str, kafka: &str) -> String {
+pub(crate) fn config(dir: &Path, name: &str, bootstrap: &str, kafka: &str) -> String {
     let text = format!(
         "[kafka]\nbootstrap_servers = \"{bootstrap}\"\ngroup_id = \"{name}\"\nconnect_timeout = \"5s\"\n{kafka}\n\
          [checkpoint]\ndir = \"{d}/checkpoints-{name}\"\ninterval = \"1s\"\n[state]\ndir = \"{d}/state-{name}\"\n{PRICES}",
@@ -61,7 +61,7 @@ fn config(dir: &Path, name: &str, bootstrap: &str, kafka: &str) -> String {
     path.to_str().unwrap().to_string()
 }
 
-fn tls_properties(certs: &Path, ca: &str, client_cert: bool) -> String {
+pub(crate) fn tls_properties(certs: &Path, ca: &str, client_cert: bool) -> String {
     let mut p = format!(
         "\"security.protocol\" = \"SSL\"\n\"ssl.ca.location\" = \"{}\"\n",
         certs.join(ca).display()
