@@ -126,15 +126,12 @@ impl ConsumerContext for SourceContext {
         };
         let result: KafkaResult<()> = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                crate::failpoint::hit("rebalance_assign");
                 let mut committer = GroupCommitter::new(consumer, &topic);
-                let assigned = gather_facts(consumer, &topic, &partitions)
-                    .map_err(WorkerError::Kafka)
-                    .and_then(|facts| {
-                        caught("an assignment", || {
-                            handler.on_assign(&mut committer, &facts)
-                        })
-                    });
+                let assigned = caught("an assignment", || {
+                    crate::failpoint::hit("rebalance_assign");
+                    let facts = gather_facts(consumer, &topic, &partitions)?;
+                    handler.on_assign(&mut committer, &facts)
+                });
                 match assigned {
                     Ok(starts) => {
                         for (p, start) in &starts {
@@ -157,9 +154,9 @@ impl ConsumerContext for SourceContext {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 let at: Vec<i32> = partitions.iter().map(|p| p.0).collect();
                 info!(partitions = %crate::logfmt::list(&at), "revoked");
-                crate::failpoint::hit("rebalance_revoke");
                 let mut committer = GroupCommitter::new(consumer, &topic);
                 if let Err(e) = caught("a revocation", || {
+                    crate::failpoint::hit("rebalance_revoke");
                     handler.on_revoke(&mut committer, &partitions)
                 }) {
                     self.fail(e);
