@@ -28,7 +28,8 @@ FROM debian:bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates libssl3 libcurl4 libzstd1 \
  && rm -rf /var/lib/apt/lists/* \
- && useradd --system --uid 10001 --home-dir /var/lib/tally --create-home --shell /usr/sbin/nologin tally
+ && useradd --system --uid 10001 --home-dir /var/lib/tally --create-home --shell /usr/sbin/nologin tally \
+ && install -d -o tally -g tally -m 0700 /var/lib/tally-api
 COPY --from=builder /usr/local/bin/tally /usr/local/bin/tally
 USER tally
 WORKDIR /var/lib/tally

@@ -14,6 +14,8 @@
 //! is re-made on the next request after it broke. Nothing here holds a secret
 //! beyond the URL, which is never logged or answered.
 
+pub(crate) mod access;
+pub(crate) mod keys;
 pub(crate) mod params;
 pub(crate) mod usage;
 pub(crate) mod whole;
@@ -78,11 +80,13 @@ pub(crate) struct Api {
     /// The database's zone names (`pg_timezone_names`), read once.
     zones: Mutex<Option<Arc<HashSet<String>>>>,
     requests: Family<RequestLabels, Counter>,
+    /// Who may read what (`access`).
+    access: access::Access,
     registry: Registry,
 }
 
 impl Api {
-    pub fn new(database_url: &str) -> Self {
+    pub fn new(database_url: &str, access: access::Access) -> Self {
         let requests = Family::<RequestLabels, Counter>::default();
         let mut registry = Registry::default();
         registry.register(
@@ -90,11 +94,13 @@ impl Api {
             "Usage API requests, by route and HTTP status",
             requests.clone(),
         );
+        access.register(&mut registry);
         Self {
             url: database_url.to_string(),
             client: Mutex::new(None),
             zones: Mutex::new(None),
             requests,
+            access,
             registry,
         }
     }
@@ -215,6 +221,13 @@ async fn route(api: &Api, req: Request<hyper::body::Incoming>) -> (&'static str,
     }
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
+    let scope = match path.as_str() {
+        "/healthz" | "/readyz" => keys::Scope::Admin,
+        p => match api.access.authorize(&req, p == "/metrics") {
+            Ok(scope) => scope,
+            Err(why) => return ("auth", access::unauthorized(why)),
+        },
+    };
     match path.as_str() {
         "/healthz" => ("healthz", reply(200, "text/plain", "ok\n")),
         "/readyz" => match api.ready().await {
@@ -229,13 +242,16 @@ async fn route(api: &Api, req: Request<hyper::body::Incoming>) -> (&'static str,
             let _ = prometheus_client::encoding::prometheus_text::encode(&mut text, &api.registry);
             ("metrics", reply(200, crate::service::PROMETHEUS, text))
         }
-        "/v1/usage" => ("usage", usage_route(api, &query, wants_csv(&req)).await),
+        "/v1/usage" => (
+            "usage",
+            usage_route(api, &scope, &query, wants_csv(&req)).await,
+        ),
         p if p.starts_with("/v1/invoices/") => {
             let tenant = &p["/v1/invoices/".len()..];
             if tenant.contains('/') {
                 return ("other", error(404, None, "not found"));
             }
-            ("invoices", invoice_route(api, tenant, &query).await)
+            ("invoices", invoice_route(api, &scope, tenant, &query).await)
         }
         _ => ("other", error(404, None, "not found")),
     }
@@ -259,11 +275,14 @@ async fn client_for(api: &Api, tz: &str) -> Result<Arc<tokio_postgres::Client>, 
     }
 }
 
-async fn usage_route(api: &Api, query: &str, csv: bool) -> Response<Body> {
-    let q = match params::usage(query) {
+async fn usage_route(api: &Api, scope: &keys::Scope, query: &str, csv: bool) -> Response<Body> {
+    let q = match params::usage(query).and_then(|q| access::scoped_usage(scope, q)) {
         Ok(q) => q,
         Err(e) => return param_error(e),
     };
+    if let Some(t) = q.tenant_id.as_deref().filter(|t| !scope.allows(t)) {
+        return access::unknown_tenant(t);
+    }
     let client = match client_for(api, &q.tz).await {
         Ok(c) => c,
         Err(r) => return r,
@@ -298,11 +317,19 @@ async fn usage_route(api: &Api, query: &str, csv: bool) -> Response<Body> {
         .expect("a valid status and header")
 }
 
-async fn invoice_route(api: &Api, tenant: &str, query: &str) -> Response<Body> {
+async fn invoice_route(
+    api: &Api,
+    scope: &keys::Scope,
+    tenant: &str,
+    query: &str,
+) -> Response<Body> {
     let q = match params::invoice(tenant, query) {
         Ok(q) => q,
         Err(e) => return param_error(e),
     };
+    if !scope.allows(&q.tenant_id) {
+        return access::unknown_tenant(&q.tenant_id);
+    }
     let client = match client_for(api, &q.tz).await {
         Ok(c) => c,
         Err(r) => return r,
@@ -328,7 +355,20 @@ async fn serve(cfg: &Config) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(&cfg.api.listen)
         .await
         .with_context(|| format!("api.listen: cannot listen on {}", cfg.api.listen))?;
-    let api = Arc::new(Api::new(&cfg.sink.database_url));
+    let access = access::Access::from_config(&cfg.api)?;
+    let api = Arc::new(Api::new(&cfg.sink.database_url, access));
+    if api.access.reloads() {
+        crate::base::shutdown::install_reload();
+        let api = api.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                if crate::base::shutdown::take_reload() {
+                    api.access.reload();
+                }
+            }
+        });
+    }
     info!(addr = %listener.local_addr()?, "usage API: serving /v1/usage, /v1/invoices, /healthz, /readyz, /metrics");
     match api.ready().await {
         Ok(()) => info!("usage API: the database is ready"),
@@ -348,14 +388,17 @@ async fn serve(cfg: &Config) -> anyhow::Result<()> {
 
 /// Serves the API over `database_url` on a free loopback port, on a thread of
 /// its own, for the life of the process (the demo); returns the address.
-pub(crate) fn spawn_local(database_url: &str) -> anyhow::Result<std::net::SocketAddr> {
+pub(crate) fn spawn_local(
+    database_url: &str,
+    access: access::Access,
+) -> anyhow::Result<std::net::SocketAddr> {
     let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     std_listener.set_nonblocking(true)?;
     let addr = std_listener.local_addr()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let api = Arc::new(Api::new(database_url));
+    let api = Arc::new(Api::new(database_url, access));
     std::thread::Builder::new()
         .name("usage-api".into())
         .spawn(move || {

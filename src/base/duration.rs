@@ -181,6 +181,29 @@ pub fn de_u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     d.deserialize_any(V)
 }
 
+/// A boolean that may also be written as the string `"true"` or `"false"` (so
+/// env overrides, which are always strings, work for boolean keys).
+pub fn de_bool<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    struct V;
+    impl Visitor<'_> for V {
+        type Value = bool;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("true or false")
+        }
+        fn visit_bool<E: de::Error>(self, v: bool) -> Result<bool, E> {
+            Ok(v)
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<bool, E> {
+            match v.trim() {
+                "true" => Ok(true),
+                "false" => Ok(false),
+                _ => Err(E::custom(format!("{v:?} is not true or false"))),
+            }
+        }
+    }
+    d.deserialize_any(V)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

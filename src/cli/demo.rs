@@ -337,13 +337,26 @@ fn sink_and_show(cfg: &Config, url: &str) -> anyhow::Result<()> {
     show_usage_api(&rt, url)
 }
 
-/// Ends the demo with the usage API (`tally api`) on a free port: an hourly
-/// rollup in Berlin time, per model, and acme's invoice for January.
+/// Ends the demo with the usage API (`tally api`) on a free port, asked with keys
+/// as a client must: an hourly rollup in Berlin time, per model, with an admin
+/// key; acme's invoice for January with a key of acme's alone.
 fn show_usage_api(rt: &tokio::runtime::Runtime, url: &str) -> anyhow::Result<()> {
-    let addr = crate::api::spawn_local(url)?;
-    let get = |path: String| {
+    use crate::api::keys::{self, Keys, Scope};
+    let acme = Scope::parse("tenant:acme").map_err(anyhow::Error::msg)?;
+    let (admin_key, admin_line) = keys::mint("demo-admin", &Scope::Admin, keys::random_bytes()?)
+        .map_err(anyhow::Error::msg)?;
+    let (acme_key, acme_line) =
+        keys::mint("demo-acme", &acme, keys::random_bytes()?).map_err(anyhow::Error::msg)?;
+    let keys = Keys::parse(&format!("{admin_line}\n{acme_line}\n")).map_err(anyhow::Error::msg)?;
+    let addr = crate::api::spawn_local(url, crate::api::access::Access::with_keys(keys))?;
+    let client = reqwest::Client::new();
+    let get = |path: String, key: &str| {
         rt.block_on(async {
-            let r = reqwest::get(format!("http://{addr}{path}")).await?;
+            let r = client
+                .get(format!("http://{addr}{path}"))
+                .bearer_auth(key)
+                .send()
+                .await?;
             let status = r.status();
             let text = r.text().await?;
             anyhow::ensure!(status.is_success(), "GET {path}: {status} {text}");
@@ -354,10 +367,12 @@ fn show_usage_api(rt: &tokio::runtime::Runtime, url: &str) -> anyhow::Result<()>
     let (path, usage, _) = get(
         "/v1/usage?from=2026-01-01T00:00:00Z&to=2026-01-02T00:00:00Z&window=hour&tz=Europe/Berlin&group_by=model"
             .into(),
+        &admin_key,
     )?;
     println!(
         "
-the usage API (tally api), GET {path}:"
+the usage API (tally api, every route but /healthz and /readyz needs a key), GET {path}
+with an admin key:"
     );
     println!(
         "  {:<12} {:<26} {:<8} {:>14} {:>8} {:<5}",
@@ -380,10 +395,13 @@ the usage API (tally api), GET {path}:"
          worker does within watermark.idle_timeout (1m) of its partitions going quiet, \
          docs/DESIGN.md §6.1)"
     );
-    let (path, _, invoice) = get("/v1/invoices/acme?period=2026-01&tz=Europe/Berlin".into())?;
+    let (path, invoice, _) = get(
+        "/v1/invoices/acme?period=2026-01&tz=Europe/Berlin".into(),
+        &acme_key,
+    )?;
     println!(
         "
-GET {path}:
+GET {path}, with a key scoped to tenant acme (any other tenant answers 404):
 {}",
         serde_json::to_string_pretty(&invoice).unwrap_or_default()
     );

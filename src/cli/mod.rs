@@ -1,6 +1,7 @@
 //! Command-line interface (docs/DESIGN.md §11). One file per command; each builds its
 //! inputs from the config and calls into the library.
 
+mod api_key;
 mod broker;
 mod checkpoints;
 mod config_check;
@@ -65,6 +66,8 @@ pub enum Command {
     /// Serve the usage API (usage by window, hour, day or month in a time zone,
     /// invoices per month) from the sink's PostgreSQL, on `api.listen`.
     Api(ConfigArg),
+    /// Mint, list or revoke the usage API's keys (`api.keys`).
+    ApiKey(api_key::ApiKeyArgs),
     /// Inspect the checkpoint store.
     Checkpoints(checkpoints::CheckpointsArgs),
     /// Observed event delays and watermarks of the worker using this state.dir,
@@ -199,6 +202,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             let cfg = c.load()?;
             crate::api::run(&cfg)
         }
+        Command::ApiKey(a) => api_key::run(a),
         Command::Gen(a) => gen::run(a),
         Command::DevBroker(a) => broker::run(a),
         Command::Demo(a) => demo::run(a),

@@ -144,12 +144,25 @@ pub struct ApiConfig {
     /// Where the usage API listens (`host:port`). It reads PostgreSQL through
     /// `sink.database_url`; a role with SELECT on the sink's tables is enough.
     pub listen: String,
+    /// The file of hashed API keys (`tally api-key create` writes it; reloaded on
+    /// SIGHUP). Required unless `allow_unauthenticated`. (Not `keys_file`: a
+    /// variable ending in `_FILE` reads a key's value from a file.)
+    pub keys: Option<PathBuf>,
+    /// Serve every route to anyone, without keys (logged as a warning at start).
+    #[serde(deserialize_with = "crate::base::duration::de_bool")]
+    pub allow_unauthenticated: bool,
+    /// Serve `/metrics` without a key even when keys are configured.
+    #[serde(deserialize_with = "crate::base::duration::de_bool")]
+    pub public_metrics: bool,
 }
 
 impl Default for ApiConfig {
     fn default() -> Self {
         Self {
             listen: "127.0.0.1:8080".into(),
+            keys: None,
+            allow_unauthenticated: false,
+            public_metrics: false,
         }
     }
 }

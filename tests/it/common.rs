@@ -444,12 +444,22 @@ pub const METRICS_SERVING: &str = "serving /metrics, /healthz and /readyz";
 /// `GET path` on `addr` over a fresh connection: (status, body); `None` while
 /// nothing listens there.
 pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    http_get_with(addr, path, "")
+}
+
+/// `http_get` with the usage API's `Authorization: Bearer <key>`.
+pub fn api_get(addr: &str, key: &str, path: &str) -> Option<(u16, String)> {
+    http_get_with(addr, path, &format!("Authorization: Bearer {key}\r\n"))
+}
+
+/// `http_get` with extra header lines (each ending in CRLF).
+pub fn http_get_with(addr: &str, path: &str, headers: &str) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: tally\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: tally\r\n{headers}Connection: close\r\n\r\n"
     )
     .ok()?;
     let mut text = String::new();

@@ -255,9 +255,10 @@ fn minutes_become_final_under_the_defaults_with_a_silent_and_a_sparse_partition(
     eprintln!("every minute final {took:?} after the worker started");
 
     // The usage API says so too.
-    let (api, addr) = crate::usage_api::start_api(d, cfg, &db, "api");
-    let (status, body) = http_get(
+    let (api, addr, key) = crate::usage_api::start_api(d, cfg, &db, "api");
+    let (status, body) = api_get(
         &addr,
+        &key,
         "/v1/usage?from=2026-01-01T10:00:00Z&to=2026-01-01T11:10:00Z&window=minute&limit=1000",
     )
     .unwrap();

@@ -380,9 +380,10 @@ fn the_views_and_the_usage_api_hold_the_engine_maxima() {
         ]]
     );
     let (tokens36, cost36) = (times(36, u128::from(u64::MAX)), times(36, cost));
-    let (_api, addr) = crate::usage_api::start_api(dir.path(), cfg, &db, "api");
-    let (status, body) = http_get(
+    let (_api, addr, key) = crate::usage_api::start_api(dir.path(), cfg, &db, "api");
+    let (status, body) = api_get(
         &addr,
+        &key,
         "/v1/usage?from=2026-01-01T10:00:00Z&to=2026-01-01T11:00:00Z&window=hour",
     )
     .unwrap();
@@ -404,13 +405,13 @@ fn the_views_and_the_usage_api_hold_the_engine_maxima() {
     );
     assert_eq!(rows[1]["tenant_id"], "small");
     assert_eq!(rows[1]["cost_pico"], "500");
-    let (status, body) = http_get(&addr, "/v1/invoices/huge?period=2026-01").unwrap();
+    let (status, body) = api_get(&addr, &key, "/v1/invoices/huge?period=2026-01").unwrap();
     assert_eq!(status, 200, "{body}");
     assert!(
         body.contains(&format!("\"cost_pico\":\"{cost36}\"")),
         "{body}"
     );
-    let (status, body) = http_get(&addr, "/v1/invoices/small?period=2026-01").unwrap();
+    let (status, body) = api_get(&addr, &key, "/v1/invoices/small?period=2026-01").unwrap();
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"usd\":\"0.000000000500\""), "{body}");
     // A stored progress row naming 2^31 - 1 partitions (a sink before the check)
@@ -427,6 +428,6 @@ fn the_views_and_the_usage_api_hold_the_engine_maxima() {
         ),
         vec![vec![Some("7".into()), Some("false".into())]]
     );
-    let (status, body) = http_get(&addr, "/v1/invoices/small?period=2026-01").unwrap();
+    let (status, body) = api_get(&addr, &key, "/v1/invoices/small?period=2026-01").unwrap();
     assert_eq!(status, 200, "{body}");
 }

@@ -187,7 +187,7 @@ fn sighup_is_logged_and_ignored_by_every_long_running_command() {
         &broker,
         "hup",
         "[sink]\ndatabase_url = \"postgres://tally@127.0.0.1:1/tally?connect_timeout=1\"\n\
-         [api]\nlisten = \"127.0.0.1:0\"\n",
+         [api]\nlisten = \"127.0.0.1:0\"\nallow_unauthenticated = true\n",
     );
     let c = cfg.to_str().unwrap();
     let address = d.join("address");

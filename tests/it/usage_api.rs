@@ -218,10 +218,11 @@ struct Client {
     rt: tokio::runtime::Runtime,
     http: reqwest::Client,
     base: String,
+    key: String,
 }
 
 impl Client {
-    fn new(addr: &str) -> Self {
+    fn new(addr: &str, key: &str) -> Self {
         Client {
             rt: tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -229,6 +230,7 @@ impl Client {
                 .unwrap(),
             http: reqwest::Client::new(),
             base: format!("http://{addr}"),
+            key: key.to_string(),
         }
     }
 
@@ -237,6 +239,7 @@ impl Client {
             let r = self
                 .http
                 .get(format!("{}{path}", self.base))
+                .bearer_auth(&self.key)
                 .header("accept", accept)
                 .send()
                 .await
@@ -276,12 +279,18 @@ impl Client {
     }
 }
 
-pub(crate) fn start_api(dir: &Path, cfg: &str, db: &str, name: &str) -> (Service, String) {
+/// Starts `tally api` with an admin key minted for it (`tally api-key create`):
+/// the service, its address and the key.
+pub(crate) fn start_api(dir: &Path, cfg: &str, db: &str, name: &str) -> (Service, String, String) {
+    let keys = dir.join(format!("{name}.keys"));
+    let keys = keys.to_str().unwrap();
+    let key = mint(cfg, keys, &format!("{name}-admin"), "admin");
     let svc = Service::start(
         &["api", "--config", cfg],
         &[
             ("TALLY_SINK__DATABASE_URL", db),
             ("TALLY_API__LISTEN", "127.0.0.1:0"),
+            ("TALLY_API__KEYS", keys),
             ("TALLY_LOG", "info"),
         ],
         dir.join(format!("{name}.log")),
@@ -290,7 +299,21 @@ pub(crate) fn start_api(dir: &Path, cfg: &str, db: &str, name: &str) -> (Service
     wait_until("the API listens", Duration::from_secs(30), || {
         http_get(&addr, "/healthz")
     });
-    (svc, addr)
+    (svc, addr, key)
+}
+
+/// A key minted by `tally api-key create` into `keys`: its clear text.
+pub(crate) fn mint(cfg: &str, keys: &str, id: &str, scope: &str) -> String {
+    let out = tally_ok(
+        &[
+            "api-key", "create", "--config", cfg, "--id", id, "--scope", scope,
+        ],
+        &[("TALLY_API__KEYS", keys)],
+        Duration::from_secs(30),
+    );
+    let key = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert!(key.starts_with("tally_") && key.len() == 70, "{key}");
+    key
 }
 
 const FROM: &str = "2026-03-28T00:00:00Z";
@@ -426,8 +449,8 @@ fn line_items_rollups_and_the_usage_api_match_an_independent_oracle() {
     assert!(totals.iter().all(|m| m.5 == (m.2 <= f)));
     assert!(totals.iter().any(|m| m.5) && totals.iter().any(|m| !m.5));
 
-    let (_api, addr) = start_api(dir.path(), cfg, &db, "api");
-    let api = Client::new(&addr);
+    let (_api, addr, key) = start_api(dir.path(), cfg, &db, "api");
+    let api = Client::new(&addr, &key);
     assert_eq!(api.get("/readyz", "text/plain").0, 200);
     let (from, to) = (parse_utc_ms(FROM).unwrap(), parse_utc_ms(TO).unwrap());
     let tenant = totals.iter().map(|m| m.0.clone()).min().unwrap();
@@ -618,8 +641,8 @@ fn an_unaligned_rollup_is_refused_and_a_lost_database_is_503() {
         "INSERT INTO tenant_cost_partial VALUES ('acme', 1767265200000, 0, 1767261600000, 5, 1, 1, 1, 1, 1, 'on_time', 0);
          INSERT INTO tenant_cost_line_partial VALUES ('acme', 1767265200000, 0, 'small', 1767261600000, 5, 1, 1, 1, 1, 1);",
     );
-    let (_api, addr) = start_api(dir.path(), cfg, &pg.url, "api");
-    let api = Client::new(&addr);
+    let (_api, addr, key) = start_api(dir.path(), cfg, &pg.url, "api");
+    let api = Client::new(&addr, &key);
     assert_eq!(api.get("/readyz", "text/plain").0, 200);
     let q = "from=2026-01-01T00:00:00Z&to=2026-01-02T00:00:00Z";
     let (status, v) = api.json(&format!("/v1/usage?{q}&window=hour"));
