@@ -11,6 +11,7 @@
 //! typed with its class (`WorkerError`: a refusal exits 3; Kafka or the checkpoint
 //! store unavailable 4; a poisoned lock 1), that the worker loop returns.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
@@ -57,6 +58,8 @@ fn caught<T>(doing: &str, f: impl FnOnce() -> Result<T, WorkerError>) -> Result<
 pub struct SourceContext {
     handler: Arc<Mutex<dyn RebalanceHandler>>,
     fatal: Mutex<Option<WorkerError>>,
+    /// Whether `fatal` holds one: read after every poll (one load, no lock).
+    failed: AtomicBool,
 }
 
 pub type Source = BaseConsumer<SourceContext>;
@@ -66,10 +69,14 @@ impl SourceContext {
         Self {
             handler,
             fatal: Mutex::new(None),
+            failed: AtomicBool::new(false),
         }
     }
 
     pub fn take_fatal(&self) -> Option<WorkerError> {
+        if !self.failed.load(Ordering::Acquire) {
+            return None;
+        }
         self.fatal.lock().ok().and_then(|mut f| f.take())
     }
 
@@ -78,6 +85,7 @@ impl SourceContext {
         if let Ok(mut f) = self.fatal.lock() {
             f.get_or_insert(e);
         }
+        self.failed.store(true, Ordering::Release);
     }
 }
 
