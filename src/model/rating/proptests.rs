@@ -1,0 +1,1 @@
+//! The worked examples of issue 36, to the pico-USD.
