@@ -16,6 +16,9 @@ use super::rates::{ModelRates, PriceSet, Rate, RateSet, Tier, VariantAttribute};
 use super::{LineItem, Rated, Rejection};
 use crate::model::{Pico, PriceTable};
 
+/// Entries from each time (inclusive), sorted by it, unique.
+type Dated<T> = Vec<(i64, T)>;
+
 /// One request to rate. `counts` are gross, one per declared quantity in id order
 /// (a missing one is 0); `variant` is the record's value of the variant attribute.
 #[derive(Debug, Clone, Copy)]
@@ -31,7 +34,7 @@ pub struct Request<'a> {
 pub struct RateBook {
     quantities: QuantitySet,
     variant: Option<VariantAttribute>,
-    models: Vec<(Arc<str>, Vec<(i64, ModelRates)>)>,
+    models: Vec<(Arc<str>, Dated<ModelRates>)>,
     plans: Vec<Plan>,
     /// Per tenant: from each time, a plan (its index in `plans`) or the list.
     assignments: BTreeMap<String, Vec<(i64, Option<usize>)>>,
