@@ -125,10 +125,10 @@ fn same_on(a: &[usize], b: &[usize]) -> bool {
     a == b
 }
 
-/// The reference rating.
-pub fn rate(s: &Scenario, names: &[String], r: &Req) -> Outcome {
+/// Step 1: the nets; a whole whose direct parts exceed it, the first in quantity
+/// order, is the rejection.
+fn nets(s: &Scenario, names: &[String], r: &Req) -> Result<Vec<u64>, Reject> {
     let n = s.whole.len();
-    // 1. Nets; a whole whose direct parts exceed it, the first in quantity order.
     let mut net = vec![0u64; n];
     for q in 0..n {
         let parts: Vec<usize> = (0..n).filter(|&p| s.whole[p] == Some(q)).collect();
@@ -144,10 +144,88 @@ pub fn rate(s: &Scenario, names: &[String], r: &Req) -> Outcome {
                 })
                 .expect("some part tips it");
             let detail = format!("{} {} {} {}", names[q], r.counts[q], names[*first], total);
-            return Outcome::Rejected("part_exceeds_whole", detail);
+            return Err(("part_exceeds_whole", detail));
         }
         net[q] = left as u64;
     }
+    Ok(net)
+}
+
+/// A rejection's code and detail.
+type Reject = (&'static str, String);
+
+/// The lines `(quantity, count, cost)`, the fee and the total.
+type Bill = (Vec<(usize, u64, u128)>, u128, u128);
+
+type Slots = (Option<RSet>, Option<RSet>, Option<u64>);
+
+/// Step 5: the list's and the plan's rate sets that price the request: the tier
+/// with the greatest applying `above` (the plan's on a tie) and its twin on the
+/// other side, or both bases.
+fn slots(lset: Option<PSet>, pset: Option<PSet>, counts: &[u64]) -> Slots {
+    let applying = |p: &Option<PSet>| -> Option<(Vec<usize>, u64, RSet)> {
+        let p = p.as_ref()?;
+        let mut best: Option<&(Vec<usize>, u64, RSet)> = None;
+        for t in &p.tiers {
+            if measure(&t.0, counts) > u128::from(t.1) && best.is_none_or(|b| t.1 > b.1) {
+                best = Some(t);
+            }
+        }
+        best.cloned()
+    };
+    let twin = |p: &Option<PSet>, on: &[usize], above: u64| -> Option<RSet> {
+        let p = p.as_ref()?;
+        p.tiers
+            .iter()
+            .find(|t| t.1 == above && same_on(&t.0, on))
+            .map(|t| t.2.clone())
+    };
+    match (applying(&lset), applying(&pset)) {
+        (None, None) => (lset.map(|p| p.base), pset.map(|p| p.base), None),
+        (Some(l), Some(p)) if l.1 > p.1 => (Some(l.2.clone()), twin(&pset, &l.0, l.1), Some(l.1)),
+        (_, Some(p)) => (twin(&lset, &p.0, p.1), Some(p.2.clone()), Some(p.1)),
+        (Some(l), None) => (Some(l.2.clone()), twin(&pset, &l.0, l.1), Some(l.1)),
+    }
+}
+
+/// Step 6: the lines (each non-zero net), the fee and the total, all discounted.
+fn bill(
+    net: &[u64],
+    names: &[String],
+    (lslot, pslot, _): &Slots,
+    ppm: u32,
+) -> Result<Bill, Reject> {
+    let overflow = || ("overflow", String::new());
+    let mut lines = Vec::new();
+    let mut total: u128 = 0;
+    for (q, &count) in net.iter().enumerate() {
+        if count == 0 {
+            continue;
+        }
+        let from = |s: &Option<RSet>| s.as_ref().and_then(|s| s.rates[q]);
+        let Some(rate) = from(pslot).or_else(|| from(lslot)) else {
+            return Err(("unpriced_quantity", format!("{} {count}", names[q])));
+        };
+        let cost = discounted(u128::from(count) * u128::from(rate), ppm);
+        total = total.checked_add(cost).ok_or_else(overflow)?;
+        lines.push((q, count, cost));
+    }
+    let fee = pslot
+        .as_ref()
+        .and_then(|s| s.fee)
+        .or_else(|| lslot.as_ref().and_then(|s| s.fee))
+        .unwrap_or(0);
+    let fee = discounted(u128::from(fee), ppm);
+    let total = total.checked_add(fee).ok_or_else(overflow)?;
+    Ok((lines, fee, total))
+}
+
+/// The reference rating.
+pub fn rate(s: &Scenario, names: &[String], r: &Req) -> Outcome {
+    let net = match nets(s, names, r) {
+        Ok(net) => net,
+        Err((code, detail)) => return Outcome::Rejected(code, detail),
+    };
     // 2. The plan version in effect for the tenant.
     let assigned = latest(
         s.assignments
@@ -207,64 +285,16 @@ pub fn rate(s: &Scenario, names: &[String], r: &Req) -> Outcome {
     if lset.is_none() && pset.is_none() {
         return Outcome::Rejected("unknown_variant", format!("unpriced {}", VALUES[value]));
     }
-    // 5. The tier: the greatest applying `above`, the plan's on a tie.
-    let applying = |p: &Option<PSet>| -> Option<(Vec<usize>, u64, RSet)> {
-        let p = p.as_ref()?;
-        let mut best: Option<&(Vec<usize>, u64, RSet)> = None;
-        for t in &p.tiers {
-            if measure(&t.0, &r.counts) > u128::from(t.1) && best.is_none_or(|b| t.1 > b.1) {
-                best = Some(t);
-            }
-        }
-        best.cloned()
-    };
-    let twin = |p: &Option<PSet>, on: &[usize], above: u64| -> Option<RSet> {
-        let p = p.as_ref()?;
-        p.tiers
-            .iter()
-            .find(|t| t.1 == above && same_on(&t.0, on))
-            .map(|t| t.2.clone())
-    };
-    let (lt, pt) = (applying(&lset), applying(&pset));
-    let (lslot, pslot, tier_above) = match (&lt, &pt) {
-        (None, None) => (lset.map(|p| p.base), pset.map(|p| p.base), None),
-        (Some(l), Some(p)) if l.1 > p.1 => (Some(l.2.clone()), twin(&pset, &l.0, l.1), Some(l.1)),
-        (_, Some(p)) => (twin(&lset, &p.0, p.1), Some(p.2.clone()), Some(p.1)),
-        (Some(l), None) => (Some(l.2.clone()), twin(&pset, &l.0, l.1), Some(l.1)),
-    };
-    // 6. The lines, the fee, the total.
-    let ppm = version.map_or(0, |(d, _)| d);
-    let mut lines = Vec::new();
-    let mut total: u128 = 0;
-    for q in 0..n {
-        if net[q] == 0 {
-            continue;
-        }
-        let from = |s: &Option<RSet>| s.as_ref().and_then(|s| s.rates[q]);
-        let Some(rate) = from(&pslot).or_else(|| from(&lslot)) else {
-            return Outcome::Rejected("unpriced_quantity", format!("{} {}", names[q], net[q]));
-        };
-        let cost = discounted(u128::from(net[q]) * u128::from(rate), ppm);
-        let Some(t) = total.checked_add(cost) else {
-            return Outcome::Rejected("overflow", String::new());
-        };
-        total = t;
-        lines.push((q, net[q], cost));
-    }
-    let fee = pslot
-        .as_ref()
-        .and_then(|s| s.fee)
-        .or_else(|| lslot.as_ref().and_then(|s| s.fee))
-        .unwrap_or(0);
-    let fee = discounted(u128::from(fee), ppm);
-    let Some(total) = total.checked_add(fee) else {
-        return Outcome::Rejected("overflow", String::new());
+    let slots = slots(lset, pset, &r.counts);
+    let (lines, fee, total) = match bill(&net, names, &slots, version.map_or(0, |(d, _)| d)) {
+        Ok(b) => b,
+        Err((code, detail)) => return Outcome::Rejected(code, detail),
     };
     Outcome::Rated {
         model,
         variant: (value != 0).then(|| VALUES[value].to_string()),
         plan: version.and(assigned).map(|p| PLANS[p].to_string()),
-        tier_above,
+        tier_above: slots.2,
         lines,
         fee,
         total,
