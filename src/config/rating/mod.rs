@@ -191,7 +191,7 @@ fn quantity_set(c: &InputRatingConfig) -> Result<(QuantitySet, Vec<QuantityInput
             required: q.required,
         });
     }
-    let set = QuantitySet::new(&decls).map_err(|e| match &e {
+    let mut set = QuantitySet::new(&decls).map_err(|e| match &e {
         QuantityError::UnknownWhole { part, .. } | QuantityError::Cycle(part, _) => {
             invalid(format!("input.quantities.{part}.part_of"), e.to_string())
         }
@@ -199,6 +199,12 @@ fn quantity_set(c: &InputRatingConfig) -> Result<(QuantitySet, Vec<QuantityInput
             invalid("input.quantities", e.to_string())
         }
     })?;
+    for (name, q) in &c.quantities {
+        let at = time(&format!("input.quantities.{name}"), &q.effective_from)?;
+        if let Some(id) = set.id(name) {
+            set.set_effective_from(id, at);
+        }
+    }
     Ok((set, inputs))
 }
 
@@ -226,6 +232,7 @@ fn variant_attribute(v: &VariantConfig) -> Result<VariantAttribute, ConfigError>
         name: v.name.as_str().into(),
         values: values.into_iter().map(Into::into).collect(),
         default: v.default.as_str().into(),
+        effective_from_ms: time("input.variant", &v.effective_from)?,
     })
 }
 

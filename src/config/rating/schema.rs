@@ -27,6 +27,9 @@ pub struct QuantityConfig {
     /// The quantity this one is counted within (`cached_tokens` part of
     /// `prompt_tokens`): the whole is billed net of its parts.
     pub part_of: Option<String>,
+    /// From when records are read for it (absent = always); before, it is 0, as
+    /// under a config without it (so adding one from a future time is compatible).
+    pub effective_from: Option<UtcTime>,
 }
 
 /// `[input.variant]`: the record attribute whose value picks a model's rates.
@@ -42,6 +45,10 @@ pub struct VariantConfig {
     pub values: Vec<String>,
     /// The value of a record without the attribute: a model's own rates price it.
     pub default: String,
+    /// From when records' values are read (absent = always); before, every record
+    /// is of the default value.
+    #[serde(default)]
+    pub effective_from: Option<UtcTime>,
 }
 
 /// The `[input]` keys of the rating schema (the rest of `[input]` is `InputConfig`).

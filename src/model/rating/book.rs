@@ -99,6 +99,26 @@ impl RateBook {
         self.variant.as_ref()
     }
 
+    /// Every list price: `(model, effective_from_ms, rates)`, by model, then time.
+    pub fn list_entries(&self) -> impl Iterator<Item = (&str, i64, &ModelRates)> {
+        self.models
+            .iter()
+            .flat_map(|(m, es)| es.iter().map(move |(at, r)| (&**m, *at, r)))
+    }
+
+    /// Every plan, by name.
+    pub fn plans(&self) -> &[Plan] {
+        &self.plans
+    }
+
+    /// Every assignment: `(tenant, effective_from_ms, plan name or the list)`.
+    pub fn assignments(&self) -> impl Iterator<Item = (&str, i64, Option<&str>)> {
+        self.assignments.iter().flat_map(move |(t, es)| {
+            es.iter()
+                .map(move |(at, p)| (t.as_str(), *at, p.map(|p| &*self.plans[p].name)))
+        })
+    }
+
     /// Adds a model's list price from `effective_from_ms` (inclusive).
     pub fn insert_price(&mut self, model: &str, effective_from_ms: i64, rates: ModelRates) {
         let i = match self.models.binary_search_by(|(m, _)| (**m).cmp(model)) {
@@ -163,8 +183,10 @@ impl RateBook {
     pub fn rate(&self, r: &Request<'_>) -> Result<Rated, Rejection> {
         let n = self.quantities.len();
         debug_assert!(r.counts.len() <= n, "more counts than declared quantities");
-        let mut net = [0u64; MAX_QUANTITIES];
-        self.quantities.net_into(r.counts, &mut net[..n])?;
+        let (mut gross, mut net) = ([0u64; MAX_QUANTITIES], [0u64; MAX_QUANTITIES]);
+        let gross = &mut gross[..n];
+        self.quantities.in_effect_into(r.counts, r.at_ms, gross);
+        self.quantities.net_into(gross, &mut net[..n])?;
         let plan = self.plan_at(r.tenant, r.at_ms);
         let listed = self
             .models
@@ -202,7 +224,7 @@ impl RateBook {
                 declared: true,
             });
         }
-        let (slot, tier_above) = choose_slot(list_set, plan_set, r.counts);
+        let (slot, tier_above) = choose_slot(list_set, plan_set, gross);
         let ppm = plan.map_or(0, |(_, v)| v.discount_ppm);
         let mut lines = Vec::new();
         let mut total = Pico::ZERO;
@@ -239,11 +261,15 @@ impl RateBook {
     }
 
     /// The request's variant value, `None` for the default (or with no attribute
-    /// declared, where a value is ignored); an undeclared value is a rejection.
+    /// declared, or before it is, where a value is ignored); an undeclared value is a
+    /// rejection.
     fn variant_value(&self, r: &Request<'_>) -> Result<Option<Arc<str>>, Rejection> {
         let (Some(attr), Some(v)) = (&self.variant, r.variant) else {
             return Ok(None);
         };
+        if r.at_ms < attr.effective_from_ms {
+            return Ok(None);
+        }
         if *attr.default == *v {
             return Ok(None);
         }

@@ -47,6 +47,7 @@ fn openai() -> RateBook {
         name: "service_tier".into(),
         values: vec!["batch".into(), "default".into(), "flex".into()],
         default: "default".into(),
+        effective_from_ms: i64::MIN,
     };
     let mut book = RateBook::new(q.clone(), Some(variant));
     book.insert_price(
@@ -377,4 +378,59 @@ fn the_price_table_is_the_degenerate_case() {
             t.cost("small", p, c, at).map_err(|_| Rejection::Overflow)
         );
     }
+}
+
+/// A quantity or the variant attribute declared from a time: before it, the record
+/// is read as a config without it would (the quantity 0, the default value).
+#[test]
+fn declarations_from_a_time_read_nothing_before_it() {
+    let from = ms("2026-02-01T00:00:00Z");
+    let mut q = openai_quantities();
+    q.set_effective_from(q.id("cached_tokens").unwrap(), from);
+    let mut book = openai();
+    let mut dated = RateBook::new(
+        q,
+        book.variant_attribute().cloned().map(|mut v| {
+            v.effective_from_ms = from;
+            v
+        }),
+    );
+    std::mem::swap(&mut book, &mut dated);
+    // Copy the list prices over (the quantity ids are the same).
+    for (model, at, rates) in dated.list_entries() {
+        book.insert_price(model, at, rates.clone());
+    }
+    let before = "2026-01-31T23:59:59.999Z";
+    // 10,000 prompt tokens at 0.002, 300 + 200 completion and reasoning at 0.008.
+    assert_eq!(
+        total(rate(&book, "t", before, "o-large", None, &OPENAI_RECORD)),
+        24_000_000_000
+    );
+    assert_eq!(
+        total(rate(
+            &book,
+            "t",
+            before,
+            "o-large",
+            Some("bulk"),
+            &OPENAI_RECORD
+        )),
+        24_000_000_000
+    );
+    let after = "2026-02-01T00:00:00Z";
+    assert_eq!(
+        total(rate(&book, "t", after, "o-large", None, &OPENAI_RECORD)),
+        12_000_000_000
+    );
+    assert_eq!(
+        total(rate(
+            &book,
+            "t",
+            after,
+            "o-large",
+            Some("batch"),
+            &OPENAI_RECORD
+        )),
+        6_000_000_000
+    );
 }

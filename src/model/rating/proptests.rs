@@ -97,30 +97,38 @@ fn scenario() -> impl Strategy<Value = Scenario> {
             let plans = proptest::collection::vec((0..PLANS.len(), time.clone(), ppm, over), 1..=3);
             let assign = (
                 0..TENANTS.len(),
-                time,
+                time.clone(),
                 prop_oneof![Just(None), (0..PLANS.len()).prop_map(Some)],
             );
-            (whole, list, plans, proptest::collection::vec(assign, 1..=4))
+            // Mostly read always; sometimes from a time (before it: 0, the default).
+            let read_from = prop_oneof![4 => Just(i64::MIN), 1 => time.clone()];
+            let dated = (proptest::collection::vec(read_from.clone(), n), read_from);
+            let assignments = proptest::collection::vec(assign, 1..=4);
+            (whole, list, plans, assignments, dated)
         })
-        .prop_map(|(whole, list, mut plans, assignments)| {
-            let mut w = vec![None, None];
-            w.extend(whole);
-            for p in &mut plans {
-                let mut seen = Vec::new();
-                p.3.retain(|m| {
-                    !seen.contains(&m.0) && {
-                        seen.push(m.0);
-                        true
-                    }
-                });
-            }
-            Scenario {
-                whole: w,
-                list,
-                plans,
-                assignments,
-            }
-        })
+        .prop_map(
+            |(whole, list, mut plans, assignments, (qfrom, variant_from))| {
+                let mut w = vec![None, None];
+                w.extend(whole);
+                for p in &mut plans {
+                    let mut seen = Vec::new();
+                    p.3.retain(|m| {
+                        !seen.contains(&m.0) && {
+                            seen.push(m.0);
+                            true
+                        }
+                    });
+                }
+                Scenario {
+                    whole: w,
+                    list,
+                    plans,
+                    assignments,
+                    qfrom,
+                    variant_from,
+                }
+            },
+        )
 }
 
 fn request(s: &Scenario) -> impl Strategy<Value = Req> {
@@ -211,8 +219,13 @@ fn book(s: &Scenario, names: &[String]) -> RateBook {
         name: "service_tier".into(),
         values: VALUES.iter().map(|v| (*v).into()).collect(),
         default: VALUES[0].into(),
+        effective_from_ms: s.variant_from,
     };
-    let mut b = RateBook::new(QuantitySet::new(&decls).unwrap(), Some(variant));
+    let mut q = QuantitySet::new(&decls).unwrap();
+    for (i, from) in s.qfrom.iter().enumerate() {
+        q.set_effective_from(QuantityId(i as u16), *from);
+    }
+    let mut b = RateBook::new(q, Some(variant));
     for (m, from, r) in &s.list {
         b.insert_price(MODELS[*m], *from, model_rates(r));
     }
@@ -278,7 +291,7 @@ fn outcome(r: Result<Rated, Rejection>) -> Outcome {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(1500))]
+    #![proptest_config(ProptestConfig::with_cases(1000))]
 
     #[test]
     fn rating_equals_the_reference(

@@ -12,6 +12,8 @@
 //!   line). So the net counts of a tree sum to its root's count. Direct parts whose
 //!   sum exceeds their whole are a rejection naming the whole and a part
 //!   (`Rejection::PartExceedsWhole`), never a negative or saturated count.
+//! - A quantity may be declared from a time (`set_effective_from`): before it, its
+//!   count is taken as 0 (so its whole is billed in full, as before it existed).
 //! - Pure: no I/O.
 
 use std::sync::Arc;
@@ -54,6 +56,8 @@ pub struct QuantitySet {
     whole: Vec<Option<QuantityId>>,
     /// Per quantity, its direct parts in id order.
     parts: Vec<Vec<QuantityId>>,
+    /// Per quantity, from when records are read for it (`i64::MIN`: always).
+    from: Vec<i64>,
 }
 
 impl Default for QuantitySet {
@@ -122,10 +126,31 @@ impl QuantitySet {
             }
         }
         Ok(Self {
+            from: vec![i64::MIN; names.len()],
             names,
             whole,
             parts,
         })
+    }
+
+    /// From `ms` on (inclusive), records are read for `q`; before, its count is taken
+    /// as 0 whatever a record says: what a config without it billed, so declaring a
+    /// quantity from a time after everything billed changes no result already out.
+    pub fn set_effective_from(&mut self, q: QuantityId, ms: i64) {
+        self.from[q.index()] = ms;
+    }
+
+    pub fn effective_from(&self, q: QuantityId) -> i64 {
+        self.from[q.index()]
+    }
+
+    /// The counts of a request at `at_ms` as rating reads them: a quantity not yet
+    /// in effect is 0.
+    pub fn in_effect_into(&self, counts: &[u64], at_ms: i64, out: &mut [u64]) {
+        for (i, o) in out.iter_mut().enumerate() {
+            let c = counts.get(i).copied().unwrap_or(0);
+            *o = if at_ms >= self.from[i] { c } else { 0 };
+        }
     }
 
     pub fn len(&self) -> usize {

@@ -191,6 +191,9 @@ pub struct VariantAttribute {
     pub values: Vec<Arc<str>>,
     /// The value of a record without the attribute; its rates are a model's own.
     pub default: Arc<str>,
+    /// From when records' values are read (`i64::MIN`: always); before, every
+    /// record is of the default value, as under a config without the attribute.
+    pub effective_from_ms: i64,
 }
 
 #[cfg(test)]

@@ -44,6 +44,10 @@ pub struct Scenario {
     pub plans: Vec<PlanEntry>,
     /// `(tenant index, from, plan index or the list)`.
     pub assignments: Vec<(usize, i64, Option<usize>)>,
+    /// Per quantity, from when it is read (before: 0).
+    pub qfrom: Vec<i64>,
+    /// From when the variant attribute is read (before: the default).
+    pub variant_from: i64,
 }
 
 /// A request: tenant, time, model, variant value as written, gross counts.
@@ -127,23 +131,23 @@ fn same_on(a: &[usize], b: &[usize]) -> bool {
 
 /// Step 1: the nets; a whole whose direct parts exceed it, the first in quantity
 /// order, is the rejection.
-fn nets(s: &Scenario, names: &[String], r: &Req) -> Result<Vec<u64>, Reject> {
+fn nets(s: &Scenario, names: &[String], counts: &[u64]) -> Result<Vec<u64>, Reject> {
     let n = s.whole.len();
     let mut net = vec![0u64; n];
     for q in 0..n {
         let parts: Vec<usize> = (0..n).filter(|&p| s.whole[p] == Some(q)).collect();
-        let total: i128 = parts.iter().map(|&p| i128::from(r.counts[p])).sum();
-        let left = i128::from(r.counts[q]) - total;
+        let total: i128 = parts.iter().map(|&p| i128::from(counts[p])).sum();
+        let left = i128::from(counts[q]) - total;
         if left < 0 {
             let mut run = 0i128;
             let first = parts
                 .iter()
                 .find(|&&p| {
-                    run += i128::from(r.counts[p]);
-                    run > i128::from(r.counts[q])
+                    run += i128::from(counts[p]);
+                    run > i128::from(counts[q])
                 })
                 .expect("some part tips it");
-            let detail = format!("{} {} {} {}", names[q], r.counts[q], names[*first], total);
+            let detail = format!("{} {} {} {}", names[q], counts[q], names[*first], total);
             return Err(("part_exceeds_whole", detail));
         }
         net[q] = left as u64;
@@ -222,7 +226,16 @@ fn bill(
 
 /// The reference rating.
 pub fn rate(s: &Scenario, names: &[String], r: &Req) -> Outcome {
-    let net = match nets(s, names, r) {
+    // 0. What the request says, as far as the config reads it at its time.
+    let counts: Vec<u64> = (0..s.whole.len())
+        .map(|q| if r.at >= s.qfrom[q] { r.counts[q] } else { 0 })
+        .collect();
+    let written = if r.at >= s.variant_from {
+        r.variant.as_deref()
+    } else {
+        None
+    };
+    let net = match nets(s, names, &counts) {
         Ok(net) => net,
         Err((code, detail)) => return Outcome::Rejected(code, detail),
     };
@@ -265,7 +278,7 @@ pub fn rate(s: &Scenario, names: &[String], r: &Req) -> Outcome {
         return Outcome::Rejected(code, model);
     }
     // 4. The variant.
-    let value = match r.variant.as_deref() {
+    let value = match written {
         None => 0,
         Some(v) => match VALUES.iter().position(|d| *d == v) {
             Some(i) => i,
@@ -285,7 +298,7 @@ pub fn rate(s: &Scenario, names: &[String], r: &Req) -> Outcome {
     if lset.is_none() && pset.is_none() {
         return Outcome::Rejected("unknown_variant", format!("unpriced {}", VALUES[value]));
     }
-    let slots = slots(lset, pset, &r.counts);
+    let slots = slots(lset, pset, &counts);
     let (lines, fee, total) = match bill(&net, names, &slots, version.map_or(0, |(d, _)| d)) {
         Ok(b) => b,
         Err((code, detail)) => return Outcome::Rejected(code, detail),
