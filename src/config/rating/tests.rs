@@ -375,3 +375,49 @@ fn the_wrong_type_says_what_is_accepted() {
         assert!(m.contains(msg), "{text}: {e}");
     }
 }
+
+/// Issue 36's evolution cases as the book sees them: a future plan assignment and a
+/// future rate for a new quantity are changes from that future time only; a
+/// retroactive rate is a change from always.
+#[test]
+fn changes_of_the_fixture_are_dated_by_key() {
+    use crate::model::rating::{changes, What};
+    let old = from_toml(OPENAI).unwrap().book;
+    let june = "\"2026-06-01T00:00:00Z\"";
+    let future = format!(
+        "{OPENAI}\n[input.quantities.image_count]\npointer = \"/usage/images\"\neffective_from = {june}\n\
+         [[prices.assignments]]\ntenant = \"globex\"\nplan = \"enterprise\"\neffective_from = {june}\n\
+         [[prices.models.o-large.schedule]]\neffective_from = {june}\n\
+         rates = {{ prompt_tokens = \"0.002\", cached_tokens = \"0.0005\", completion_tokens = \"0.008\", \
+         reasoning_tokens = \"0.008\", web_search_calls = {{ per_unit = \"0.01\" }}, image_count = {{ per_unit = \"0.04\" }} }}\n"
+    );
+    let new = from_toml(&future).unwrap().book;
+    let june_ms = parse_utc_ms("2026-06-01T00:00:00Z").unwrap();
+    let got: Vec<(String, What, i64)> = changes(&old, &new)
+        .into_iter()
+        .map(|c| (c.key, c.what, c.effective_from_ms))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "input.quantities.image_count".to_string(),
+                What::Added,
+                june_ms
+            ),
+            (
+                "prices.assignments (tenant \"globex\")".to_string(),
+                What::Added,
+                june_ms
+            ),
+            ("prices.models.o-large".to_string(), What::Added, june_ms),
+        ]
+    );
+    let retro = OPENAI.replacen("prompt_tokens = \"0.002\"", "prompt_tokens = \"0.0021\"", 1);
+    let c = changes(&old, &from_toml(&retro).unwrap().book);
+    assert_eq!(c.len(), 1);
+    assert_eq!(
+        (c[0].key.as_str(), c[0].effective_from_ms),
+        ("prices.models.o-large", i64::MIN)
+    );
+}

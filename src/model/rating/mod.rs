@@ -22,6 +22,7 @@
 //!   `prompt × input + completion × output`.
 
 mod book;
+pub(crate) mod changes;
 pub(crate) mod plans;
 pub(crate) mod quantities;
 pub(crate) mod rates;
@@ -39,6 +40,7 @@ use std::sync::Arc;
 use super::{DeadLetterReason, Pico};
 
 pub use book::{RateBook, Request};
+pub use changes::{changes, Change, What};
 pub use plans::{discount, Plan, PlanVersion, PPM};
 pub use quantities::{QuantityError, QuantityId, QuantitySet, MAX_QUANTITIES};
 pub use rates::{ModelRates, PriceSet, Rate, RateSet, Tier, Unit, VariantAttribute};
