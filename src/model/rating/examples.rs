@@ -32,7 +32,11 @@ const O_LARGE: [(&str, &str); 5] = [
 /// `o-large` with a batch variant at half price, and plan `enterprise` for `acme`
 /// from 2026-02-01T00:00:00Z.
 fn openai() -> RateBook {
-    let q = openai_quantities();
+    openai_from(openai_quantities(), i64::MIN)
+}
+
+/// `openai()` with these quantities and the variant attribute read from `variant_from`.
+fn openai_from(q: QuantitySet, variant_from: i64) -> RateBook {
     // Half of every rate of the list.
     let half = [
         ("prompt_tokens", "0.001"),
@@ -47,7 +51,7 @@ fn openai() -> RateBook {
         name: "service_tier".into(),
         values: vec!["batch".into(), "default".into(), "flex".into()],
         default: "default".into(),
-        effective_from_ms: i64::MIN,
+        effective_from_ms: variant_from,
     };
     let mut book = RateBook::new(q.clone(), Some(variant));
     book.insert_price(
@@ -387,19 +391,7 @@ fn declarations_from_a_time_read_nothing_before_it() {
     let from = ms("2026-02-01T00:00:00Z");
     let mut q = openai_quantities();
     q.set_effective_from(q.id("cached_tokens").unwrap(), from);
-    let mut book = openai();
-    let mut dated = RateBook::new(
-        q,
-        book.variant_attribute().cloned().map(|mut v| {
-            v.effective_from_ms = from;
-            v
-        }),
-    );
-    std::mem::swap(&mut book, &mut dated);
-    // Copy the list prices over (the quantity ids are the same).
-    for (model, at, rates) in dated.list_entries() {
-        book.insert_price(model, at, rates.clone());
-    }
+    let book = openai_from(q, from);
     let before = "2026-01-31T23:59:59.999Z";
     // 10,000 prompt tokens at 0.002, 300 + 200 completion and reasoning at 0.008.
     assert_eq!(
