@@ -11,6 +11,9 @@
 
 mod env;
 mod prices;
+/// The rating schema of issue 36 (quantities, rates, tiers, variants, plans): parsed and
+/// checked, not yet part of `Config`.
+pub mod rating;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

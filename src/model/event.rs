@@ -85,6 +85,41 @@ pub enum DeadLetterReason {
     NoTimestamp,
     /// The event time's window does not fit in `i64` milliseconds.
     WindowOutOfRange(i64),
+    /// A quantity's parts add up to more than it (`model::rating`). Boxed, like the
+    /// two below: a reason on the hot path stays small.
+    PartExceedsWhole(Box<PartExceedsWhole>),
+    /// A variant value that is not declared, or that the model has no price for.
+    UnknownVariant(Box<UnknownVariant>),
+    /// A non-zero quantity the chosen rates do not price.
+    UnpricedQuantity(Box<UnpricedQuantity>),
+}
+
+/// `DeadLetterReason::PartExceedsWhole`: the whole, its count, the first part that
+/// did not fit and the sum of the whole's direct parts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartExceedsWhole {
+    pub whole: Arc<str>,
+    pub whole_count: u64,
+    pub part: Arc<str>,
+    pub parts_count: u128,
+}
+
+/// `DeadLetterReason::UnknownVariant`; `declared`: the value is declared, but the
+/// model has no price for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownVariant {
+    pub model: String,
+    pub attribute: Arc<str>,
+    pub value: String,
+    pub declared: bool,
+}
+
+/// `DeadLetterReason::UnpricedQuantity`: the net count the model's rates miss.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnpricedQuantity {
+    pub model: String,
+    pub quantity: Arc<str>,
+    pub count: u64,
 }
 
 impl DeadLetterReason {
@@ -102,6 +137,9 @@ impl DeadLetterReason {
             Self::Overflow => "overflow",
             Self::NoTimestamp => "no_timestamp",
             Self::WindowOutOfRange(_) => "window_out_of_range",
+            Self::PartExceedsWhole(_) => "part_exceeds_whole",
+            Self::UnknownVariant(_) => "unknown_variant",
+            Self::UnpricedQuantity(_) => "unpriced_quantity",
         }
     }
 }
@@ -136,6 +174,28 @@ impl fmt::Display for DeadLetterReason {
             Self::WindowOutOfRange(ts) => write!(
                 f,
                 "timestamp {ts} is so close to the end of the 64-bit millisecond range that its window cannot be represented"
+            ),
+            Self::PartExceedsWhole(p) => write!(
+                f,
+                "quantity `{}` ({}) is less than its parts ({}, `{}` among them); a part is \
+                 counted within its whole",
+                p.whole, p.whole_count, p.parts_count, p.part
+            ),
+            Self::UnknownVariant(v) if v.declared => write!(
+                f,
+                "model {:?} has no price for {} = {:?}",
+                v.model, v.attribute, v.value
+            ),
+            Self::UnknownVariant(v) => write!(
+                f,
+                "{} = {:?} is not a declared value (model {:?})",
+                v.attribute, v.value, v.model
+            ),
+            Self::UnpricedQuantity(u) => write!(
+                f,
+                "model {:?} has no rate for quantity `{}` in effect at the event time, and the \
+                 record has {} of it (never billed at zero)",
+                u.model, u.quantity, u.count
             ),
         }
     }

@@ -7,6 +7,9 @@ pub(crate) mod input;
 pub(crate) mod money;
 pub(crate) mod partition;
 pub(crate) mod price;
+/// Rating by usage quantities, tiers, variants and plans (issue 36): pure, not yet wired
+/// into the engine; public for the tests of the wiring increment.
+pub mod rating;
 
 pub use event::{DeadLetterReason, Event};
 pub use money::{NanoPer1k, Pico};
