@@ -33,7 +33,7 @@ impl Rng {
     pub fn new(seed: u64) -> Self {
         Rng(seed)
     }
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -45,19 +45,19 @@ impl Rng {
         ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
     }
     /// True with probability `per_million / 1e6`.
-    pub fn chance(&mut self, per_million: u32) -> bool {
+    pub(crate) fn chance(&mut self, per_million: u32) -> bool {
         self.below(1_000_000) < u64::from(per_million)
     }
 }
 
-pub fn fnv1a(s: &str) -> u64 {
+pub(crate) fn fnv1a(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
 }
 
 #[derive(Debug, Clone)]
-pub struct GenOptions {
+pub(crate) struct GenOptions {
     pub seed: u64,
     pub count: u64,
     pub tenants: u32,
@@ -76,7 +76,7 @@ pub struct GenOptions {
 
 /// What kind of record the generator made (and so where it must end up).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     Normal,
     TooLate,
     Duplicate,
@@ -84,10 +84,12 @@ pub enum Kind {
 }
 
 #[derive(Debug, Clone)]
-pub struct GenRecord {
+pub(crate) struct GenRecord {
     pub partition: i32,
     pub key: String,
     pub payload: String,
+    /// What the record is meant to be: read by the generator's own model test.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub kind: Kind,
 }
 
@@ -137,7 +139,7 @@ pub struct ExpectedLate {
 /// (cost, requests, prompt tokens, completion tokens) of an expected line.
 type LineSums = (u128, u64, u64, u64);
 
-pub struct Generator<'a> {
+pub(crate) struct Generator<'a> {
     opts: GenOptions,
     prices: &'a PriceTable,
     models: Vec<String>,
@@ -206,13 +208,13 @@ impl<'a> Generator<'a> {
 
     /// Models the watermark with the lead limit `max_lead_ms` (the engine's
     /// `EngineConfig::max_lead_ms`), so that too-late events are too late there.
-    pub fn with_max_lead(mut self, max_lead_ms: Option<i64>) -> Self {
+    pub(crate) fn with_max_lead(mut self, max_lead_ms: Option<i64>) -> Self {
         self.max_lead_ms = max_lead_ms;
         self
     }
 
     /// Writes records the way `input` reads them (a custom mapping, CloudEvents).
-    pub fn with_input(mut self, input: InputMapping) -> Self {
+    pub(crate) fn with_input(mut self, input: InputMapping) -> Self {
         self.input = input;
         self
     }
@@ -246,7 +248,7 @@ impl<'a> Generator<'a> {
     }
 
     /// The expected outcome of everything generated so far.
-    pub fn expected(&self) -> Expected {
+    pub(crate) fn expected(&self) -> Expected {
         let mut e = self.expected.clone();
         e.windows = self
             .totals

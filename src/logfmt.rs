@@ -5,7 +5,7 @@
 use std::fmt::Display;
 
 /// `a:b,c:d` — each key and value by `Display`.
-pub fn pairs<K: Display, V: Display>(items: impl IntoIterator<Item = (K, V)>) -> String {
+pub(crate) fn pairs<K: Display, V: Display>(items: impl IntoIterator<Item = (K, V)>) -> String {
     items
         .into_iter()
         .map(|(k, v)| format!("{k}:{v}"))
@@ -14,7 +14,7 @@ pub fn pairs<K: Display, V: Display>(items: impl IntoIterator<Item = (K, V)>) ->
 }
 
 /// `a,b,c`.
-pub fn list<T: Display>(items: &[T]) -> String {
+pub(crate) fn list<T: Display>(items: &[T]) -> String {
     items
         .iter()
         .map(|i| i.to_string())

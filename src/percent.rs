@@ -5,7 +5,7 @@
 //! refused (`None`); nothing else is decoded (`+` stays `+`). Pure: no I/O.
 
 /// The bytes `s` encodes, or `None` for a `%` without two hex digits.
-pub fn decode(s: &str) -> Option<Vec<u8>> {
+pub(crate) fn decode(s: &str) -> Option<Vec<u8>> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -27,7 +27,7 @@ pub fn decode(s: &str) -> Option<Vec<u8>> {
 }
 
 /// `decode`, when the bytes are UTF-8.
-pub fn decode_utf8(s: &str) -> Option<String> {
+pub(crate) fn decode_utf8(s: &str) -> Option<String> {
     String::from_utf8(decode(s)?).ok()
 }
 

@@ -13,7 +13,7 @@ use std::cell::Cell;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
-pub struct Progress {
+pub(crate) struct Progress {
     what: &'static str,
     total_records: Option<u64>,
     total_bytes: Option<u64>,
@@ -24,7 +24,7 @@ pub struct Progress {
 
 /// A snapshot: how far, how fast, how long still.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Status {
+pub(crate) struct Status {
     pub records: u64,
     pub bytes: Option<u64>,
     pub percent: Option<u64>,
@@ -46,7 +46,7 @@ impl Progress {
         }
     }
 
-    pub fn status(&self, records: u64, bytes: Option<u64>) -> Status {
+    pub(crate) fn status(&self, records: u64, bytes: Option<u64>) -> Status {
         status(
             self.started.elapsed(),
             records,
@@ -56,7 +56,7 @@ impl Progress {
         )
     }
 
-    pub fn show(&self, records: u64, bytes: Option<u64>, last: bool) {
+    pub(crate) fn show(&self, records: u64, bytes: Option<u64>, last: bool) {
         let every = if self.tty {
             Duration::from_millis(200)
         } else {

@@ -21,7 +21,7 @@ use crate::model::DeadLetterReason;
 
 /// What happened to one late record.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Adjusted(AdjustmentRecord),
     /// Its `request_id` was already adjusted in this run.
     Duplicate,
@@ -29,13 +29,18 @@ pub enum Outcome {
 }
 
 #[derive(Default)]
-pub struct Reprocessor {
+pub(crate) struct Reprocessor {
     seen: HashSet<String>,
 }
 
 impl Reprocessor {
     /// `source` is the original event's coordinates (the late record's `tally.source`).
-    pub fn process(&mut self, cfg: &EngineConfig, rec: RecordIn<'_>, source: &str) -> Outcome {
+    pub(crate) fn process(
+        &mut self,
+        cfg: &EngineConfig,
+        rec: RecordIn<'_>,
+        source: &str,
+    ) -> Outcome {
         let Valid {
             ev,
             window: w,

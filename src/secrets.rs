@@ -21,10 +21,10 @@ use std::sync::RwLock;
 
 static SECRETS: RwLock<Vec<String>> = RwLock::new(Vec::new());
 
-pub const MASK: &str = "***";
+pub(crate) const MASK: &str = "***";
 
 /// Whether `key` (a config key or librdkafka property, any case) names a secret.
-pub fn is_secret_key(key: &str) -> bool {
+pub(crate) fn is_secret_key(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
     ["password", "secret", "token"]
         .iter()
@@ -36,7 +36,7 @@ pub fn is_secret_key(key: &str) -> bool {
 
 /// Remembers `value` as a secret (values shorter than 4 bytes are not: masking
 /// every "ab" in a log would hide more than it protects, and say what it hides).
-pub fn register(value: &str) {
+pub(crate) fn register(value: &str) {
     if value.len() < 4 {
         return;
     }
@@ -60,7 +60,7 @@ pub fn register(value: &str) {
 /// Registers the secrets of `value`, the value of config key `key` (its last
 /// segment): all of it when the key names a secret, else what `dsn` finds in it
 /// (as written and as a driver reads it; all of it when it cannot be read).
-pub fn register_value(key: &str, value: &str) {
+pub(crate) fn register_value(key: &str, value: &str) {
     if is_secret_key(key) {
         register(value);
         return;
@@ -78,14 +78,14 @@ pub fn register_value(key: &str, value: &str) {
 
 /// Registers the secrets of a connection string given outside the config
 /// (`tally demo --database-url`).
-pub fn register_dsn(value: &str) {
+pub(crate) fn register_dsn(value: &str) {
     register_value("database_url", value);
 }
 
 /// `value` (of config key `key`) as `tally config` prints it: `***` for a secret
 /// key's value, whatever its length; the secrets inside a connection string or
 /// URL replaced by `***`; all of it when it cannot be read.
-pub fn mask_value(key: &str, value: &str) -> String {
+pub(crate) fn mask_value(key: &str, value: &str) -> String {
     if is_secret_key(key) {
         return MASK.to_string();
     }
@@ -93,7 +93,7 @@ pub fn mask_value(key: &str, value: &str) -> String {
 }
 
 /// Registers every secret of a config tree (`register_value` on every string).
-pub fn register_from(table: &toml::Table) {
+pub(crate) fn register_from(table: &toml::Table) {
     for (k, v) in table {
         match v {
             toml::Value::Table(t) => register_from(t),
@@ -105,7 +105,7 @@ pub fn register_from(table: &toml::Table) {
 }
 
 /// `text` with every registered secret replaced by `***`.
-pub fn redact(text: &str) -> Cow<'_, str> {
+pub(crate) fn redact(text: &str) -> Cow<'_, str> {
     let Ok(secrets) = SECRETS.read() else {
         return Cow::Owned(MASK.to_string());
     };
@@ -120,7 +120,7 @@ pub fn redact(text: &str) -> Cow<'_, str> {
 
 /// A writer that redacts what passes through it. The log formatter writes one
 /// whole line per call, so a secret is never split across two writes.
-pub struct RedactingWriter<W: Write>(pub W);
+pub(crate) struct RedactingWriter<W: Write>(pub W);
 
 impl<W: Write> Write for RedactingWriter<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

@@ -21,14 +21,14 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::base::duration::{self, MaxLead, Millis, OptMillis};
+pub(crate) use crate::base::duration::{self, MaxLead, Millis, OptMillis};
 pub use crate::base::size::{self, Budget};
 /// Each subsystem owns its section and checks it (`validate`); the tree holds them.
 pub use crate::checkpoint::config::CheckpointConfig;
-pub use crate::engine::config::{DedupConfig, LimitsConfig, WatermarkConfig, WindowConfig};
+pub(crate) use crate::engine::config::{DedupConfig, LimitsConfig, WatermarkConfig, WindowConfig};
 pub use crate::kafka::config::{KafkaConfig, TopicsConfig};
-pub use crate::metrics::config::MetricsConfig;
-pub use crate::state::config::StateConfig;
+pub(crate) use crate::metrics::config::MetricsConfig;
+pub(crate) use crate::state::config::StateConfig;
 pub use prices::{PriceConfig, ScheduledPrice, UtcTime};
 
 use crate::base::InvalidKey;
@@ -184,7 +184,7 @@ impl Config {
     }
 
     /// Parses TOML text with the given environment overrides, then validates.
-    pub fn from_toml_with_env(
+    pub(crate) fn from_toml_with_env(
         text: &str,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Config, ConfigError> {
@@ -245,7 +245,7 @@ impl Config {
 
     /// The configuration as TOML that loads back to itself, every secret (the
     /// rule of `crate::secrets`) shown as `***`: what `tally config` prints.
-    pub fn effective_toml(&self) -> Result<String, ConfigError> {
+    pub(crate) fn effective_toml(&self) -> Result<String, ConfigError> {
         let err = |e: &dyn std::fmt::Display| ConfigError::Parse(e.to_string());
         let mut value = toml::Value::try_from(self).map_err(|e| err(&e))?;
         // By key, whatever the value's length, and inside connection strings;
@@ -270,7 +270,7 @@ impl Config {
     }
 
     /// Cross-field checks; each error names the key.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         self.window.validate()?;
         self.checkpoint.validate()?;
         if self.job.generation == 0 {
@@ -298,7 +298,7 @@ impl Config {
     }
 
     /// The engine's view of the configuration.
-    pub fn engine(&self) -> Result<Arc<EngineConfig>, ConfigError> {
+    pub(crate) fn engine(&self) -> Result<Arc<EngineConfig>, ConfigError> {
         Ok(Arc::new(EngineConfig {
             window: WindowSpec::new(self.window.size.0, self.window.offset.0),
             allowed_lateness_ms: self.window.allowed_lateness.0,
@@ -318,7 +318,7 @@ impl Config {
     }
 
     /// The compiled `[input]` mapping.
-    pub fn input_mapping(&self) -> Result<InputMapping, ConfigError> {
+    pub(crate) fn input_mapping(&self) -> Result<InputMapping, ConfigError> {
         InputMapping::new(&self.input).map_err(|(key, msg)| invalid(key, msg))
     }
 }

@@ -54,7 +54,7 @@ pub enum UtcTime {
 }
 
 impl UtcTime {
-    pub fn to_ms(&self) -> Result<i64, String> {
+    pub(crate) fn to_ms(&self) -> Result<i64, String> {
         match self {
             UtcTime::Ms(ms) => Ok(*ms),
             UtcTime::Text(s) => crate::time::utc::parse_utc_ms(s),
@@ -153,7 +153,7 @@ fn refuse_case_variants(prices: &BTreeMap<String, PriceConfig>) -> Result<(), Co
 
 impl Config {
     /// The price table, parsed exactly.
-    pub fn price_table(&self) -> Result<PriceTable, ConfigError> {
+    pub(crate) fn price_table(&self) -> Result<PriceTable, ConfigError> {
         if self.prices.is_empty() {
             return Err(invalid(
                 "prices",

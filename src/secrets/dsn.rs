@@ -25,7 +25,7 @@ use std::ops::Range;
 
 /// One secret inside a value.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Secret {
+pub(crate) struct Secret {
     /// Where it is written in the value (quotes and escapes included).
     pub span: Range<usize>,
     /// What the driver reads there (percent-decoded or unescaped).
@@ -33,7 +33,7 @@ pub struct Secret {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Found {
+pub(crate) enum Found {
     /// The value was read; these parts are secrets (none: the value is not one).
     Parts(Vec<Secret>),
     /// The value could not be read with certainty: all of it is a secret.
@@ -42,14 +42,14 @@ pub enum Found {
 
 /// Whether a config key holds a connection string (`sink.database_url`): any key
 /// whose name ends in `url` or `dsn`.
-pub fn is_dsn_key(key: &str) -> bool {
+pub(crate) fn is_dsn_key(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
     k.ends_with("url") || k.ends_with("dsn")
 }
 
 /// The secrets of `value`, the value of a key that is a connection string
 /// (`dsn`) or of any other key (a URL's password is found anywhere).
-pub fn find(value: &str, dsn: bool) -> Found {
+pub(crate) fn find(value: &str, dsn: bool) -> Found {
     if let Some(rest) = uri_rest(value) {
         return Found::Parts(uri(value, rest));
     }
@@ -61,7 +61,7 @@ pub fn find(value: &str, dsn: bool) -> Found {
 }
 
 /// `value` with every secret replaced by `mask` (all of it for `Found::Whole`).
-pub fn mask(value: &str, dsn: bool, mask: &str) -> String {
+pub(crate) fn mask(value: &str, dsn: bool, mask: &str) -> String {
     let parts = match find(value, dsn) {
         Found::Whole => return mask.to_string(),
         Found::Parts(p) => p,

@@ -22,12 +22,12 @@ use tracing::{debug, info};
 
 use super::State;
 
-pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
-pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Binds `addr` and serves `state` on a thread of its own; returns the bound
 /// address (port 0 picks a free one).
-pub fn serve(addr: &str, state: Arc<State>) -> std::io::Result<SocketAddr> {
+pub(crate) fn serve(addr: &str, state: Arc<State>) -> std::io::Result<SocketAddr> {
     let listener = std::net::TcpListener::bind(addr)?;
     listener.set_nonblocking(true)?;
     let local = listener.local_addr()?;

@@ -26,12 +26,12 @@ use std::sync::Mutex;
 /// How long the loop may go without a beat before `/healthz` fails, ms. Longer
 /// than anything the loop blocks on by design (a checkpoint barrier, a restore,
 /// `max.poll.interval.ms`).
-pub const STALL_MS: i64 = 120_000;
+pub(crate) const STALL_MS: i64 = 120_000;
 
 /// Renders metric families when `/metrics` is scraped (Prometheus text, whole
 /// families: `# HELP`, `# TYPE` and samples), on the server thread. It must not
 /// wait for the process loop.
-pub type LiveFamilies = Box<dyn Fn() -> String + Send + Sync>;
+pub(crate) type LiveFamilies = Box<dyn Fn() -> String + Send + Sync>;
 
 /// The installed `LiveFamilies`, if any.
 #[derive(Default)]
@@ -60,7 +60,7 @@ pub struct State {
 
 /// An HTTP answer: status, content type, body.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Reply {
+pub(crate) struct Reply {
     pub status: u16,
     pub content_type: &'static str,
     pub body: String,
@@ -68,7 +68,7 @@ pub struct Reply {
 
 const TEXT: &str = "text/plain; charset=utf-8";
 /// Prometheus text exposition format 0.0.4.
-pub const PROMETHEUS: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(crate) const PROMETHEUS: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 impl State {
     /// Not ready ("starting"), beating now.
@@ -81,7 +81,7 @@ impl State {
         }
     }
 
-    pub fn set_metrics(&self, text: String) {
+    pub(crate) fn set_metrics(&self, text: String) {
         if let Ok(mut m) = self.metrics.lock() {
             *m = text;
         }
@@ -89,7 +89,7 @@ impl State {
 
     /// Installs (`Some`) or removes (`None`) the families rendered at each
     /// scrape; returns once no scrape runs the ones it replaced.
-    pub fn set_live_metrics(&self, families: Option<LiveFamilies>) {
+    pub(crate) fn set_live_metrics(&self, families: Option<LiveFamilies>) {
         let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
         live.0 = families;
     }
@@ -105,28 +105,24 @@ impl State {
         text
     }
 
-    pub fn beat(&self, now_ms: i64) {
+    pub(crate) fn beat(&self, now_ms: i64) {
         self.beat_ms.store(now_ms, Ordering::Relaxed);
     }
 
-    pub fn set_ready(&self) {
+    pub(crate) fn set_ready(&self) {
         if let Ok(mut r) = self.not_ready.lock() {
             *r = None;
         }
     }
 
-    pub fn set_not_ready(&self, why: impl Into<String>) {
+    pub(crate) fn set_not_ready(&self, why: impl Into<String>) {
         if let Ok(mut r) = self.not_ready.lock() {
             *r = Some(why.into());
         }
     }
 
-    pub fn is_ready(&self) -> bool {
-        self.not_ready.lock().map(|r| r.is_none()).unwrap_or(false)
-    }
-
     /// The answer to `GET path` at `now_ms`.
-    pub fn respond(&self, method: &str, path: &str, now_ms: i64) -> Reply {
+    pub(crate) fn respond(&self, method: &str, path: &str, now_ms: i64) -> Reply {
         let reply = |status, content_type, body: String| Reply {
             status,
             content_type,
