@@ -17,6 +17,7 @@
 pub(crate) mod access;
 pub(crate) mod keys;
 pub(crate) mod params;
+pub(crate) mod tls;
 pub(crate) mod usage;
 pub(crate) mod whole;
 
@@ -82,11 +83,13 @@ pub(crate) struct Api {
     requests: Family<RequestLabels, Counter>,
     /// Who may read what (`access`).
     access: access::Access,
+    /// HTTPS (`api.tls`), or plain HTTP.
+    tls: Option<tls::Tls>,
     registry: Registry,
 }
 
 impl Api {
-    pub fn new(database_url: &str, access: access::Access) -> Self {
+    pub fn new(database_url: &str, access: access::Access, tls: Option<tls::Tls>) -> Self {
         let requests = Family::<RequestLabels, Counter>::default();
         let mut registry = Registry::default();
         registry.register(
@@ -101,6 +104,7 @@ impl Api {
             zones: Mutex::new(None),
             requests,
             access,
+            tls,
             registry,
         }
     }
@@ -356,8 +360,14 @@ async fn serve(cfg: &Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("api.listen: cannot listen on {}", cfg.api.listen))?;
     let access = access::Access::from_config(&cfg.api)?;
-    let api = Arc::new(Api::new(&cfg.sink.database_url, access));
-    if api.access.reloads() {
+    let tls = cfg
+        .api
+        .tls
+        .as_ref()
+        .map(tls::Tls::from_config)
+        .transpose()?;
+    let api = Arc::new(Api::new(&cfg.sink.database_url, access, tls));
+    if api.access.reloads() || api.tls.is_some() {
         crate::base::shutdown::install_reload();
         let api = api.clone();
         tokio::spawn(async move {
@@ -365,6 +375,9 @@ async fn serve(cfg: &Config) -> anyhow::Result<()> {
                 tokio::time::sleep(Duration::from_millis(250)).await;
                 if crate::base::shutdown::take_reload() {
                     api.access.reload();
+                    if let Some(t) = &api.tls {
+                        t.reload();
+                    }
                 }
             }
         });
@@ -398,7 +411,7 @@ pub(crate) fn spawn_local(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let api = Arc::new(Api::new(database_url, access));
+    let api = Arc::new(Api::new(database_url, access, None));
     std::thread::Builder::new()
         .name("usage-api".into())
         .spawn(move || {
@@ -433,31 +446,45 @@ async fn accept_loop(
         };
         let api = api.clone();
         tokio::spawn(async move {
-            let service = service_fn(move |req| {
-                let api = api.clone();
-                async move {
-                    let started = Instant::now();
-                    let (route, resp) = route(&api, req).await;
-                    let status = resp.status().as_u16();
-                    api.requests
-                        .get_or_create(&RequestLabels { route, status })
-                        .inc();
-                    debug!(
-                        route,
-                        status,
-                        ms = started.elapsed().as_millis() as u64,
-                        "usage API request"
-                    );
-                    Ok::<_, Infallible>(resp)
-                }
-            });
-            let conn = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(crate::service::http::HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service);
-            if let Err(e) = conn.await {
-                debug!(%peer, error = %e, "usage API: connection error");
+            let Some(tls) = &api.tls else {
+                return serve_connection(api, stream, peer).await;
+            };
+            match tls.accept(stream).await {
+                Ok(s) => serve_connection(api.clone(), s, peer).await,
+                Err(why) => info!(%peer, reason = %why, "usage API: TLS connection refused"),
             }
         });
+    }
+}
+
+/// Serves HTTP/1 on one connection (plain or TLS) until it closes.
+async fn serve_connection<S>(api: Arc<Api>, stream: S, peer: std::net::SocketAddr)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |req| {
+        let api = api.clone();
+        async move {
+            let started = Instant::now();
+            let (route, resp) = route(&api, req).await;
+            let status = resp.status().as_u16();
+            api.requests
+                .get_or_create(&RequestLabels { route, status })
+                .inc();
+            debug!(
+                route,
+                status,
+                ms = started.elapsed().as_millis() as u64,
+                "usage API request"
+            );
+            Ok::<_, Infallible>(resp)
+        }
+    });
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(crate::service::http::HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service);
+    if let Err(e) = conn.await {
+        debug!(%peer, error = %e, "usage API: connection error");
     }
 }

@@ -6,6 +6,7 @@
 //! - `shutdown`: the signal flags the loops check (SIGTERM, SIGINT, SIGHUP);
 //! - `histogram`: a log-linear histogram of milliseconds;
 //! - `error`: the class of an error (what to do about it), typed refusals, bugs;
+//! - `tls`: a TLS acceptor from PEM files and a bounded handshake (OpenSSL);
 //! - `duration`, `size`: human durations and byte sizes as the config writes them;
 //! - `InvalidKey`: a config value a section's own check refuses, named by its key.
 
@@ -16,6 +17,7 @@ pub mod error;
 pub mod histogram;
 pub mod shutdown;
 pub mod size;
+pub mod tls;
 
 /// A config value that a subsystem's check of its own section refuses: the key,
 /// dotted from the top of the file (`checkpoint.retain`), and why. The config tree

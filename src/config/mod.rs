@@ -157,6 +157,18 @@ pub struct ApiConfig {
     /// Serve `/metrics` without a key even when keys are configured.
     #[serde(deserialize_with = "crate::base::duration::de_bool")]
     pub public_metrics: bool,
+    /// Serve HTTPS: the certificate chain and key (PEM), and with `client_ca`,
+    /// require client certificates that CA signed. Reloaded on SIGHUP.
+    pub tls: Option<ApiTlsConfig>,
+}
+
+/// `[api.tls]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiTlsConfig {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
 }
 
 impl Default for ApiConfig {
@@ -166,6 +178,7 @@ impl Default for ApiConfig {
             keys: None,
             allow_unauthenticated: false,
             public_metrics: false,
+            tls: None,
         }
     }
 }

@@ -8,50 +8,25 @@
 //! closed; nothing reaches the mock unencrypted from outside.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use openssl::ssl::{Ssl, SslAcceptor, SslFiletype, SslMethod, SslVerifyMode};
+use openssl::ssl::SslAcceptor;
 use tracing::{debug, info};
 
-/// The files of the TLS listener (PEM).
-#[derive(Debug, Clone)]
-pub(crate) struct TlsFiles {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    /// Require client certificates signed by this CA.
-    pub client_ca: Option<PathBuf>,
-}
+pub(crate) use crate::base::tls::TlsFiles;
+use crate::base::tls::{self, Keys};
 
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-fn acceptor(files: &TlsFiles) -> Result<SslAcceptor, String> {
-    let named = |what: &str, path: &PathBuf| {
-        let path = path.display().to_string();
-        let what = what.to_string();
-        move |e: openssl::error::ErrorStack| format!("{what} {path}: {e}")
-    };
-    let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls_server())
-        .map_err(|e| format!("TLS: {e}"))?;
-    b.set_certificate_chain_file(&files.cert)
-        .map_err(named("--tls-cert", &files.cert))?;
-    b.set_private_key_file(&files.key, SslFiletype::PEM)
-        .map_err(named("--tls-key", &files.key))?;
-    b.check_private_key()
-        .map_err(named("--tls-key", &files.key))?;
-    if let Some(ca) = &files.client_ca {
-        b.set_ca_file(ca).map_err(named("--tls-client-ca", ca))?;
-        b.set_verify(SslVerifyMode::PEER | SslVerifyMode::FAIL_IF_NO_PEER_CERT);
-    }
-    Ok(b.build())
-}
+const FLAGS: Keys = Keys {
+    cert: "--tls-cert",
+    key: "--tls-key",
+    client_ca: "--tls-client-ca",
+};
 
 /// Binds a TLS listener on `host`'s loopback port and relays its connections to
 /// `backend` on a thread of its own. Returns the listener's port.
 pub(crate) fn start(files: &TlsFiles, host: &str, backend: SocketAddr) -> Result<u16, String> {
-    let acceptor = Arc::new(acceptor(files)?);
+    let acceptor = Arc::new(tls::acceptor(files, &FLAGS)?);
     let listener = std::net::TcpListener::bind((host, 0))
         .and_then(|l| l.set_nonblocking(true).map(|_| l))
         .map_err(|e| format!("binding the TLS listener on {host}: {e}"))?;
@@ -93,13 +68,7 @@ async fn relay(
     backend: SocketAddr,
     acceptor: &SslAcceptor,
 ) -> Result<(), String> {
-    let ssl = Ssl::new(acceptor.context()).map_err(|e| e.to_string())?;
-    let mut tls = tokio_openssl::SslStream::new(ssl, tcp).map_err(|e| e.to_string())?;
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, Pin::new(&mut tls).accept()).await {
-        Err(_) => return Err("TLS handshake timed out".into()),
-        Ok(Err(e)) => return Err(format!("TLS handshake failed: {e}")),
-        Ok(Ok(())) => {}
-    }
+    let mut tls = tls::handshake(acceptor, tcp).await?;
     let mut up = tokio::net::TcpStream::connect(backend)
         .await
         .map_err(|e| format!("connecting to the mock broker {backend}: {e}"))?;

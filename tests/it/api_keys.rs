@@ -234,3 +234,122 @@ fn without_keys_the_api_refuses_to_start_unless_told_to_serve_everyone() {
     assert_eq!(http_get(&addr, "/metrics").map(|r| r.0), Some(200));
     assert!(open.exited().is_none());
 }
+
+/// `GET https://addr/healthz` trusting `ca` only (and presenting `identity`):
+/// the status, or the error's text.
+fn https_get(
+    addr: &str,
+    ca: &std::path::Path,
+    identity: Option<reqwest::Identity>,
+) -> Result<u16, String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(ca).unwrap()).unwrap();
+    let mut b = reqwest::Client::builder()
+        .tls_certs_only([ca])
+        .timeout(Duration::from_secs(10));
+    if let Some(id) = identity {
+        b = b.identity(id);
+    }
+    let client = b.build().unwrap();
+    rt.block_on(async {
+        match client.get(format!("https://{addr}/healthz")).send().await {
+            Ok(r) => Ok(r.status().as_u16()),
+            Err(e) => Err(format!("{e:?}")),
+        }
+    })
+}
+
+/// The test client's certificate with its key decrypted (reqwest takes PKCS#8).
+fn client_identity(certs: &std::path::Path) -> reqwest::Identity {
+    let key = std::fs::read(certs.join("client.key")).unwrap();
+    let key = openssl::pkey::PKey::private_key_from_pem_passphrase(
+        &key,
+        crate::tls::KEY_PASSWORD.as_bytes(),
+    )
+    .unwrap();
+    let cert = std::fs::read(certs.join("client.pem")).unwrap();
+    reqwest::Identity::from_pkcs8_pem(&cert, &key.private_key_to_pem_pkcs8().unwrap()).unwrap()
+}
+
+/// `api.tls`: a client trusting the test CA is served over HTTPS; a plaintext
+/// client and one trusting another CA are not; with `client_ca`, neither is a
+/// client without a certificate, and one with the CA's certificate is.
+#[test]
+fn the_api_serves_https_and_with_client_ca_only_to_certified_clients() {
+    let dir = TempDir::new("api-tls");
+    let d = dir.path();
+    let certs = crate::tls::certs(d);
+    for mtls in [false, true] {
+        let cfg = d.join(format!("api-{mtls}.toml"));
+        let client_ca = if mtls {
+            format!("client_ca = \"{}\"\n", certs.join("ca.pem").display())
+        } else {
+            String::new()
+        };
+        // The server's files, its own copy (rotated below).
+        let (cert, key) = (
+            d.join(format!("server-{mtls}.pem")),
+            d.join(format!("server-{mtls}.key")),
+        );
+        std::fs::copy(certs.join("server.pem"), &cert).unwrap();
+        std::fs::copy(certs.join("server.key"), &key).unwrap();
+        std::fs::write(
+            &cfg,
+            format!(
+                "{PRICES}\n[api]\nlisten = \"127.0.0.1:0\"\nallow_unauthenticated = true\n\
+                 [api.tls]\ncert = \"{}\"\nkey = \"{}\"\n{client_ca}",
+                cert.display(),
+                key.display()
+            ),
+        )
+        .unwrap();
+        let api = Service::start(
+            &["api", "--config", cfg.to_str().unwrap()],
+            &[("TALLY_LOG", "info")],
+            d.join(format!("api-{mtls}.log")),
+        );
+        let addr = bound_addr(&api.log, "usage API: serving");
+        let ca = certs.join("ca.pem");
+        let trusted = || https_get(&addr, &ca, None);
+        if mtls {
+            let refused = trusted().expect_err("a client without a certificate was served");
+            assert!(!refused.is_empty());
+            let with_cert = https_get(&addr, &ca, Some(client_identity(&certs)));
+            assert_eq!(with_cert, Ok(200), "{}", api.log_text());
+        } else {
+            assert_eq!(
+                wait_until("HTTPS answers", Duration::from_secs(20), || trusted().ok()),
+                200
+            );
+            let other = https_get(&addr, &certs.join("other-ca.pem"), None);
+            assert!(other.is_err(), "a client trusting another CA was served");
+            assert_eq!(http_get(&addr, "/healthz"), None, "plain HTTP was served");
+            // Rotation: a certificate of a new CA in the same files, then SIGHUP.
+            let rotated = d.join("rotated");
+            let status = std::process::Command::new(tally_dev_bin())
+                .args(["certs", "--out", rotated.to_str().unwrap()])
+                .args(["--client-key-password", crate::tls::KEY_PASSWORD])
+                .status()
+                .unwrap();
+            assert!(status.success());
+            std::fs::copy(rotated.join("server.pem"), &cert).unwrap();
+            std::fs::copy(rotated.join("server.key"), &key).unwrap();
+            signal(api.id(), libc::SIGHUP);
+            let new_ca = rotated.join("ca.pem");
+            wait_until(
+                "the rotated certificate serves",
+                Duration::from_secs(10),
+                || https_get(&addr, &new_ca, None).ok(),
+            );
+            assert!(trusted().is_err(), "the old certificate still served");
+        }
+        assert!(
+            api.log_text().contains("TLS connection refused"),
+            "{}",
+            api.log_text()
+        );
+    }
+}

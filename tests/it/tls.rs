@@ -16,7 +16,7 @@ const TOPICS: &[(&str, i32)] = &[
     ("requests.late", 1),
     ("requests.dlq", 1),
 ];
-const KEY_PASSWORD: &str = "CANARY-tls-keypw-31";
+pub(crate) const KEY_PASSWORD: &str = "CANARY-tls-keypw-31";
 
 /// `tally-dev certs` into `<dir>/certs`: ca, server (localhost/127.0.0.1), client
 /// (key encrypted with KEY_PASSWORD), other-ca.
