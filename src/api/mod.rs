@@ -16,6 +16,7 @@
 
 pub(crate) mod access;
 pub(crate) mod keys;
+pub(crate) mod negotiate;
 pub(crate) mod params;
 pub(crate) mod tls;
 pub(crate) mod usage;
@@ -210,12 +211,25 @@ fn read_error(e: ReadError) -> Response<Body> {
     }
 }
 
-fn wants_csv(req: &Request<hyper::body::Incoming>) -> bool {
-    req.headers()
+/// The representation `req` accepts among `offers` (406 when none).
+fn negotiated(
+    req: &Request<hyper::body::Incoming>,
+    offers: &[negotiate::Offer],
+) -> Result<negotiate::Offer, Response<Body>> {
+    let accept: Vec<&str> = req
+        .headers()
         .get_all("accept")
         .iter()
         .filter_map(|v| v.to_str().ok())
-        .any(|v| v.split(',').any(|t| t.trim().starts_with("text/csv")))
+        .collect();
+    negotiate::choose(&accept, offers).ok_or_else(|| {
+        error(
+            406,
+            None,
+            "nothing this route answers with is acceptable (Accept): it offers application/json\
+             , and text/csv on /v1/usage",
+        )
+    })
 }
 
 /// Routes one request; returns the route's name (for metrics) and the answer.
@@ -246,14 +260,20 @@ async fn route(api: &Api, req: Request<hyper::body::Incoming>) -> (&'static str,
             let _ = prometheus_client::encoding::prometheus_text::encode(&mut text, &api.registry);
             ("metrics", reply(200, crate::service::PROMETHEUS, text))
         }
-        "/v1/usage" => (
-            "usage",
-            usage_route(api, &scope, &query, wants_csv(&req)).await,
-        ),
+        "/v1/usage" => match negotiated(&req, &[negotiate::Offer::Json, negotiate::Offer::Csv]) {
+            Ok(offer) => (
+                "usage",
+                usage_route(api, &scope, &query, offer == negotiate::Offer::Csv).await,
+            ),
+            Err(refused) => ("usage", refused),
+        },
         p if p.starts_with("/v1/invoices/") => {
             let tenant = &p["/v1/invoices/".len()..];
             if tenant.contains('/') {
                 return ("other", error(404, None, "not found"));
+            }
+            if let Err(refused) = negotiated(&req, &[negotiate::Offer::Json]) {
+                return ("invoices", refused);
             }
             ("invoices", invoice_route(api, &scope, tenant, &query).await)
         }

@@ -168,16 +168,11 @@ pub(crate) fn csv_header(q: &UsageQuery) -> String {
     format!("tenant_id,window_start,window_end,{model}cost_pico,usd,requests,prompt_tokens,completion_tokens,final\r\n")
 }
 
-/// One CSV line (RFC 4180: fields with a comma, quote or line break are quoted).
+/// One CSV line (RFC 4180: fields with a comma, quote or line break are quoted;
+/// text that would start a formula is neutralised, `negotiate::csv_text`).
 pub(crate) fn csv_line(r: &Row, by_model: bool) -> Result<String, ReadError> {
     let (u, _) = row(r)?;
-    let field = |s: &str| {
-        if s.contains([',', '"', '\r', '\n']) {
-            format!("\"{}\"", s.replace('"', "\"\""))
-        } else {
-            s.to_string()
-        }
-    };
+    let field = super::negotiate::csv_text;
     let model = match (by_model, &u.model) {
         (true, Some(m)) => format!("{},", field(m)),
         (true, None) => ",".to_string(),

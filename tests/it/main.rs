@@ -3,6 +3,7 @@
 //! processes and the PostgreSQL cluster `scripts/test.sh` starts (see `common`).
 
 mod alerts;
+mod api_csv;
 mod api_keys;
 mod codebase;
 mod common;
