@@ -211,25 +211,28 @@ fn read_error(e: ReadError) -> Response<Body> {
     }
 }
 
-/// The representation `req` accepts among `offers` (406 when none).
+/// The representation `req` accepts among `offers`; `None`: answer
+/// `not_acceptable`.
 fn negotiated(
     req: &Request<hyper::body::Incoming>,
     offers: &[negotiate::Offer],
-) -> Result<negotiate::Offer, Response<Body>> {
+) -> Option<negotiate::Offer> {
     let accept: Vec<&str> = req
         .headers()
         .get_all("accept")
         .iter()
         .filter_map(|v| v.to_str().ok())
         .collect();
-    negotiate::choose(&accept, offers).ok_or_else(|| {
-        error(
-            406,
-            None,
-            "nothing this route answers with is acceptable (Accept): it offers application/json\
-             , and text/csv on /v1/usage",
-        )
-    })
+    negotiate::choose(&accept, offers)
+}
+
+fn not_acceptable() -> Response<Body> {
+    error(
+        406,
+        None,
+        "nothing this route answers with is acceptable (Accept): it offers application/json, \
+         and text/csv on /v1/usage",
+    )
 }
 
 /// Routes one request; returns the route's name (for metrics) and the answer.
@@ -261,19 +264,19 @@ async fn route(api: &Api, req: Request<hyper::body::Incoming>) -> (&'static str,
             ("metrics", reply(200, crate::service::PROMETHEUS, text))
         }
         "/v1/usage" => match negotiated(&req, &[negotiate::Offer::Json, negotiate::Offer::Csv]) {
-            Ok(offer) => (
+            Some(offer) => (
                 "usage",
                 usage_route(api, &scope, &query, offer == negotiate::Offer::Csv).await,
             ),
-            Err(refused) => ("usage", refused),
+            None => ("usage", not_acceptable()),
         },
         p if p.starts_with("/v1/invoices/") => {
             let tenant = &p["/v1/invoices/".len()..];
             if tenant.contains('/') {
                 return ("other", error(404, None, "not found"));
             }
-            if let Err(refused) = negotiated(&req, &[negotiate::Offer::Json]) {
-                return ("invoices", refused);
+            if negotiated(&req, &[negotiate::Offer::Json]).is_none() {
+                return ("invoices", not_acceptable());
             }
             ("invoices", invoice_route(api, &scope, tenant, &query).await)
         }
