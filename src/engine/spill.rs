@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::{WindowAcc, WindowPhase};
+use super::{WindowAcc, WindowPhase, LINE_BYTES};
 use crate::model::Partition;
 
 /// Memory one clean window takes while in memory (hash-map slot with its tenant
@@ -40,6 +40,25 @@ pub const WINDOW_BYTES: usize = 320;
 /// element). Counted by `PartitionTask::budgeted_bytes`, so the windows and the
 /// copy a checkpoint takes of them fit in the budget together.
 pub const CHANGE_BYTES: usize = 176;
+
+impl super::StateDelta {
+    /// Memory the delta holds until the state store has it, as the budget
+    /// counts it: `CHANGE_BYTES` a changed window (its copy; the dirty-list
+    /// entry is gone once drained), plus a tenant id beyond 16 bytes and the line
+    /// items beyond the first, and the dedup chunks' packed ids. A checkpoint's
+    /// delta is in flight for this long on the export thread
+    /// (`checkpoint::export`), and the memory check counts it against the budget.
+    pub fn bytes(&self) -> usize {
+        let windows: usize = self
+            .changed
+            .iter()
+            .map(|((_, tenant), acc, _)| {
+                super::task::change_bytes(tenant) + acc.others.len() * LINE_BYTES
+            })
+            .sum();
+        windows + super::dedup::chunk_bytes(&self.dedup.chunks)
+    }
+}
 
 /// What eviction keeps of a budget (`state.memory_budget`, or a partition's
 /// share): a quarter below it, so that the spill a memory check starts once the

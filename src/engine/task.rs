@@ -45,6 +45,13 @@ pub fn window_bytes(tenant: &str) -> usize {
     WINDOW_BYTES + tenant.len().saturating_sub(16)
 }
 
+/// What a changed window costs until a commit (`spill::CHANGE_BYTES`), with the
+/// bytes of a tenant id beyond 16 (its dirty-list entry, then its copy in the
+/// delta, hold one copy of the id each).
+pub fn change_bytes(tenant: &str) -> usize {
+    CHANGE_BYTES + tenant.len().saturating_sub(16)
+}
+
 /// `window_bytes` plus the window's line items beyond the first.
 fn acc_bytes(tenant: &str, acc: &WindowAcc) -> usize {
     window_bytes(tenant) + acc.others.len() * LINE_BYTES
@@ -102,6 +109,8 @@ pub struct PartitionTask {
     /// The windows that turned dirty since the last `drain_changes` (each once;
     /// some may be gone since): what it writes, without scanning every window.
     dirty: Vec<WindowKey>,
+    /// `change_bytes` summed over `dirty`.
+    dirty_bytes: usize,
     /// Windows evicted to the state store.
     spilled: Spilled,
     /// `window_bytes` summed over the windows in memory (`open` and `fired`).
@@ -187,6 +196,7 @@ impl PartitionTask {
             counters: snap.counters,
             purged_through: None,
             dirty: Vec::new(),
+            dirty_bytes: 0,
             spilled: Spilled::default(),
             delay: Histogram::default(),
             disorder: Histogram::default(),
@@ -366,7 +376,7 @@ impl PartitionTask {
     /// dedup ids, and the changed windows' copies until a commit
     /// (`spill::CHANGE_BYTES`). The memory check compares it with the budget.
     pub fn budgeted_bytes(&self) -> usize {
-        self.held_bytes + self.dedup.memory_bytes() + self.dirty.len() * CHANGE_BYTES
+        self.held_bytes + self.dedup.memory_bytes() + self.dirty_bytes
     }
 
     /// Dedup ids moved out of memory so far, and the store reads that caused.
@@ -591,6 +601,7 @@ impl PartitionTask {
         }
         self.dedup.check_and_insert(fp, f.request_id, expiry, w);
         if !was_dirty {
+            self.dirty_bytes += change_bytes(f.tenant_id);
             self.dirty.push((window.end, f.tenant_id.into()));
         }
         if phase == WindowPhase::Fired {
@@ -655,6 +666,7 @@ impl PartitionTask {
                 self.counters.panes += 1;
                 if retain {
                     if !was_dirty {
+                        self.dirty_bytes += change_bytes(&tenant);
                         self.dirty.push((end, tenant.clone()));
                     }
                     self.fired.entry(end).or_default().insert(tenant, acc);
@@ -785,6 +797,7 @@ impl PartitionTask {
     /// must write to catch up with this task.
     pub fn drain_changes(&mut self) -> StateDelta {
         let mut changed = Vec::with_capacity(self.dirty.len());
+        self.dirty_bytes = 0;
         for (end, tenant) in std::mem::take(&mut self.dirty) {
             // A window is open or fired, never both; gone if purged since.
             let found = [
