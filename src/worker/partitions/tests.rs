@@ -637,3 +637,30 @@ fn a_checkpoint_delta_in_flight_counts_against_the_budget() {
         assert_eq!(written, 0, "nothing was spilled");
     }
 }
+
+/// A window end that fires thousands of panes does not leave their buffer
+/// allocated for the rest of the run (it is outside the budget).
+#[test]
+fn the_panes_buffer_of_a_large_end_is_given_back() {
+    let engine = crate::devtools::support::one_price_engine(10_000);
+    let mut parts = one_partition(&engine, false, None);
+    let t0 = 1_767_261_600_000i64;
+    let n = 6_000i64;
+    let recs: Vec<_> = (0..=n)
+        .map(|i| {
+            let ts = if i < n { t0 + i * 5 } else { t0 + 70_000 };
+            let json = format!(
+                r#"{{"request_id":"r{i}","tenant_id":"t{i}","model":"m","prompt_tokens":1,"completion_tokens":1,"completed_ts":{ts}}}"#
+            );
+            (i, json)
+        })
+        .collect();
+    let run = TestRun::new(Partition(0), 0, None, &recs, &engine);
+    parts.apply(&run, &engine, 0).unwrap();
+    assert_eq!(
+        parts.outputs().got.results.len(),
+        n as usize,
+        "the minute fired"
+    );
+    assert!(parts.panes.capacity() <= 4096, "{}", parts.panes.capacity());
+}
