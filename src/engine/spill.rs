@@ -41,6 +41,13 @@ pub const WINDOW_BYTES: usize = 320;
 /// copy a checkpoint takes of them fit in the budget together.
 pub const CHANGE_BYTES: usize = 176;
 
+/// What a changed window costs until a commit (`CHANGE_BYTES`), with the bytes
+/// of a tenant id beyond 16 (its dirty-list entry, then its copy in the delta,
+/// hold one copy of the id each).
+pub fn change_bytes(tenant: &str) -> usize {
+    CHANGE_BYTES + tenant.len().saturating_sub(16)
+}
+
 impl super::StateDelta {
     /// Memory the delta holds until the state store has it, as the budget
     /// counts it: `CHANGE_BYTES` a changed window (its copy; the dirty-list
@@ -52,9 +59,7 @@ impl super::StateDelta {
         let windows: usize = self
             .changed
             .iter()
-            .map(|((_, tenant), acc, _)| {
-                super::task::change_bytes(tenant) + acc.others.len() * LINE_BYTES
-            })
+            .map(|((_, tenant), acc, _)| change_bytes(tenant) + acc.others.len() * LINE_BYTES)
             .sum();
         windows + super::dedup::chunk_bytes(&self.dedup.chunks)
     }

@@ -27,7 +27,7 @@ use super::acc::{WindowAcc, LINE_BYTES};
 use super::dedup::{Dedup, DedupDelta, Fingerprint};
 use super::prepared::Prepared;
 use super::result::{LineItem, PaneKind, ResultKind, ResultRecord};
-use super::spill::{filter_bytes, SpillStore, Spilled, CHANGE_BYTES, WINDOW_BYTES};
+use super::spill::{change_bytes, filter_bytes, SpillStore, Spilled, WINDOW_BYTES};
 use super::step1::{check, Checked, Folding};
 use super::{Counters, EngineConfig, RecordIn, Route, TimeSource};
 use crate::base::histogram::Histogram;
@@ -43,13 +43,6 @@ pub type WindowKey = (i64, Box<str>);
 /// bytes of a longer tenant id — so the budget holds whatever the ids' length.
 pub fn window_bytes(tenant: &str) -> usize {
     WINDOW_BYTES + tenant.len().saturating_sub(16)
-}
-
-/// What a changed window costs until a commit (`spill::CHANGE_BYTES`), with the
-/// bytes of a tenant id beyond 16 (its dirty-list entry, then its copy in the
-/// delta, hold one copy of the id each).
-pub fn change_bytes(tenant: &str) -> usize {
-    CHANGE_BYTES + tenant.len().saturating_sub(16)
 }
 
 /// `window_bytes` plus the window's line items beyond the first.
