@@ -3,7 +3,8 @@
 //!
 //! Every 4,096 records applied, and after every run that emitted panes (a window
 //! end that fires brings its evicted windows back, with their panes and changed
-//! copies, so the next partition's end must not add to them), the state the tasks
+//! copies, so the next partition's end must not add to them: a driver spills
+//! before the next run when it is due), the state the tasks
 //! hold in memory (windows, their changes, dedup ids) is compared with the budget —
 //! a sum over the partitions, plus the last checkpoint's deltas while its export
 //! thread still holds them (`Coordinator::in_flight_bytes`: the tasks keep the
