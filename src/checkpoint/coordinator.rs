@@ -144,6 +144,28 @@ impl Coordinator {
         self.pending.is_none()
     }
 
+    /// The pending export's deltas not yet written to the state store, bytes:
+    /// memory outside the tasks that the budget counts (`export`).
+    pub fn in_flight_bytes(&self) -> usize {
+        self.pending
+            .as_ref()
+            .map_or(0, PendingExport::in_flight_bytes)
+    }
+
+    /// A view of `in_flight_bytes` that stays valid while the export runs (0
+    /// once its deltas are written), for a memory check without the coordinator.
+    pub fn in_flight_gauge(&self) -> Option<Arc<std::sync::atomic::AtomicUsize>> {
+        self.pending.as_ref().map(PendingExport::gauge)
+    }
+
+    /// Waits until the pending export has written its deltas (and freed them);
+    /// the rest of the export goes on.
+    pub fn wait_written(&self) {
+        if let Some(p) = &self.pending {
+            p.wait_written();
+        }
+    }
+
     pub fn job(&self) -> &JobIdentity {
         &self.job
     }

@@ -13,6 +13,11 @@
 //! whatever order they finished in; the first failure stops the others' next
 //! partitions and fails the checkpoint.
 //!
+//! Until the batch is written, the exporter holds the barrier's deltas (the
+//! changed windows' copies, the new dedup ids): `PendingExport::in_flight_bytes`
+//! says how much (`StateDelta::bytes`), and falls to 0 once they are written and
+//! freed, so the worker's memory check counts them against the budget.
+//!
 //! Invariant: nothing but the exporter writes the state store while an export
 //! runs (the worker joins the previous export before its next barrier, spill or
 //! restore, and evicts nothing until then), so the exporter reads the exact cut
@@ -121,11 +126,33 @@ pub struct PendingExport {
     /// When its barrier began (the pause and the duration are measured from here).
     pub started: Instant,
     handle: JoinHandle<Result<Manifest, CheckpointError>>,
+    /// The deltas' bytes until they are written (then 0).
+    in_flight: Arc<AtomicUsize>,
 }
 
 impl PendingExport {
     pub fn is_finished(&self) -> bool {
         self.handle.is_finished()
+    }
+
+    /// The barrier's deltas the exporter still holds, bytes (0 once written).
+    pub fn in_flight_bytes(&self) -> usize {
+        if self.handle.is_finished() {
+            return 0;
+        }
+        self.in_flight.load(Ordering::Acquire)
+    }
+
+    /// `in_flight_bytes` as a shared counter (0 once the deltas are written).
+    pub fn gauge(&self) -> Arc<AtomicUsize> {
+        self.in_flight.clone()
+    }
+
+    /// Waits until the deltas are written (not for the rest of the export).
+    pub fn wait_written(&self) {
+        while self.in_flight_bytes() > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     /// Waits for the export; its manifest is then durable.
@@ -139,13 +166,17 @@ impl PendingExport {
 /// Starts writing `job` on its own thread; `started` is its barrier's start.
 pub fn spawn(job: ExportJob, started: Instant) -> std::io::Result<PendingExport> {
     let id = job.id;
+    let bytes = job.commits.iter().map(|c| c.delta.bytes()).sum();
+    let in_flight = Arc::new(AtomicUsize::new(bytes));
+    let gauge = in_flight.clone();
     let handle = std::thread::Builder::new()
         .name(format!("checkpoint-{}", id.0))
-        .spawn(move || run(job))?;
+        .spawn(move || run(job, &gauge))?;
     Ok(PendingExport {
         id,
         started,
         handle,
+        in_flight,
     })
 }
 
@@ -177,8 +208,11 @@ impl Uploader<'_> {
     }
 }
 
-fn run(mut job: ExportJob) -> Result<Manifest, CheckpointError> {
-    job.store.commit(std::mem::take(&mut job.commits))?;
+fn run(mut job: ExportJob, in_flight: &AtomicUsize) -> Result<Manifest, CheckpointError> {
+    let written = job.store.commit(std::mem::take(&mut job.commits));
+    // The deltas are freed (the commit consumed them), written or not.
+    in_flight.store(0, Ordering::Release);
+    written?;
     let name = job.checkpoints.name_for(job.id);
     let written = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);

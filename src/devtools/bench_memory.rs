@@ -10,7 +10,10 @@
 //! - `restore`: one partition of ten million windows (and as many dedup ids)
 //!   checkpointed (`build`, its own process), then restored under 64 MiB in a
 //!   fresh process, as a worker does on assignment, and fed one request per
-//!   thousand of its windows.
+//!   thousand of its windows;
+//! - `kafka`: a real `tally run` worker against a `tally dev-broker` under 16 MiB
+//!   (`bench_memory_kafka`): 100,000 tenants for 6 minutes, every window end
+//!   firing and purged, a checkpoint a second; the worker's own peak RSS.
 //!
 //! `--scale` multiplies every case's size (windows, ids, tenants), for a quick
 //! look; the recorded figures are at scale 1. A benchmark, not a test: it
@@ -32,7 +35,7 @@ use crate::state::StateStore;
 #[derive(Args, Debug)]
 pub struct MemoryArgs {
     /// The cases to run, in order (comma-separated).
-    #[arg(long, default_value = "windows,long-ids,lateness,dedup,restore")]
+    #[arg(long, default_value = "windows,long-ids,lateness,dedup,restore,kafka")]
     pub cases: String,
     /// Multiplies every case's size.
     #[arg(long, default_value_t = 1.0)]
@@ -91,6 +94,11 @@ fn cases(a: &MemoryArgs) -> Vec<Case> {
             budget: a.budget.clone().unwrap_or_else(|| "64MiB".into()),
             what: format!("restore of {} windows of one partition", n(1e7)),
         },
+        Case {
+            name: "kafka",
+            budget: a.budget.clone().unwrap_or_else(|| "16MiB".into()),
+            what: format!("a Kafka worker: {} tenants × 6 min, 2 min lateness", n(1e5)),
+        },
     ]
 }
 
@@ -145,6 +153,17 @@ fn one_case(a: &MemoryArgs, name: &str) -> anyhow::Result<()> {
     let budget = budget_of(&case.budget)?.unwrap_or(usize::MAX);
     let n = |x: f64| ((x * a.scale) as usize).max(1);
     let dir = a.dir.join(name);
+    if name == "kafka" {
+        // The worker's peak, not this process's (which only produces).
+        let m = super::bench_memory_kafka::run(&dir, &case.budget, n(1e5), 6)?;
+        eprintln!(
+            "kafka: {} windows evicted at the most, {} checkpoints",
+            m.spilled, m.checkpoints
+        );
+        anyhow::ensure!(m.spilled > 0, "the worker evicted no window");
+        println!("RESULT {}", m.peak);
+        return Ok(());
+    }
     match name {
         "windows" => windows(&dir, budget, n(1e6), 16, 4),
         "long-ids" => windows(&dir, budget, n(2e5), 256, 4),

@@ -6,6 +6,7 @@
 pub mod bench;
 pub mod bench_kafka;
 pub mod bench_memory;
+pub mod bench_memory_kafka;
 pub mod bench_state;
 pub mod certs;
 pub mod chaos;

@@ -108,7 +108,7 @@ impl Rig {
         let Some(budget) = self.budget else {
             return Ok(());
         };
-        if self.held_bytes() <= budget {
+        if self.held_bytes() + self.coord.in_flight_bytes() <= budget {
             return Ok(());
         }
         self.commit()

@@ -95,6 +95,12 @@ pub struct DedupDelta {
     pub dead_through: i64,
 }
 
+/// Memory packed chunks take (their buffers and their entries).
+pub fn chunk_bytes(chunks: &[(i64, Vec<u8>)]) -> usize {
+    let entry = std::mem::size_of::<(i64, Vec<u8>)>();
+    chunks.iter().map(|(_, ids)| entry + ids.capacity()).sum()
+}
+
 /// Appends `id` to a packed chunk.
 pub fn pack(buf: &mut Vec<u8>, id: &str) {
     let n = id.len().min(u16::MAX as usize);
@@ -197,9 +203,10 @@ impl Dedup {
         self.seen.bytes()
     }
 
-    /// Memory the set takes: the hot table and the cold tier's filters.
+    /// Memory the set takes: the hot table, the cold tier's filters, and the
+    /// ids inserted since the last `drain_changes` (packed, for the next commit).
     pub fn memory_bytes(&self) -> usize {
-        self.seen.bytes() + self.cold.as_ref().map_or(0, Cold::bytes)
+        self.seen.bytes() + self.cold.as_ref().map_or(0, Cold::bytes) + chunk_bytes(&self.pending)
     }
 
     /// Ids moved to the cold tier so far, and the store reads their filters caused.

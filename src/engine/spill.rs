@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::spill_error::SpillError;
-use super::{WindowAcc, WindowPhase};
+use super::{WindowAcc, WindowPhase, LINE_BYTES};
 use crate::model::Partition;
 
 /// Memory one clean window takes while in memory (hash-map slot with its tenant
@@ -41,6 +41,30 @@ pub const WINDOW_BYTES: usize = 320;
 /// element). Counted by `PartitionTask::budgeted_bytes`, so the windows and the
 /// copy a checkpoint takes of them fit in the budget together.
 pub const CHANGE_BYTES: usize = 176;
+
+/// What a changed window costs until a commit (`CHANGE_BYTES`), with the bytes
+/// of a tenant id beyond 16 (its dirty-list entry, then its copy in the delta,
+/// hold one copy of the id each).
+pub fn change_bytes(tenant: &str) -> usize {
+    CHANGE_BYTES + tenant.len().saturating_sub(16)
+}
+
+impl super::StateDelta {
+    /// Memory the delta holds until the state store has it, as the budget
+    /// counts it: `CHANGE_BYTES` a changed window (its copy; the dirty-list
+    /// entry is gone once drained), plus a tenant id beyond 16 bytes and the line
+    /// items beyond the first, and the dedup chunks' packed ids. A checkpoint's
+    /// delta is in flight for this long on the export thread
+    /// (`checkpoint::export`), and the memory check counts it against the budget.
+    pub fn bytes(&self) -> usize {
+        let windows: usize = self
+            .changed
+            .iter()
+            .map(|((_, tenant), acc, _)| change_bytes(tenant) + acc.others.len() * LINE_BYTES)
+            .sum();
+        windows + super::dedup::chunk_bytes(&self.dedup.chunks)
+    }
+}
 
 /// What eviction keeps of a budget (`state.memory_budget`, or a partition's
 /// share): a quarter below it, so that the spill a memory check starts once the

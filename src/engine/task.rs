@@ -27,7 +27,7 @@ use super::acc::{WindowAcc, LINE_BYTES};
 use super::dedup::{Dedup, DedupDelta, Fingerprint};
 use super::prepared::Prepared;
 use super::result::{LineItem, PaneKind, ResultKind, ResultRecord};
-use super::spill::{filter_bytes, SpillStore, Spilled, CHANGE_BYTES, WINDOW_BYTES};
+use super::spill::{change_bytes, filter_bytes, SpillStore, Spilled, WINDOW_BYTES};
 use super::spill_error::SpillError;
 use super::step1::{check, Checked, Folding};
 use super::{Counters, EngineConfig, RecordIn, Route, TimeSource};
@@ -103,6 +103,8 @@ pub struct PartitionTask {
     /// The windows that turned dirty since the last `drain_changes` (each once;
     /// some may be gone since): what it writes, without scanning every window.
     dirty: Vec<WindowKey>,
+    /// `change_bytes` summed over `dirty`.
+    dirty_bytes: usize,
     /// Windows evicted to the state store.
     spilled: Spilled,
     /// `window_bytes` summed over the windows in memory (`open` and `fired`).
@@ -188,6 +190,7 @@ impl PartitionTask {
             counters: snap.counters,
             purged_through: None,
             dirty: Vec::new(),
+            dirty_bytes: 0,
             spilled: Spilled::default(),
             delay: Histogram::default(),
             disorder: Histogram::default(),
@@ -378,7 +381,7 @@ impl PartitionTask {
     /// dedup ids, and the changed windows' copies until a commit
     /// (`spill::CHANGE_BYTES`). The memory check compares it with the budget.
     pub fn budgeted_bytes(&self) -> usize {
-        self.held_bytes + self.dedup.memory_bytes() + self.dirty.len() * CHANGE_BYTES
+        self.held_bytes + self.dedup.memory_bytes() + self.dirty_bytes
     }
 
     /// Dedup ids moved out of memory so far, and the store reads that caused.
@@ -611,6 +614,7 @@ impl PartitionTask {
         }
         self.dedup.check_and_insert(fp, f.request_id, expiry, w);
         if !was_dirty {
+            self.dirty_bytes += change_bytes(f.tenant_id);
             self.dirty.push((window.end, f.tenant_id.into()));
         }
         if phase == WindowPhase::Fired {
@@ -675,6 +679,7 @@ impl PartitionTask {
                 self.counters.panes += 1;
                 if retain {
                     if !was_dirty {
+                        self.dirty_bytes += change_bytes(&tenant);
                         self.dirty.push((end, tenant.clone()));
                     }
                     self.fired.entry(end).or_default().insert(tenant, acc);
@@ -806,6 +811,7 @@ impl PartitionTask {
     /// must write to catch up with this task.
     pub fn drain_changes(&mut self) -> StateDelta {
         let mut changed = Vec::with_capacity(self.dirty.len());
+        self.dirty_bytes = 0;
         for (end, tenant) in std::mem::take(&mut self.dirty) {
             // A window is open or fired, never both; gone if purged since.
             let found = [

@@ -415,3 +415,31 @@ fn progress_is_marked_where_the_watermark_purges_a_window_end() {
     run(&mut plain, &burst());
     assert!(plain.take_progress().is_empty());
 }
+
+/// What the budget counts of a task's changes until a commit has them — the
+/// changed windows' copies (long tenant ids and extra line items too) and the new
+/// dedup ids, packed — is what its delta holds once drained (`StateDelta::bytes`,
+/// the bytes of a checkpoint in flight), and the task no longer counts it.
+#[test]
+fn the_budget_counts_new_ids_until_a_commit_and_the_delta_counts_them_after() {
+    let mut task = PartitionTask::new(Partition(0), cfg(0));
+    let long = "t".repeat(200);
+    let records: Vec<String> = (0..50)
+        .map(|i| ev(&format!("request-{i:04}"), &long, T10 + i * 100))
+        .collect();
+    let clean = task.budgeted_bytes();
+    run(&mut task, &records);
+    let held = task.budgeted_bytes();
+    let windows = task.memory_bytes();
+    // One window, changed: its copy and its id's excess; 50 ids of 12 bytes packed.
+    let change = spill::CHANGE_BYTES + 200 - 16;
+    assert!(
+        held >= windows + change + 50 * 14,
+        "{held} < {windows} + {change} + the packed ids"
+    );
+    let delta = task.drain_changes();
+    assert_eq!(delta.changed.len(), 1);
+    assert!(delta.bytes() >= change + 50 * 14, "{}", delta.bytes());
+    assert_eq!(delta.bytes(), held - task.budgeted_bytes());
+    assert!(task.budgeted_bytes() < held && task.budgeted_bytes() >= clean);
+}

@@ -242,7 +242,7 @@ impl Driver {
         let mut c = lock(&core)?;
         if let Some(polled) = &polled {
             crate::failpoint::pause("apply_chunk");
-            c.process_polled(polled)?;
+            c.process_polled(polled, &self.consumer)?;
             // A fetch position outside the log: handled after the records polled before it.
             if polled.out_of_range {
                 c.out_of_range(&self.consumer)?;

@@ -65,9 +65,18 @@ pub struct Worker {
 impl Worker {
     /// Applies a chunk of polled records (any partitions, poll order): each run,
     /// then the positions the chunk ends with.
-    pub fn process_polled(&mut self, polled: &Polled) -> Result<(), WorkerError> {
+    pub fn process_polled(
+        &mut self,
+        polled: &Polled,
+        consumer: &Source,
+    ) -> Result<(), WorkerError> {
         for run in &polled.runs {
             self.parts.apply(run, &polled.cfg, polled.now_ms)?;
+            // A run that fired a window end brought its evicted windows back: over
+            // the budget, they go before the next partition's run adds its own.
+            if self.parts.spill_due() {
+                self.spill(consumer)?;
+            }
         }
         if let Some(positions) = &polled.positions {
             let at = positions.at.iter().zip(&positions.log_starts);

@@ -72,6 +72,9 @@ fn skip(
     Ok(())
 }
 
+/// Panes whose buffer (`Partitions::panes`) stays allocated between runs.
+const PANES_KEPT: usize = 4096;
+
 /// Sends the panes `slot`'s task appended to `panes`, with its progress records
 /// where its watermark purged a new window end (`PartitionTask::take_progress`).
 pub(super) fn send_panes<O: Outputs>(
@@ -183,6 +186,9 @@ impl<O: Outputs> Partitions<O> {
         let generation = self.settings.engine.generation;
         let to = self.progress_to;
         send_panes(&mut self.outputs, slot, &mut self.panes, to, generation)?;
+        // A window end that fired many windows leaves a long buffer behind: it
+        // must not stay allocated, outside the budget, for the rest of the run.
+        self.panes.shrink_to(PANES_KEPT);
         // Only too-late records and dead letters go anywhere of their own: a run
         // that counted none (nearly every one) has nothing to dispatch.
         let after = slot.task.counters();

@@ -3,12 +3,17 @@
 //!
 //! Every 4,096 records applied, and after every run that emitted panes (a window
 //! end that fires brings its evicted windows back, with their panes and changed
-//! copies, so the next partition's end must not add to them), the state the tasks
+//! copies, so the next partition's end must not add to them: a driver spills
+//! before the next run when it is due), the state the tasks
 //! hold in memory (windows, their changes, dedup ids) is compared with the budget —
-//! a sum over the partitions; over it, the driver spills: the
+//! a sum over the partitions, plus the last checkpoint's deltas while its export
+//! thread still holds them (`Coordinator::in_flight_bytes`: the tasks keep the
+//! budget minus them); over it, the driver spills: the
 //! coordinator's state write without the export, then an eviction down to
 //! `spill::keep_of` the budget, shared evenly by the partitions. Nothing is flushed
-//! or committed by a spill.
+//! or committed by a spill. When the tasks alone are within the budget, the
+//! deltas in flight were the excess: the driver waits for the export's batch
+//! write, which frees them, instead of spilling.
 
 use tracing::debug;
 
@@ -31,9 +36,15 @@ impl<O: Outputs> Partitions<O> {
         }
         m.since_check = 0;
         if let Some(budget) = self.settings.memory_budget {
-            let held: usize = self.slots.values().map(|s| s.task.budgeted_bytes()).sum();
-            self.memory.spill_due |= held > budget;
+            let in_flight = self.memory.in_flight.as_ref();
+            let in_flight = in_flight.map_or(0, |g| g.load(std::sync::atomic::Ordering::Acquire));
+            self.memory.spill_due |= self.held_bytes() + in_flight > budget;
         }
+    }
+
+    /// What the tasks hold that the budget bounds.
+    fn held_bytes(&self) -> usize {
+        self.slots.values().map(|s| s.task.budgeted_bytes()).sum()
     }
 
     /// The state in memory passed the budget: spill before the next run.
@@ -99,6 +110,7 @@ impl<O: Outputs> Partitions<O> {
             let done = coord.checkpoint(&mut ports, cut, wait);
             done.map_err(|e| ports.error(e))?
         };
+        self.memory.in_flight = coord.in_flight_gauge();
         if coord.settled() {
             self.evict_to_budget()?;
         }
@@ -108,13 +120,22 @@ impl<O: Outputs> Partitions<O> {
     /// Memory pressure between checkpoints: writes the changed windows to the
     /// working store through `coord` (after any running export, which must read an
     /// unchanged store) and evicts down to the budget. Not a checkpoint: nothing is
-    /// flushed, exported or committed. Returns the export it waited for, if one
-    /// completed.
+    /// flushed, exported or committed. When it is due (`spill_due`) with the
+    /// tasks alone within the budget, it only waits for the export's batch write
+    /// (the deltas in flight were the excess). Returns the export it waited for, if one completed.
     pub fn spill(
         &mut self,
         coord: &mut Coordinator,
         committer: &mut dyn OffsetCommitter,
     ) -> Result<Option<Completed>, WorkerError> {
+        let within = |b| self.held_bytes() <= b;
+        if self.memory.spill_due && self.settings.memory_budget.is_some_and(within) {
+            // Due, with the tasks within the budget: the deltas in flight passed
+            // it, and they go once written.
+            coord.wait_written();
+            self.memory.spill_due = false;
+            return Ok(None);
+        }
         let parts = self
             .slots
             .iter_mut()

@@ -20,9 +20,10 @@
 //! - Every record applied takes exactly one route, and what that route sends goes to
 //!   `Outputs` in the engine's order: a run's panes (with their progress records)
 //!   before its too-late records and dead letters.
-//! - The memory budget is checked every 4,096 records applied; over it, `spill_due`
-//!   says so until the next eviction, which a driver runs through `spill` (or a
-//!   checkpoint). Windows are evicted only when every window equals its stored copy
+//! - The memory budget is checked every 4,096 records applied (and after a run
+//!   with panes), against the tasks' state plus the checkpoint delta in flight;
+//!   over it, `spill_due` says so until the next eviction, which a driver runs
+//!   through `spill` (or a checkpoint). Windows are evicted only when every window equals its stored copy
 //!   (right after a spill or a settled checkpoint).
 //! - A crash anywhere replays from the newest complete checkpoint; replayed outputs
 //!   are byte-identical to the originals (same versions).
@@ -144,6 +145,9 @@ struct Memory {
     spill_due: bool,
     /// Windows evicted so far.
     evicted: u64,
+    /// The bytes of the last checkpoint's deltas its export has not written yet
+    /// (`checkpoint::export`; 0 once written).
+    in_flight: Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>,
 }
 
 /// The partitions a worker owns, generic over where their outputs go.

@@ -578,3 +578,89 @@ fn a_run_that_fires_panes_checks_the_budget_at_once() {
         "a run that fired panes checks the budget"
     );
 }
+
+/// The deltas of a checkpoint whose export has not written them yet are memory
+/// too: the check counts them against the budget with the tasks' state.
+#[test]
+fn a_checkpoint_delta_in_flight_counts_against_the_budget() {
+    let engine = crate::devtools::support::one_price_engine(10_000);
+    let budget = 64 << 10;
+    let t0 = 1_767_261_600_000i64;
+    // Ten tenants in the first minute, then a record that fires it: a check,
+    // with the tasks well within the budget.
+    let recs: Vec<_> = (0..11i64)
+        .map(|i| {
+            let ts = if i < 10 { t0 + i * 100 } else { t0 + 70_000 };
+            let json = format!(
+                r#"{{"request_id":"r{i}","tenant_id":"t{i}","model":"m","prompt_tokens":1,"completion_tokens":1,"completed_ts":{ts}}}"#
+            );
+            (i, json)
+        })
+        .collect();
+    for in_flight in [0, budget / 2, budget] {
+        let mut parts = one_partition(&engine, false, Some(budget));
+        let gauge = std::sync::atomic::AtomicUsize::new(in_flight);
+        parts.memory.in_flight = Some(Arc::new(gauge));
+        let run = TestRun::new(Partition(0), 0, None, &recs, &engine);
+        parts.apply(&run, &engine, 0).unwrap();
+        assert!(!parts.outputs().got.results.is_empty(), "the minute fired");
+        assert_eq!(
+            parts.spill_due(),
+            in_flight == budget,
+            "{in_flight} bytes in flight"
+        );
+        if !parts.spill_due() {
+            continue;
+        }
+        // The tasks alone are within the budget: the spill waits for the deltas
+        // to be written instead of writing and evicting windows.
+        let dir = crate::devtools::support::TempDir::new("in-flight");
+        let store = Arc::new(StateStore::open_fresh(&dir.path().join("state")).unwrap());
+        let objects = LocalObjects::create(&dir.path().join("checkpoints")).unwrap();
+        let checkpoints = CheckpointStore::with_objects(Box::new(objects), "w1", 2);
+        let job = JobIdentity {
+            worker: "w1".into(),
+            group: "g".into(),
+            topic: "t".into(),
+            rules: Arc::new(Rules::opaque("f")),
+        };
+        let mut coord = Coordinator::new(store.clone(), Arc::new(checkpoints), job).unwrap();
+        assert!(parts.spill(&mut coord, &mut NoGroup).unwrap().is_none());
+        assert!(!parts.spill_due());
+        let mut written = 0;
+        store
+            .export_partition(Partition(0), |_, _| {
+                written += 1;
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(written, 0, "nothing was spilled");
+    }
+}
+
+/// A window end that fires thousands of panes does not leave their buffer
+/// allocated for the rest of the run (it is outside the budget).
+#[test]
+fn the_panes_buffer_of_a_large_end_is_given_back() {
+    let engine = crate::devtools::support::one_price_engine(10_000);
+    let mut parts = one_partition(&engine, false, None);
+    let t0 = 1_767_261_600_000i64;
+    let n = 6_000i64;
+    let recs: Vec<_> = (0..=n)
+        .map(|i| {
+            let ts = if i < n { t0 + i * 5 } else { t0 + 70_000 };
+            let json = format!(
+                r#"{{"request_id":"r{i}","tenant_id":"t{i}","model":"m","prompt_tokens":1,"completion_tokens":1,"completed_ts":{ts}}}"#
+            );
+            (i, json)
+        })
+        .collect();
+    let run = TestRun::new(Partition(0), 0, None, &recs, &engine);
+    parts.apply(&run, &engine, 0).unwrap();
+    assert_eq!(
+        parts.outputs().got.results.len(),
+        n as usize,
+        "the minute fired"
+    );
+    assert!(parts.panes.capacity() <= 4096, "{}", parts.panes.capacity());
+}
