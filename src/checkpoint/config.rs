@@ -41,7 +41,7 @@ impl Default for CheckpointConfig {
 
 impl CheckpointConfig {
     /// The section's own checks; each error names the key.
-    pub fn validate(&self) -> Result<(), InvalidKey> {
+    pub(crate) fn validate(&self) -> Result<(), InvalidKey> {
         if self.interval.0 <= 0 {
             return Err(InvalidKey::new(
                 "checkpoint.interval",

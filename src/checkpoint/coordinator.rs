@@ -48,7 +48,7 @@ use crate::time::EventTime;
 /// The named crash points of the protocol's own steps (the upload's are in
 /// `export`: `mid_upload`, `before_manifest`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     BeforeBarrier,
     AfterFlush,
     AfterManifest,
@@ -56,7 +56,7 @@ pub enum Step {
 }
 
 impl Step {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Step::BeforeBarrier => "before_barrier",
             Step::AfterFlush => "after_flush",
@@ -67,7 +67,7 @@ impl Step {
 }
 
 /// What the protocol needs from the world besides the two stores.
-pub trait Ports {
+pub(crate) trait Ports {
     /// Step 2: every output emitted before the barrier is acknowledged.
     fn flush_outputs(&mut self) -> Result<(), CheckpointError>;
     /// Step 4: the checkpoint's offsets to the consumer group (the file run has
@@ -83,13 +83,13 @@ pub trait Ports {
 /// Where a checkpoint's offsets go: the consumer group (`kafka::source::
 /// GroupCommitter`), or nowhere (the file run). A failure is logged there and is
 /// not fatal: restores read offsets from the checkpoint store.
-pub trait OffsetCommitter {
+pub(crate) trait OffsetCommitter {
     fn commit(&mut self, id: CheckpointId, offsets: &[(Partition, NextOffset)]);
 }
 
 /// One partition at the barrier: its position, audit and the changes since the
 /// last commit.
-pub struct Cut {
+pub(crate) struct Cut {
     pub partition: Partition,
     pub next_offset: NextOffset,
     pub watermark: Option<EventTime>,
@@ -107,7 +107,7 @@ pub struct Completed {
 
 /// Retention runs after every this many checkpoints (by id): it lists the whole
 /// store, which on object storage costs with every object the kept chains hold.
-pub const RETAIN_EVERY: u64 = 4;
+pub(crate) const RETAIN_EVERY: u64 = 4;
 
 pub struct Coordinator {
     state: Arc<StateStore>,
@@ -122,7 +122,7 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
-    pub fn new(
+    pub(crate) fn new(
         state: Arc<StateStore>,
         checkpoints: Arc<CheckpointStore>,
         job: JobIdentity,
@@ -140,13 +140,13 @@ impl Coordinator {
 
     /// Whether the state store holds every change drained so far (no export is
     /// pending): only then may windows be evicted from memory.
-    pub fn settled(&self) -> bool {
+    pub(crate) fn settled(&self) -> bool {
         self.pending.is_none()
     }
 
     /// The pending export's deltas not yet written to the state store, bytes:
     /// memory outside the tasks that the budget counts (`export`).
-    pub fn in_flight_bytes(&self) -> usize {
+    pub(crate) fn in_flight_bytes(&self) -> usize {
         self.pending
             .as_ref()
             .map_or(0, PendingExport::in_flight_bytes)
@@ -154,39 +154,31 @@ impl Coordinator {
 
     /// A view of `in_flight_bytes` that stays valid while the export runs (0
     /// once its deltas are written), for a memory check without the coordinator.
-    pub fn in_flight_gauge(&self) -> Option<Arc<std::sync::atomic::AtomicUsize>> {
+    pub(crate) fn in_flight_gauge(&self) -> Option<Arc<std::sync::atomic::AtomicUsize>> {
         self.pending.as_ref().map(PendingExport::gauge)
     }
 
     /// Waits until the pending export has written its deltas (and freed them);
     /// the rest of the export goes on.
-    pub fn wait_written(&self) {
+    pub(crate) fn wait_written(&self) {
         if let Some(p) = &self.pending {
             p.wait_written();
         }
     }
 
-    pub fn job(&self) -> &JobIdentity {
-        &self.job
-    }
-
     /// The rules the next checkpoints are written under (a price reload).
-    pub fn set_rules(&mut self, rules: std::sync::Arc<super::evolution::Rules>) {
+    pub(crate) fn set_rules(&mut self, rules: std::sync::Arc<super::evolution::Rules>) {
         self.job.rules = rules;
     }
 
-    pub fn checkpoints(&self) -> &Arc<CheckpointStore> {
+    pub(crate) fn checkpoints(&self) -> &Arc<CheckpointStore> {
         &self.checkpoints
-    }
-
-    pub fn state(&self) -> &Arc<StateStore> {
-        &self.state
     }
 
     /// Steps 1–3 of checkpoint N (and, with `wait`, 4–5). `cut` is called after
     /// the flush: it drains each partition's changes. Returns what completed —
     /// the previous checkpoint, this one, both or neither.
-    pub fn checkpoint(
+    pub(crate) fn checkpoint(
         &mut self,
         ports: &mut dyn Ports,
         cut: impl FnOnce() -> Vec<Cut>,
@@ -242,7 +234,7 @@ impl Coordinator {
 
     /// Steps 4–5 of the pending export: when it is done, or (`block`) waiting
     /// for it.
-    pub fn finish(
+    pub(crate) fn finish(
         &mut self,
         ports: &mut dyn Ports,
         block: bool,
@@ -285,7 +277,7 @@ impl Coordinator {
     /// Memory pressure between checkpoints: writes `commits` to the working store
     /// once no export reads it. Not a checkpoint: nothing is flushed, exported or
     /// committed — the store is a working copy, restores read the checkpoint store.
-    pub fn spill(
+    pub(crate) fn spill(
         &mut self,
         ports: &mut dyn Ports,
         commits: Vec<PartitionCommit>,

@@ -74,7 +74,7 @@ pub struct Rules {
 }
 
 impl Rules {
-    pub fn of(s: Semantics) -> Self {
+    pub(crate) fn of(s: Semantics) -> Self {
         Self {
             fingerprint: s.fingerprint(),
             semantics: Some(s),
@@ -91,7 +91,7 @@ impl Rules {
 }
 
 impl Semantics {
-    pub fn of(topic: &str, e: &EngineConfig, idle_timeout_ms: Option<i64>) -> Self {
+    pub(crate) fn of(topic: &str, e: &EngineConfig, idle_timeout_ms: Option<i64>) -> Self {
         let mut prices: Vec<StoredPrice> = e
             .prices
             .entries()
@@ -124,7 +124,7 @@ impl Semantics {
     /// sha256 (hex) of the semantics. The text is format 4's for every field it
     /// had; `max_lead` is appended only when set, so a format-4 checkpoint keeps
     /// its fingerprint under `watermark.max_lead = "off"`.
-    pub fn fingerprint(&self) -> String {
+    pub(crate) fn fingerprint(&self) -> String {
         let mut prices: Vec<String> = self
             .prices
             .iter()
@@ -197,7 +197,7 @@ impl Semantics {
 /// Whether a partition checkpointed under `old` may restore under `new`, given its
 /// high-water time: the changes to log, or the refusal (naming the key). Equal
 /// semantics are compatible with no change.
-pub fn compare(
+pub(crate) fn compare(
     old: &Semantics,
     new: &Semantics,
     high_water: Option<i64>,

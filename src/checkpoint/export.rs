@@ -47,7 +47,7 @@ use crate::state::{Changes, KnownChanges, PartitionCommit, StateStore};
 use crate::time::EventTime;
 
 /// One partition as the barrier cut it.
-pub struct ExportPartition {
+pub(crate) struct ExportPartition {
     pub partition: Partition,
     pub next_offset: NextOffset,
     pub watermark: Option<EventTime>,
@@ -62,12 +62,12 @@ pub struct ExportPartition {
 }
 
 /// The most deltas a chain holds before the next checkpoint writes a base.
-pub const MAX_DELTAS: usize = 16;
+pub(crate) const MAX_DELTAS: usize = 16;
 
 /// What to write for a partition whose last complete chain is `chain` (if any)
 /// and whose working copy knows `changes`: a delta while the chain is short and
 /// its deltas weigh less than its base; a base otherwise (see `checkpoint`).
-pub fn plan_segment(chain: Option<&[Segment]>, changes: Changes) -> SegmentPlan {
+pub(crate) fn plan_segment(chain: Option<&[Segment]>, changes: Changes) -> SegmentPlan {
     let (Some(chain), Changes::Known(changes)) = (chain, changes) else {
         return SegmentPlan::Base;
     };
@@ -86,7 +86,7 @@ pub fn plan_segment(chain: Option<&[Segment]>, changes: Changes) -> SegmentPlan 
 
 /// What to write for one partition.
 #[derive(Debug, Clone)]
-pub enum SegmentPlan {
+pub(crate) enum SegmentPlan {
     /// The whole partition: a new chain.
     Base,
     /// Only `changes`, on top of `chain` (the previous checkpoint's).
@@ -98,7 +98,7 @@ pub enum SegmentPlan {
 
 /// Who writes checkpoints, and under which rules: the manifest's identity.
 #[derive(Debug, Clone)]
-pub struct JobIdentity {
+pub(crate) struct JobIdentity {
     /// This process's name in checkpoint names.
     pub worker: String,
     pub group: String,
@@ -109,7 +109,7 @@ pub struct JobIdentity {
 }
 
 /// What the barrier hands to the exporter.
-pub struct ExportJob {
+pub(crate) struct ExportJob {
     pub id: CheckpointId,
     pub job: JobIdentity,
     pub created_at_ms: i64,
@@ -121,7 +121,7 @@ pub struct ExportJob {
 }
 
 /// A checkpoint whose objects are being written on the exporter thread.
-pub struct PendingExport {
+pub(crate) struct PendingExport {
     pub id: CheckpointId,
     /// When its barrier began (the pause and the duration are measured from here).
     pub started: Instant,
@@ -131,12 +131,12 @@ pub struct PendingExport {
 }
 
 impl PendingExport {
-    pub fn is_finished(&self) -> bool {
+    pub(crate) fn is_finished(&self) -> bool {
         self.handle.is_finished()
     }
 
     /// The barrier's deltas the exporter still holds, bytes (0 once written).
-    pub fn in_flight_bytes(&self) -> usize {
+    pub(crate) fn in_flight_bytes(&self) -> usize {
         if self.handle.is_finished() {
             return 0;
         }
@@ -144,19 +144,19 @@ impl PendingExport {
     }
 
     /// `in_flight_bytes` as a shared counter (0 once the deltas are written).
-    pub fn gauge(&self) -> Arc<AtomicUsize> {
+    pub(crate) fn gauge(&self) -> Arc<AtomicUsize> {
         self.in_flight.clone()
     }
 
     /// Waits until the deltas are written (not for the rest of the export).
-    pub fn wait_written(&self) {
+    pub(crate) fn wait_written(&self) {
         while self.in_flight_bytes() > 0 {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }
 
     /// Waits for the export; its manifest is then durable.
-    pub fn wait(self) -> Result<Manifest, CheckpointError> {
+    pub(crate) fn wait(self) -> Result<Manifest, CheckpointError> {
         self.handle.join().map_err(|_| {
             CheckpointError::Bug(Bug(format!("checkpoint {} thread panicked", self.id.0)))
         })?
@@ -164,7 +164,7 @@ impl PendingExport {
 }
 
 /// Starts writing `job` on its own thread; `started` is its barrier's start.
-pub fn spawn(job: ExportJob, started: Instant) -> std::io::Result<PendingExport> {
+pub(crate) fn spawn(job: ExportJob, started: Instant) -> std::io::Result<PendingExport> {
     let id = job.id;
     let bytes = job.commits.iter().map(|c| c.delta.bytes()).sum();
     let in_flight = Arc::new(AtomicUsize::new(bytes));

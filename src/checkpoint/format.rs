@@ -63,21 +63,21 @@ use crate::state::stored::StoredCounters;
 use crate::time::EventTime;
 
 /// The checkpoint format this tally writes.
-pub const VERSION: u16 = 7;
+pub(crate) const VERSION: u16 = 7;
 /// The oldest format it reads.
-pub const OLDEST_READ: u16 = 3;
+pub(crate) const OLDEST_READ: u16 = 3;
 
-pub const MANIFEST_MAGIC: &[u8; 8] = b"TALLYMAN";
-pub const PART_MAGIC: &[u8; 8] = b"TALLYPRT";
+pub(crate) const MANIFEST_MAGIC: &[u8; 8] = b"TALLYMAN";
+pub(crate) const PART_MAGIC: &[u8; 8] = b"TALLYPRT";
 const HEADER: usize = 10;
 
 /// The largest manifest read (about 150 bytes a partition: far above any real one).
-pub const MAX_MANIFEST_BYTES: u64 = 16 << 20;
+pub(crate) const MAX_MANIFEST_BYTES: u64 = 16 << 20;
 /// The largest part read: parts close at `part::PART_TARGET` (8 MiB) plus one entry.
 pub const MAX_PART_BYTES: u64 = 256 << 20;
 
 /// What to do with a checkpoint of a format older than `OLDEST_READ`.
-pub fn legacy_way_out() -> String {
+pub(crate) fn legacy_way_out() -> String {
     format!(
         "this tally reads formats {OLDEST_READ} to {VERSION} and does not convert older ones. Either \
          keep running the tally that wrote them until a re-bill, or start this one from the log with \
@@ -87,7 +87,7 @@ pub fn legacy_way_out() -> String {
 }
 
 /// The framing header of `magic`.
-pub fn header(magic: &[u8; 8]) -> [u8; HEADER] {
+pub(crate) fn header(magic: &[u8; 8]) -> [u8; HEADER] {
     let mut h = [0u8; HEADER];
     h[..8].copy_from_slice(magic);
     h[8..].copy_from_slice(&VERSION.to_be_bytes());
@@ -105,7 +105,7 @@ pub enum Unreadable {
 
 impl Unreadable {
     /// The same reason, said of `what` (the object's location).
-    pub fn of(self, what: &str) -> Self {
+    pub(crate) fn of(self, what: &str) -> Self {
         match self {
             Unreadable::OtherFormat(m) => Unreadable::OtherFormat(format!("{what}: {m}")),
             Unreadable::Damaged(m) => Unreadable::Damaged(format!("{what}: {m}")),
@@ -129,7 +129,7 @@ impl std::fmt::Display for Unreadable {
 
 /// Checks the framing of `buf` (kind `magic`, called `what`), returning the body.
 /// A foreign, old or future format is named.
-pub fn body<'b>(buf: &'b [u8], magic: &[u8; 8], what: &str) -> Result<&'b [u8], Unreadable> {
+pub(crate) fn body<'b>(buf: &'b [u8], magic: &[u8; 8], what: &str) -> Result<&'b [u8], Unreadable> {
     versioned_body(buf, magic, what).map(|(_, b)| b)
 }
 
@@ -283,7 +283,7 @@ pub fn encode_manifest(m: &Manifest) -> Vec<u8> {
 }
 
 /// A manifest object around an encoded body: framing, body, sha256 of both.
-pub fn seal(body: &[u8]) -> Vec<u8> {
+pub(crate) fn seal(body: &[u8]) -> Vec<u8> {
     let mut out = header(MANIFEST_MAGIC).to_vec();
     out.extend_from_slice(body);
     let sum = Sha256::digest(&out);
@@ -291,8 +291,9 @@ pub fn seal(body: &[u8]) -> Vec<u8> {
     out
 }
 
+#[cfg(test)]
 /// The body of a sealed manifest (no checks: for tests that mutate it).
-pub fn unseal(m: &[u8]) -> &[u8] {
+pub(crate) fn unseal(m: &[u8]) -> &[u8] {
     &m[HEADER..m.len().saturating_sub(32).max(HEADER)]
 }
 
@@ -499,7 +500,7 @@ fn check_chain(p: Partition, segments: &[Segment]) -> Result<(), String> {
 
 /// The longest chain read: a base and more deltas than any writer makes
 /// (`export::MAX_DELTAS`).
-pub const MAX_CHAIN: usize = 64;
+pub(crate) const MAX_CHAIN: usize = 64;
 
 mod older;
 

@@ -36,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::NextOffset;
 
 /// Accepted gaps kept per partition (the counters keep the total).
-pub const MAX_GAPS: usize = 16;
+pub(crate) const MAX_GAPS: usize = 16;
 
 /// Offsets `from..to` (next-offset convention: `to` is the first offset kept),
 /// accepted at wall-clock `at_ms`.
@@ -53,7 +53,7 @@ impl Gap {
         u64::try_from(i128::from(self.to) - i128::from(self.from)).unwrap_or(0)
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
@@ -81,7 +81,7 @@ pub struct OffsetLedger {
 /// What lies between the next expected offset and the offset of the record that
 /// arrived instead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Skip {
+pub(crate) struct Skip {
     /// Deleted before tally read them (below the log start).
     pub deleted: Option<Gap>,
     /// Empty offsets in the retained log.
@@ -91,7 +91,7 @@ pub struct Skip {
 /// Classifies the offsets `expected..arrived` given the log start librdkafka last
 /// saw (`None`: unknown, so nothing is taken as deleted — the fetch error path
 /// still catches retention, see `worker::partitions`).
-pub fn classify(expected: i64, arrived: i64, log_start: Option<i64>, at_ms: i64) -> Skip {
+pub(crate) fn classify(expected: i64, arrived: i64, log_start: Option<i64>, at_ms: i64) -> Skip {
     if arrived <= expected {
         return Skip {
             deleted: None,
@@ -124,7 +124,7 @@ pub fn classify(expected: i64, arrived: i64, log_start: Option<i64>, at_ms: i64)
 /// applied, the offsets from `next` up to it carry no record for this consumer
 /// (classified like any jump, `classify`). A bounded run stops at `end` (records
 /// at or past it are read but not processed). `None`: nothing to pass.
-pub fn passed(next: i64, position: i64, end: Option<i64>) -> Option<i64> {
+pub(crate) fn passed(next: i64, position: i64, end: Option<i64>) -> Option<i64> {
     let to = end.map_or(position, |end| position.min(end));
     (to > next).then_some(to)
 }
@@ -133,20 +133,20 @@ pub fn passed(next: i64, position: i64, end: Option<i64>) -> Option<i64> {
 /// reaches the log end seen at assignment. A log that ends in offsets with no
 /// record (a transaction marker, an aborted transaction) is reached through the
 /// consumer's position (`passed`), not a record.
-pub fn drained(next: NextOffset, end: i64) -> bool {
+pub(crate) fn drained(next: NextOffset, end: i64) -> bool {
     next.0 >= end
 }
 
 impl OffsetLedger {
     /// No gap: every offset not consumed was empty (a file run: a line that holds no record).
-    pub fn without_gaps(consumed: u64, next: NextOffset) -> Self {
+    pub(crate) fn without_gaps(consumed: u64, next: NextOffset) -> Self {
         Self {
             empty_offsets: (next.0.max(0) as u64).saturating_sub(consumed),
             ..Self::default()
         }
     }
 
-    pub fn accept_gap(&mut self, gap: Gap) {
+    pub(crate) fn accept_gap(&mut self, gap: Gap) {
         if gap.is_empty() {
             return;
         }
@@ -159,7 +159,7 @@ impl OffsetLedger {
         }
     }
 
-    pub fn empty(&mut self, n: u64) {
+    pub(crate) fn empty(&mut self, n: u64) {
         self.empty_offsets = self.empty_offsets.saturating_add(n);
     }
 

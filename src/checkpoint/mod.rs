@@ -128,7 +128,7 @@ impl CheckpointError {
     /// (a restore falls back to an older one), rather than the store or the
     /// local state failing (a restore stops: falling back would hide an outage
     /// behind an older checkpoint, or end in "none usable").
-    pub fn is_damage(&self) -> bool {
+    pub(crate) fn is_damage(&self) -> bool {
         match self {
             CheckpointError::Corrupt { .. } => true,
             CheckpointError::Store(e) => e.is_damage(),
@@ -139,18 +139,11 @@ impl CheckpointError {
 
     /// Whether a stop request ended it (a restore waiting on the object store):
     /// a stop, not a failure.
-    pub fn is_interrupted(&self) -> bool {
+    pub(crate) fn is_interrupted(&self) -> bool {
         matches!(
             self,
             CheckpointError::Store(objects::ObjectError::Interrupted { .. })
         )
-    }
-}
-
-pub fn io_err(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
-    move |source| CheckpointError::Io {
-        path: path.display().to_string(),
-        source,
     }
 }
 
@@ -197,7 +190,7 @@ impl PartitionEntry {
     }
 
     /// The bytes checkpoint `name` wrote for it (its own segment, if any).
-    pub fn written_bytes(&self, name: &str) -> u64 {
+    pub(crate) fn written_bytes(&self, name: &str) -> u64 {
         self.segments
             .iter()
             .filter(|s| s.checkpoint == name)
@@ -250,24 +243,28 @@ impl Manifest {
     }
 
     /// The bytes this checkpoint wrote: its own segments.
-    pub fn written_bytes(&self) -> u64 {
+    pub(crate) fn written_bytes(&self) -> u64 {
         let name = names::checkpoint_name(self.id, &self.worker);
         self.partitions.iter().map(|e| e.written_bytes(&name)).sum()
     }
 
     /// The bytes its chains reference: what a restore of every partition reads.
-    pub fn state_bytes(&self) -> u64 {
+    pub(crate) fn state_bytes(&self) -> u64 {
         self.partitions.iter().map(PartitionEntry::bytes).sum()
     }
 }
 
-pub fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The rules of a running configuration: everything that decides what tally
 /// emits (`evolution::Semantics`) and its fingerprint. A checkpoint written under
 /// other rules restores only when the change is compatible (`evolution::compare`).
-pub fn rules(topic: &str, e: &EngineConfig, idle_timeout_ms: Option<i64>) -> evolution::Rules {
+pub(crate) fn rules(
+    topic: &str,
+    e: &EngineConfig,
+    idle_timeout_ms: Option<i64>,
+) -> evolution::Rules {
     evolution::Rules::of(evolution::Semantics::of(topic, e, idle_timeout_ms))
 }

@@ -9,13 +9,13 @@ use super::CheckpointId;
 use crate::model::Partition;
 
 /// The object that makes a checkpoint complete (written last).
-pub const MANIFEST: &str = "MANIFEST";
+pub(crate) const MANIFEST: &str = "MANIFEST";
 
 /// What every checkpoint's name starts with; objects under other names are not ours.
-pub const PREFIX: &str = "chk-";
+pub(crate) const PREFIX: &str = "chk-";
 
 /// A checkpoint's name: `chk-<id:020>-<worker>` (20 digits: `u64::MAX`'s width).
-pub fn checkpoint_name(id: CheckpointId, worker: &str) -> String {
+pub(crate) fn checkpoint_name(id: CheckpointId, worker: &str) -> String {
     format!("{PREFIX}{:020}-{worker}", id.0)
 }
 
@@ -24,13 +24,13 @@ pub fn part_key(name: &str, p: Partition, index: usize) -> String {
     format!("{name}/p-{p:06}-{index:04}")
 }
 
-pub fn manifest_key(name: &str) -> String {
+pub(crate) fn manifest_key(name: &str) -> String {
     format!("{name}/{MANIFEST}")
 }
 
 /// The id in a checkpoint name `chk-<id>-<worker>`: the digits up to the first
 /// `-`, however many.
-pub fn parse_id(name: &str) -> Option<u64> {
+pub(crate) fn parse_id(name: &str) -> Option<u64> {
     let digits = name.strip_prefix(PREFIX)?.split('-').next()?;
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -39,7 +39,7 @@ pub fn parse_id(name: &str) -> Option<u64> {
 }
 
 /// Whether `name` is one plain directory name (no separator, not `.` or `..`).
-pub fn is_one_dir_name(name: &str) -> bool {
+pub(crate) fn is_one_dir_name(name: &str) -> bool {
     let mut parts = Path::new(name).components();
     matches!(
         (parts.next(), parts.next()),
@@ -49,6 +49,6 @@ pub fn is_one_dir_name(name: &str) -> bool {
 }
 
 /// Whether `name` can be a checkpoint's name, as a manifest's segment names one.
-pub fn is_checkpoint_name(name: &str) -> bool {
+pub(crate) fn is_checkpoint_name(name: &str) -> bool {
     name.starts_with(PREFIX) && is_one_dir_name(name)
 }

@@ -18,14 +18,14 @@ use super::format::{body, header, PART_MAGIC};
 use crate::model::Partition;
 
 /// A part closes after the entry that takes it past this size.
-pub const PART_TARGET: usize = 8 << 20;
+pub(crate) const PART_TARGET: usize = 8 << 20;
 const END: u32 = u32::MAX;
 
 /// One state-store entry, borrowed from a part: `(key, value)`.
-pub type EntryRef<'b> = (&'b [u8], &'b [u8]);
+pub(crate) type EntryRef<'b> = (&'b [u8], &'b [u8]);
 
 /// Cuts a partition's entries into parts.
-pub struct PartWriter {
+pub(crate) struct PartWriter {
     partition: Partition,
     index: u32,
     buf: Vec<u8>,
@@ -40,7 +40,7 @@ fn start(partition: Partition, index: u32) -> Vec<u8> {
 }
 
 impl PartWriter {
-    pub fn new(partition: Partition) -> Self {
+    pub(crate) fn new(partition: Partition) -> Self {
         Self {
             partition,
             index: 0,
@@ -64,7 +64,7 @@ impl PartWriter {
     }
 
     /// The last part (a partition has at least one, its meta in it).
-    pub fn finish(mut self) -> Vec<u8> {
+    pub(crate) fn finish(mut self) -> Vec<u8> {
         self.buf.extend_from_slice(&END.to_be_bytes());
         self.buf
     }
@@ -72,7 +72,7 @@ impl PartWriter {
 
 /// Parses part `index` of `partition` (the caller checked its size and checksum).
 #[cfg(test)]
-pub fn parse_part(
+pub(crate) fn parse_part(
     buf: &[u8],
     partition: Partition,
     index: u32,
@@ -84,7 +84,7 @@ pub fn parse_part(
 /// lengths, the end marker) without allocating, then walked as they are
 /// consumed: a reader holds no more than the part itself, however many entries
 /// it lists (a crafted part of empty entries lists one per 8 bytes).
-pub fn entries(buf: &[u8], partition: Partition, index: u32) -> Result<Entries<'_>, String> {
+pub(crate) fn entries(buf: &[u8], partition: Partition, index: u32) -> Result<Entries<'_>, String> {
     let b = body(buf, PART_MAGIC, "partition part").map_err(|e| e.to_string())?;
     if b.len() < 8 {
         return Err("truncated".into());
@@ -106,7 +106,7 @@ pub fn entries(buf: &[u8], partition: Partition, index: u32) -> Result<Entries<'
 }
 
 /// A checked part's entries, in order (`entries`).
-pub struct Entries<'b> {
+pub(crate) struct Entries<'b> {
     body: &'b [u8],
     at: usize,
 }

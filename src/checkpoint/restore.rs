@@ -35,7 +35,7 @@ use crate::model::Partition;
 
 /// Options for partitions without any checkpoint.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct StartPolicy {
+pub(crate) struct StartPolicy {
     /// Ignore checkpoints and committed offsets of assigned partitions and rebuild
     /// them from the log start.
     pub reset_state_earliest: bool,
@@ -51,7 +51,7 @@ pub struct StartPolicy {
 
 /// One step of a restore plan, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Try<'m> {
+pub(crate) enum Try<'m> {
     /// Load this checkpoint's entry; on damage, go on with the next step.
     Load {
         name: &'m str,
@@ -71,7 +71,7 @@ pub enum Try<'m> {
 /// read) — damage, restored around and reported by `verify`; `Err` when the
 /// store could not be read — the listing fails with it, and so do the restore,
 /// `checkpoints list` and `verify`.
-pub fn read_failure(e: ObjectError) -> Result<Unreadable, ObjectError> {
+pub(crate) fn read_failure(e: ObjectError) -> Result<Unreadable, ObjectError> {
     if e.is_damage() {
         Ok(Unreadable::Damaged(e.to_string()))
     } else {
@@ -80,7 +80,7 @@ pub fn read_failure(e: ObjectError) -> Result<Unreadable, ObjectError> {
 }
 
 /// What the checkpoint store holds for the partition, as listed.
-pub struct Found<'m> {
+pub(crate) struct Found<'m> {
     /// Complete checkpoints: `(name, manifest)`.
     pub checkpoints: Vec<(&'m str, &'m Manifest)>,
     /// Manifests that could not be read, by reason.
@@ -92,7 +92,7 @@ pub struct Found<'m> {
 /// restoring it would mix two sets of rules; `evolution::compare`). A candidate
 /// past `log_end` (the partition's log end, when known) is skipped as damage.
 /// Empty: no checkpoint holds `p`.
-pub fn plan<'m>(
+pub(crate) fn plan<'m>(
     p: Partition,
     found: &Found<'m>,
     rules: &Rules,
@@ -189,7 +189,7 @@ fn compatible(m: &Manifest, entry: &PartitionEntry, rules: &Rules) -> Result<Vec
 }
 
 /// The refusal when every candidate of a plan was damaged.
-pub fn none_usable(p: Partition, problems: &[String]) -> Refusal {
+pub(crate) fn none_usable(p: Partition, problems: &[String]) -> Refusal {
     Refusal::new(RefusalKind::NoUsableCheckpoint, format!(
         "partition {p}: checkpoints exist but none is usable ({}). Refusing to start from empty state. \
          Restore the checkpoint store, or rebuild the partition from the log start with \
@@ -201,7 +201,7 @@ pub fn none_usable(p: Partition, problems: &[String]) -> Refusal {
 /// The facts about a partition that the Kafka adapter gathers before it calls the
 /// worker (inside the rebalance callback, before the partition's first record).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LogFacts {
+pub(crate) struct LogFacts {
     pub partition: Partition,
     /// The log start (first offset kept) and end (next offset to be written).
     pub log_start: i64,
@@ -212,7 +212,7 @@ pub struct LogFacts {
 
 /// Where a partition starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Start {
+pub(crate) struct Start {
     pub next: NextOffset,
     /// The ledger at `next` (an accepted gap included).
     pub offsets: OffsetLedger,
@@ -227,7 +227,7 @@ pub struct Start {
 }
 
 /// Where names of the job for messages: the topic, the group and the store.
-pub struct Names<'a> {
+pub(crate) struct Names<'a> {
     pub topic: &'a str,
     pub group: &'a str,
     pub store: &'a str,
@@ -236,7 +236,7 @@ pub struct Names<'a> {
 /// Where partition `facts.partition` starts, given what was restored
 /// (`restored`: its next offset and ledger, or `None`: no checkpoint) — or the
 /// refusal, with the way out.
-pub fn decide(
+pub(crate) fn decide(
     names: &Names<'_>,
     facts: &LogFacts,
     restored: Option<(NextOffset, OffsetLedger)>,
@@ -327,7 +327,7 @@ fn first_start_refusal(topic: &str, p: Partition, gap: &Gap, how: &str) -> Refus
 
 /// The refusal of a gap of deleted offsets found after a partition's first start
 /// (`how`: how it was found).
-pub fn gap_refusal(
+pub(crate) fn gap_refusal(
     topic: &str,
     p: Partition,
     gap: &Gap,

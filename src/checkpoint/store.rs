@@ -41,7 +41,7 @@ type CachedManifest = (u64, i64, Result<Manifest, Unreadable>);
 
 /// One checkpoint as found in the store.
 /// What a listing holds for the restore decision (`restore::plan`).
-pub fn found(listed: &[Listed]) -> Found<'_> {
+pub(crate) fn found(listed: &[Listed]) -> Found<'_> {
     let mut found = Found {
         checkpoints: Vec::new(),
         unreadable: Vec::new(),
@@ -153,9 +153,10 @@ impl CheckpointStore {
         }
     }
 
+    #[cfg(test)]
     /// The same store, holding at most `bytes` of listed part sizes at once
     /// while it restores (tests choose a small one).
-    pub fn with_read_budget(mut self, bytes: u64) -> Self {
+    pub(crate) fn with_read_budget(mut self, bytes: u64) -> Self {
         self.read_budget = bytes;
         self
     }
@@ -170,13 +171,13 @@ impl CheckpointStore {
     }
 
     /// One past the highest id in the store (ids only need to grow per worker name).
-    pub fn next_id(&self) -> Result<CheckpointId, CheckpointError> {
+    pub(crate) fn next_id(&self) -> Result<CheckpointId, CheckpointError> {
         let max = self.groups()?.keys().filter_map(|n| parse_id(n)).max();
         Ok(CheckpointId(max.map_or(1, |m| m.saturating_add(1))))
     }
 
     /// This worker's name for checkpoint `id`.
-    pub fn name_for(&self, id: CheckpointId) -> String {
+    pub(crate) fn name_for(&self, id: CheckpointId) -> String {
         checkpoint_name(id, &self.worker)
     }
 
@@ -257,7 +258,7 @@ impl CheckpointStore {
     }
 
     /// Writes checkpoint `name`'s manifest: its commit point.
-    pub fn write_manifest(&self, name: &str, m: &Manifest) -> Result<(), CheckpointError> {
+    pub(crate) fn write_manifest(&self, name: &str, m: &Manifest) -> Result<(), CheckpointError> {
         Ok(self
             .objects
             .put_new(&manifest_key(name), &encode_manifest(m))?)
@@ -276,7 +277,7 @@ impl CheckpointStore {
 
     /// `restore_partition` under `policy`: the plan is `restore::plan`'s; this
     /// only loads its candidates in order, falling back on damage.
-    pub fn restore_with(
+    pub(crate) fn restore_with(
         &self,
         p: Partition,
         rules: &Rules,
@@ -357,7 +358,7 @@ impl CheckpointStore {
     /// hashing, decoding and imports are independent). `Err`: the store could
     /// not be listed. Reads waiting on the store give up on a stop request
     /// (`Objects::interrupt_when`).
-    pub fn restore_many(
+    pub(crate) fn restore_many(
         &self,
         partitions: &[(Partition, Option<i64>)],
         rules: &Rules,

@@ -44,7 +44,7 @@ pub struct Line {
 }
 
 /// What a line beyond the first adds to a window in memory (`state.memory_budget`).
-pub const LINE_BYTES: usize = std::mem::size_of::<Line>();
+pub(crate) const LINE_BYTES: usize = std::mem::size_of::<Line>();
 
 impl WindowAcc {
     /// Folds one priced request of `model` (the price table's shared name) in;
@@ -116,12 +116,12 @@ impl WindowAcc {
 
     /// Every line, sorted by model (none before the first record).
     #[cfg(test)]
-    pub fn lines(&self) -> Vec<Line> {
+    pub(crate) fn lines(&self) -> Vec<Line> {
         self.map_lines(Line::clone)
     }
 
     /// Every line as `f` makes it, sorted by model: one allocation, the result.
-    pub fn map_lines<T>(&self, f: impl Fn(&Line) -> T) -> Vec<T> {
+    pub(crate) fn map_lines<T>(&self, f: impl Fn(&Line) -> T) -> Vec<T> {
         if self.version == 0 {
             return Vec::new();
         }

@@ -12,7 +12,7 @@ use super::fpset::Fp;
 const BITS_PER_KEY_SET: u32 = 8;
 
 #[derive(Clone)]
-pub struct Bloom {
+pub(crate) struct Bloom {
     blocks: Vec<[u64; 8]>,
     keys: usize,
 }
@@ -28,7 +28,7 @@ impl std::fmt::Debug for Bloom {
 
 impl Bloom {
     /// A filter of about `bytes` (at least one block).
-    pub fn with_bytes(bytes: usize) -> Self {
+    pub(crate) fn with_bytes(bytes: usize) -> Self {
         Self {
             blocks: vec![[0; 8]; (bytes / 64).max(1)],
             keys: 0,
@@ -40,7 +40,8 @@ impl Bloom {
     }
 
     /// Keys added so far.
-    pub fn keys(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn keys(&self) -> usize {
         self.keys
     }
 
@@ -61,7 +62,7 @@ impl Bloom {
         (block, bits)
     }
 
-    pub fn insert(&mut self, fp: Fp) {
+    pub(crate) fn insert(&mut self, fp: Fp) {
         let (b, bits) = self.probe(fp);
         let block = &mut self.blocks[b];
         for (word, mask) in bits {
@@ -72,7 +73,7 @@ impl Bloom {
 
     /// `false`: `fp` was never inserted. `true`: it may have been.
     #[inline]
-    pub fn maybe(&self, fp: Fp) -> bool {
+    pub(crate) fn maybe(&self, fp: Fp) -> bool {
         let (b, bits) = self.probe(fp);
         let block = &self.blocks[b];
         bits.iter().all(|(word, mask)| block[*word] & mask != 0)

@@ -29,14 +29,14 @@ use super::spill_error::SpillError;
 use crate::model::Partition;
 
 /// The most buckets of filters a partition holds.
-pub const MAX_BUCKETS: usize = 16;
+pub(crate) const MAX_BUCKETS: usize = 16;
 
 /// The most ids a move writes at once (one sorted run, one file; 6 MiB as
 /// `(Fp, i64)`): a move or a restore holds one run, not a copy of every id.
-pub const MOVE_RUN: usize = 1 << 18;
+pub(crate) const MOVE_RUN: usize = 1 << 18;
 
 /// Where a partition's cold ids live (the state store, in a worker).
-pub trait DedupStore: Send + Sync {
+pub(crate) trait DedupStore: Send + Sync {
     /// The expiry stored for `fp` in `partition`, if any.
     fn cold_expiry(&self, partition: Partition, fp: Fp) -> Result<Option<i64>, String>;
     /// Stores `entries` (sorted by fingerprint, each once) as cold ids of
@@ -44,7 +44,7 @@ pub trait DedupStore: Send + Sync {
     fn put_cold(&self, partition: Partition, entries: &[(Fp, i64)]) -> Result<(), String>;
 }
 
-pub struct Cold {
+pub(crate) struct Cold {
     store: Arc<dyn DedupStore>,
     partition: Partition,
     /// Bucket `b` holds ids expiring in `[b * width, (b + 1) * width)`.
@@ -67,7 +67,7 @@ impl std::fmt::Debug for Cold {
 }
 
 impl Cold {
-    pub fn new(store: Arc<dyn DedupStore>, partition: Partition, width: i64) -> Self {
+    pub(crate) fn new(store: Arc<dyn DedupStore>, partition: Partition, width: i64) -> Self {
         Self {
             store,
             partition,
@@ -84,7 +84,7 @@ impl Cold {
     }
 
     /// Whether `fp` is a cold id live at `watermark` (expiring above it).
-    pub fn is_live(&mut self, fp: Fp, watermark: i64) -> bool {
+    pub(crate) fn is_live(&mut self, fp: Fp, watermark: i64) -> bool {
         // Nothing moved out (no budget, or not yet): no division on the hot path.
         if self.buckets.is_empty() {
             return false;
@@ -110,7 +110,7 @@ impl Cold {
     /// to the filters (new buckets of `bloom_bytes`). Returns the entries that
     /// stay hot (expiring beyond `MAX_BUCKETS` buckets). On a write failure
     /// nothing moves.
-    pub fn take(
+    pub(crate) fn take(
         &mut self,
         mut entries: Vec<(Fp, i64)>,
         watermark: i64,
@@ -155,7 +155,7 @@ impl Cold {
     }
 
     /// Drops the buckets whose every expiry is at or below `watermark`.
-    pub fn expire(&mut self, watermark: i64) {
+    pub(crate) fn expire(&mut self, watermark: i64) {
         let first = self.bucket(watermark);
         self.buckets = self.buckets.split_off(&first);
     }
@@ -165,15 +165,15 @@ impl Cold {
         self.buckets.values().map(Bloom::bytes).sum()
     }
 
-    pub fn moved(&self) -> u64 {
+    pub(crate) fn moved(&self) -> u64 {
         self.moved
     }
 
-    pub fn reads(&self) -> u64 {
+    pub(crate) fn reads(&self) -> u64 {
         self.reads
     }
 
-    pub fn take_error(&mut self) -> Option<SpillError> {
+    pub(crate) fn take_error(&mut self) -> Option<SpillError> {
         self.error.take()
     }
 }

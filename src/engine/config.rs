@@ -93,7 +93,7 @@ impl Default for LimitsConfig {
 
 impl WindowConfig {
     /// The section's own checks; each error names the key.
-    pub fn validate(&self) -> Result<(), InvalidKey> {
+    pub(crate) fn validate(&self) -> Result<(), InvalidKey> {
         if self.size.0 <= 0 {
             return Err(InvalidKey::new("window.size", "must be greater than 0"));
         }

@@ -42,10 +42,10 @@ use super::fpset::{Fp, FpSet, Slot};
 use crate::model::Partition;
 
 /// The fingerprint of a request id (see the module header).
-pub type Fingerprint = Fp;
+pub(crate) type Fingerprint = Fp;
 
 impl Fp {
-    pub fn of(id: &str) -> Self {
+    pub(crate) fn of(id: &str) -> Self {
         // A fixed key: fingerprints, and so decisions, are the same in every run.
         let mut h = SipHasher13::new_with_keys(0x7461_6c6c_7964_6564, 0x7570_5f69_6473_0001);
         h.write(id.as_bytes());
@@ -57,7 +57,7 @@ impl Fp {
 }
 
 #[derive(Debug)]
-pub struct Dedup {
+pub(crate) struct Dedup {
     seen: FpSet,
     /// Ids inserted since the last drain, packed per expiry (few expiries, in
     /// no order; `last` is the one used last, nearly always the next one too).
@@ -96,20 +96,20 @@ pub struct DedupDelta {
 }
 
 /// Memory packed chunks take (their buffers and their entries).
-pub fn chunk_bytes(chunks: &[(i64, Vec<u8>)]) -> usize {
+pub(crate) fn chunk_bytes(chunks: &[(i64, Vec<u8>)]) -> usize {
     let entry = std::mem::size_of::<(i64, Vec<u8>)>();
     chunks.iter().map(|(_, ids)| entry + ids.capacity()).sum()
 }
 
 /// Appends `id` to a packed chunk.
-pub fn pack(buf: &mut Vec<u8>, id: &str) {
+pub(crate) fn pack(buf: &mut Vec<u8>, id: &str) {
     let n = id.len().min(u16::MAX as usize);
     buf.extend_from_slice(&(n as u16).to_le_bytes());
     buf.extend_from_slice(&id.as_bytes()[..n]);
 }
 
 /// The ids of a packed chunk; `None` if it is malformed.
-pub fn unpack(mut buf: &[u8]) -> Option<Vec<&str>> {
+pub(crate) fn unpack(mut buf: &[u8]) -> Option<Vec<&str>> {
     let mut ids = Vec::new();
     while !buf.is_empty() {
         let n = u16::from_le_bytes([*buf.first()?, *buf.get(1)?]) as usize;
@@ -121,7 +121,7 @@ pub fn unpack(mut buf: &[u8]) -> Option<Vec<&str>> {
 
 impl Dedup {
     /// Starts loading `fp`'s table slot (see `PartitionTask::process_batch`).
-    pub fn prefetch(&self, fp: Fingerprint) {
+    pub(crate) fn prefetch(&self, fp: Fingerprint) {
         self.seen.prefetch(fp);
     }
 
@@ -135,7 +135,7 @@ impl Dedup {
 
     /// Whether `fp` is a live entry (a duplicate at `watermark`); changes nothing
     /// but the watermark. `check_and_insert` afterwards records it.
-    pub fn is_duplicate(&mut self, fp: Fingerprint, watermark: i64) -> bool {
+    pub(crate) fn is_duplicate(&mut self, fp: Fingerprint, watermark: i64) -> bool {
         self.watermark = self.watermark.max(watermark);
         let w = self.lookup_line();
         match self.seen.probe(fp, w) {
@@ -150,7 +150,12 @@ impl Dedup {
 
     /// Lets this set move ids to `store` (`spill_cold`), in buckets of `width` ms
     /// of expiries.
-    pub fn attach_cold(&mut self, store: Arc<dyn DedupStore>, partition: Partition, width: i64) {
+    pub(crate) fn attach_cold(
+        &mut self,
+        store: Arc<dyn DedupStore>,
+        partition: Partition,
+        width: i64,
+    ) {
         self.cold = Some(Cold::new(store, partition, width));
     }
 
@@ -159,7 +164,7 @@ impl Dedup {
     /// moved. Only after a commit: the ids' chunks must be in the store already.
     /// The ids go in sorted runs of at most `cold::MOVE_RUN` (one file each), so
     /// a move holds one run besides the table, never a copy of it.
-    pub fn spill_cold(&mut self, bloom_bytes: usize) -> Result<usize, String> {
+    pub(crate) fn spill_cold(&mut self, bloom_bytes: usize) -> Result<usize, String> {
         let Some(cold) = &mut self.cold else {
             return Ok(0);
         };
@@ -186,7 +191,11 @@ impl Dedup {
 
     /// Restored ids (live, sorted, one per fingerprint) straight to the cold
     /// tier, or hot without one (or beyond its buckets).
-    pub fn restore_cold(&mut self, ids: Vec<(Fp, i64)>, bloom_bytes: usize) -> Result<(), String> {
+    pub(crate) fn restore_cold(
+        &mut self,
+        ids: Vec<(Fp, i64)>,
+        bloom_bytes: usize,
+    ) -> Result<(), String> {
         let stay = match &mut self.cold {
             Some(cold) => cold.take(ids, self.watermark, bloom_bytes)?,
             None => ids,
@@ -199,31 +208,31 @@ impl Dedup {
     }
 
     /// Memory the hot table takes.
-    pub fn hot_bytes(&self) -> usize {
+    pub(crate) fn hot_bytes(&self) -> usize {
         self.seen.bytes()
     }
 
     /// Memory the set takes: the hot table, the cold tier's filters, and the
     /// ids inserted since the last `drain_changes` (packed, for the next commit).
-    pub fn memory_bytes(&self) -> usize {
+    pub(crate) fn memory_bytes(&self) -> usize {
         self.seen.bytes() + self.cold.as_ref().map_or(0, Cold::bytes) + chunk_bytes(&self.pending)
     }
 
     /// Ids moved to the cold tier so far, and the store reads their filters caused.
-    pub fn cold_stats(&self) -> (u64, u64) {
+    pub(crate) fn cold_stats(&self) -> (u64, u64) {
         self.cold
             .as_ref()
             .map_or((0, 0), |c| (c.moved(), c.reads()))
     }
 
     /// A failure to read the cold tier; the task's output since is void.
-    pub fn take_error(&mut self) -> Option<super::spill_error::SpillError> {
+    pub(crate) fn take_error(&mut self) -> Option<super::spill_error::SpillError> {
         self.cold.as_mut().and_then(Cold::take_error)
     }
 
     /// Records `id` (whose fingerprint is `fp`); returns `true` if it is a live
     /// duplicate at `watermark`.
-    pub fn check_and_insert(
+    pub(crate) fn check_and_insert(
         &mut self,
         fp: Fingerprint,
         id: &str,
@@ -264,7 +273,7 @@ impl Dedup {
     }
 
     /// Notes that the watermark reached `watermark` (entries at or below it expire).
-    pub fn expire(&mut self, watermark: i64) {
+    pub(crate) fn expire(&mut self, watermark: i64) {
         self.watermark = self.watermark.max(watermark);
         if let Some(cold) = &mut self.cold {
             cold.expire(self.watermark);
@@ -280,7 +289,7 @@ impl Dedup {
 
     /// Every live hot id's fingerprint with its expiry, in no particular order
     /// (cold ids are in the state store).
-    pub fn entries(&self) -> impl Iterator<Item = (Fingerprint, i64)> + '_ {
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (Fingerprint, i64)> + '_ {
         let w = self.watermark;
         self.seen.iter().filter(move |(_, e)| *e > w)
     }
@@ -290,13 +299,14 @@ impl Dedup {
         self.seen.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.seen.is_empty()
     }
 
     /// Sweeps, then hands over the changes since the last call. Chunks that are
     /// already dead are dropped, never written.
-    pub fn drain_changes(&mut self) -> DedupDelta {
+    pub(crate) fn drain_changes(&mut self) -> DedupDelta {
         self.sweep();
         let w = self.watermark;
         let mut chunks = std::mem::take(&mut self.pending);
@@ -310,7 +320,10 @@ impl Dedup {
 
     /// Rebuilds the set from persisted entries (no changes are recorded); for an
     /// id present more than once, the largest expiry wins.
-    pub fn restore(entries: impl IntoIterator<Item = (Fingerprint, i64)>, watermark: i64) -> Self {
+    pub(crate) fn restore(
+        entries: impl IntoIterator<Item = (Fingerprint, i64)>,
+        watermark: i64,
+    ) -> Self {
         let mut d = Dedup {
             watermark,
             ..Default::default()

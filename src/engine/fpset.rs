@@ -102,7 +102,7 @@ impl Bucket {
 
 /// What `FpSet::probe` found: the key live (its expiry), or the slot it goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Slot {
+pub(crate) enum Slot {
     Live(i64),
     /// `fresh`: a free slot (the key is new and no expired slot is on its path).
     Put {
@@ -208,7 +208,7 @@ impl Drop for Table {
     }
 }
 
-pub struct FpSet {
+pub(crate) struct FpSet {
     buckets: Table,
     occupied: usize,
     expiries: Vec<i64>,
@@ -255,13 +255,14 @@ impl FpSet {
         self.occupied
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.occupied == 0
     }
 
     /// Starts loading `fp`'s home bucket into the cache (a hint; no effect on results).
     #[inline]
-    pub fn prefetch(&self, fp: Fp) {
+    pub(crate) fn prefetch(&self, fp: Fp) {
         let i = fp.a as usize & (self.buckets.len() - 1);
         let p = self.buckets[i..].as_ptr() as *const i8;
         #[cfg(target_arch = "x86_64")]
@@ -293,7 +294,7 @@ impl FpSet {
     }
 
     /// The expiry of `fp`, if present (live or expired).
-    pub fn get(&self, fp: Fp) -> Option<i64> {
+    pub(crate) fn get(&self, fp: Fp) -> Option<i64> {
         let buckets: &[Bucket] = &self.buckets;
         let mask = buckets.len() - 1;
         let mut i = fp.a as usize & mask;
@@ -312,7 +313,7 @@ impl FpSet {
     /// Where `fp` is, or would be recorded, with `dead_through` as in
     /// `check_insert`; changes nothing (`put` records it there).
     #[inline]
-    pub fn probe(&self, fp: Fp, dead_through: i64) -> Slot {
+    pub(crate) fn probe(&self, fp: Fp, dead_through: i64) -> Slot {
         debug_assert!(!fp.is_free());
         let buckets: &[Bucket] = &self.buckets;
         let mask = buckets.len() - 1;
@@ -375,7 +376,7 @@ impl FpSet {
     /// Records `fp` with `expiry` where `probe` (with this `dead_through`, and no
     /// change to the table since) said it goes.
     #[inline]
-    pub fn put(&mut self, at: Slot, fp: Fp, expiry: i64, dead_through: i64) {
+    pub(crate) fn put(&mut self, at: Slot, fp: Fp, expiry: i64, dead_through: i64) {
         let Slot::Put { bucket, j, fresh } = at else {
             return;
         };
@@ -398,7 +399,7 @@ impl FpSet {
     /// its own expired entry, or the first expired slot on its path, or a free
     /// slot — and returns `None`. `dead_through = i64::MIN` is an unconditional
     /// put: nothing is expired and an existing entry takes the new expiry.
-    pub fn check_insert(&mut self, fp: Fp, expiry: i64, dead_through: i64) -> Option<i64> {
+    pub(crate) fn check_insert(&mut self, fp: Fp, expiry: i64, dead_through: i64) -> Option<i64> {
         match self.probe(fp, dead_through) {
             Slot::Live(current) => Some(current),
             at => {
@@ -443,7 +444,7 @@ impl FpSet {
     }
 
     /// Inserts, keeping the larger expiry if present (restores).
-    pub fn insert_max(&mut self, fp: Fp, expiry: i64) {
+    pub(crate) fn insert_max(&mut self, fp: Fp, expiry: i64) {
         if self.get(fp).is_some_and(|current| current >= expiry) {
             return;
         }
@@ -452,7 +453,7 @@ impl FpSet {
 
     /// Drops the entries expiring at or below `dead_through` if they hold at least
     /// half of the occupied slots (otherwise inserts reuse them as they come).
-    pub fn compact(&mut self, dead_through: i64) {
+    pub(crate) fn compact(&mut self, dead_through: i64) {
         // Counting is a scan of the table: skipped when no expiry was passed
         // since the last count (its verdict stands: since then, entries were
         // only added, or dead ones reused) — so a drain costs O(expiries).
@@ -551,7 +552,7 @@ impl FpSet {
     }
 
     /// Every occupied entry with its expiry, in table order.
-    pub fn iter(&self) -> impl Iterator<Item = (Fp, i64)> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (Fp, i64)> + '_ {
         self.buckets
             .iter()
             .flat_map(|b| b.0.iter())

@@ -24,14 +24,14 @@ mod spill_error;
 mod step1;
 mod task;
 
-pub use acc::{Line, WindowAcc, LINE_BYTES};
-pub use dedup::{Dedup, DedupDelta};
-pub use prepared::Prepared;
+pub(crate) use acc::{Line, WindowAcc, LINE_BYTES};
+pub use dedup::DedupDelta;
+pub(crate) use prepared::Prepared;
 pub use result::{
     AdjustmentRecord, LineItem, PaneKind, ProgressRecord, ResultKind, ResultRecord, SinkRecord,
 };
-pub use spill_error::SpillError;
-pub use step1::{validate, Valid};
+pub(crate) use spill_error::SpillError;
+pub(crate) use step1::{validate, Valid};
 pub use task::{
     window_bytes, PartitionTask, Progress, StateDelta, TaskSnapshot, WindowKey, WindowPhase,
 };
@@ -124,7 +124,7 @@ impl Counters {
 
 /// One record as the engine sees it.
 #[derive(Debug, Clone, Copy)]
-pub struct RecordIn<'a> {
+pub(crate) struct RecordIn<'a> {
     pub payload: &'a [u8],
     /// The Kafka record timestamp, if any.
     pub kafka_ts: Option<i64>,

@@ -38,7 +38,7 @@ struct Fields {
 
 /// A batch of records after step 1, in input order (reused: `clear`).
 #[derive(Debug, Default)]
-pub struct Prepared {
+pub(crate) struct Prepared {
     /// The request and tenant ids of the valid records, back to back.
     strs: String,
     /// A record that failed step 1 is the index of its reason in `reasons` (kept
@@ -48,7 +48,7 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.strs.clear();
         self.items.clear();
         self.reasons.clear();
@@ -58,12 +58,8 @@ impl Prepared {
         self.items.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
-
     /// Step 1 of the rules on `rec`, appended to the batch.
-    pub fn push(&mut self, cfg: &EngineConfig, rec: RecordIn<'_>) {
+    pub(crate) fn push(&mut self, cfg: &EngineConfig, rec: RecordIn<'_>) {
         let item = match check(cfg, rec) {
             Ok(Checked { valid: v, fp }) => {
                 let request_start = self.strs.len();

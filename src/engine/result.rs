@@ -45,7 +45,7 @@ pub struct LineItem {
 }
 
 impl LineItem {
-    pub fn of(l: &super::Line) -> Self {
+    pub(crate) fn of(l: &super::Line) -> Self {
         Self {
             model: l.model.clone(),
             requests: l.requests,
@@ -91,7 +91,7 @@ impl ResultRecord {
     }
 
     /// Replaces `buf`'s content with the key.
-    pub fn write_key(&self, buf: &mut String) {
+    pub(crate) fn write_key(&self, buf: &mut String) {
         use std::fmt::Write;
         buf.clear();
         let _ = write!(buf, "{}/{}", self.tenant_id, self.window_end);
@@ -104,7 +104,7 @@ impl ResultRecord {
     }
 
     /// Replaces `buf`'s content with the JSON payload.
-    pub fn write_json(&self, buf: &mut Vec<u8>) {
+    pub(crate) fn write_json(&self, buf: &mut Vec<u8>) {
         buf.clear();
         self.append_json(buf);
     }
@@ -112,7 +112,7 @@ impl ResultRecord {
     /// Appends the JSON payload: exactly the bytes `serde_json` writes for this
     /// struct (a property test compares them on random records), written by hand
     /// because serde's calls and escaping per member were most of producing a pane.
-    pub fn append_json(&self, buf: &mut Vec<u8>) {
+    pub(crate) fn append_json(&self, buf: &mut Vec<u8>) {
         let mut n = itoa::Buffer::new();
         let mut int = |buf: &mut Vec<u8>, key: &[u8], v: Int| {
             buf.extend_from_slice(key);

@@ -33,19 +33,19 @@ use crate::model::Partition;
 /// §4.2): about 310 bytes of RSS a window; it was 200 (160 measured before line
 /// items, +40) until the RSS of a budgeted worker was measured against its
 /// budget. A line beyond the first counts `LINE_BYTES` more.
-pub const WINDOW_BYTES: usize = 320;
+pub(crate) const WINDOW_BYTES: usize = 320;
 
 /// What a changed window costs besides itself until the state store has it:
 /// its entry in the task's dirty list (a window key and its tenant string) and
 /// its copy in the delta a commit writes (`StateDelta::changed`, 128 bytes an
 /// element). Counted by `PartitionTask::budgeted_bytes`, so the windows and the
 /// copy a checkpoint takes of them fit in the budget together.
-pub const CHANGE_BYTES: usize = 176;
+pub(crate) const CHANGE_BYTES: usize = 176;
 
 /// What a changed window costs until a commit (`CHANGE_BYTES`), with the bytes
 /// of a tenant id beyond 16 (its dirty-list entry, then its copy in the delta,
 /// hold one copy of the id each).
-pub fn change_bytes(tenant: &str) -> usize {
+pub(crate) fn change_bytes(tenant: &str) -> usize {
     CHANGE_BYTES + tenant.len().saturating_sub(16)
 }
 
@@ -70,7 +70,7 @@ impl super::StateDelta {
 /// share): a quarter below it, so that the spill a memory check starts once the
 /// budget is passed is not due again at once. Windows and ids in memory stay
 /// within the budget, give or take one memory check's records.
-pub fn keep_of(budget: usize) -> usize {
+pub(crate) fn keep_of(budget: usize) -> usize {
     budget - budget / 4
 }
 
@@ -78,13 +78,13 @@ pub fn keep_of(budget: usize) -> usize {
 /// `keep_bytes` (`keep_of` a share): a twentieth of the share itself
 /// (a twentieth of what eviction keeps gave each id a quarter fewer bits, so
 /// more false "maybe"s, each a read of the index).
-pub fn filter_bytes(keep_bytes: usize) -> usize {
+pub(crate) fn filter_bytes(keep_bytes: usize) -> usize {
     (keep_bytes / 15).max(4096)
 }
 
 /// Read access to a partition's stored windows, and its cold dedup ids (the
 /// state store, in a worker).
-pub trait SpillStore: super::cold::DedupStore + Send + Sync {
+pub(crate) trait SpillStore: super::cold::DedupStore + Send + Sync {
     /// The stored accumulator of `(end, tenant)`, if any.
     fn window(
         &self,
@@ -102,7 +102,7 @@ pub trait SpillStore: super::cold::DedupStore + Send + Sync {
 
 /// Counts of evicted windows per end, and where to read them back.
 #[derive(Default)]
-pub struct Spilled {
+pub(crate) struct Spilled {
     store: Option<Arc<dyn SpillStore>>,
     pub(super) open: BTreeMap<i64, u64>,
     pub(super) fired: BTreeMap<i64, u64>,
@@ -111,19 +111,19 @@ pub struct Spilled {
 }
 
 impl Spilled {
-    pub fn attach(&mut self, store: Arc<dyn SpillStore>) {
+    pub(crate) fn attach(&mut self, store: Arc<dyn SpillStore>) {
         self.store = Some(store);
     }
 
-    pub fn can_evict(&self) -> bool {
+    pub(crate) fn can_evict(&self) -> bool {
         self.store.is_some()
     }
 
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.open.values().chain(self.fired.values()).sum()
     }
 
-    pub fn take_error(&mut self) -> Option<SpillError> {
+    pub(crate) fn take_error(&mut self) -> Option<SpillError> {
         self.error.take()
     }
 
@@ -133,7 +133,7 @@ impl Spilled {
 
     /// Reads back `(end, tenant)` if `end` has evicted windows (of the given
     /// status) and the store holds it.
-    pub fn take_one(
+    pub(crate) fn take_one(
         &mut self,
         partition: Partition,
         phase: WindowPhase,
@@ -164,7 +164,11 @@ impl Spilled {
 
     /// Reads back every stored window of open end `end` (the caller keeps its
     /// in-memory copies, which are never older). Empty if `end` has none evicted.
-    pub fn take_open_end(&mut self, partition: Partition, end: i64) -> Vec<(Box<str>, WindowAcc)> {
+    pub(crate) fn take_open_end(
+        &mut self,
+        partition: Partition,
+        end: i64,
+    ) -> Vec<(Box<str>, WindowAcc)> {
         if self.open.remove(&end).is_none() {
             return Vec::new();
         }
@@ -181,12 +185,12 @@ impl Spilled {
     }
 
     /// The open ends with evicted windows at or below `through`, ascending.
-    pub fn open_ends_through(&self, through: i64) -> Vec<i64> {
+    pub(crate) fn open_ends_through(&self, through: i64) -> Vec<i64> {
         self.open.range(..=through).map(|(e, _)| *e).collect()
     }
 
     /// Drops the counts of fired ends at or below `through` (purged).
-    pub fn purge_through(&mut self, through: i64) {
+    pub(crate) fn purge_through(&mut self, through: i64) {
         self.fired = self.fired.split_off(&through.saturating_add(1));
     }
 

@@ -64,7 +64,7 @@ pub(super) struct Folding<'a> {
 
 /// A record that passed `validate`: its event, event time, window and cost.
 #[derive(Debug)]
-pub struct Valid<'a> {
+pub(crate) struct Valid<'a> {
     pub ev: Event<'a>,
     pub ts: i64,
     pub window: Window,
@@ -87,7 +87,10 @@ pub(super) fn check<'a>(
 /// Step 1 of the rules: everything that makes a record a dead letter. Returns the
 /// event, its event time (per the configured time source) and its cost.
 #[inline(always)]
-pub fn validate<'a>(cfg: &EngineConfig, rec: RecordIn<'a>) -> Result<Valid<'a>, DeadLetterReason> {
+pub(crate) fn validate<'a>(
+    cfg: &EngineConfig,
+    rec: RecordIn<'a>,
+) -> Result<Valid<'a>, DeadLetterReason> {
     if rec.payload.len() > cfg.max_record_bytes {
         return Err(DeadLetterReason::Oversized {
             bytes: rec.payload.len(),

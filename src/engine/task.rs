@@ -134,7 +134,7 @@ pub struct Progress {
 
 /// The greatest window end `E` the watermark `w` has purged: `E - 1 + lateness <=
 /// w`, on the window grid (`None` before any event time).
-pub fn final_through(cfg: &EngineConfig, w: i64) -> Option<i64> {
+pub(crate) fn final_through(cfg: &EngineConfig, w: i64) -> Option<i64> {
     if w == i64::MIN {
         return None;
     }
@@ -143,11 +143,15 @@ pub fn final_through(cfg: &EngineConfig, w: i64) -> Option<i64> {
 }
 
 impl PartitionTask {
-    pub fn new(partition: Partition, cfg: Arc<EngineConfig>) -> Self {
+    pub(crate) fn new(partition: Partition, cfg: Arc<EngineConfig>) -> Self {
         Self::restore(partition, cfg, TaskSnapshot::default())
     }
 
-    pub fn restore(partition: Partition, cfg: Arc<EngineConfig>, snap: TaskSnapshot) -> Self {
+    pub(crate) fn restore(
+        partition: Partition,
+        cfg: Arc<EngineConfig>,
+        snap: TaskSnapshot,
+    ) -> Self {
         let collect = |list: Vec<(WindowKey, WindowAcc)>| {
             let mut m = Windows::new();
             for ((end, tenant), acc) in list {
@@ -202,7 +206,7 @@ impl PartitionTask {
 
     /// `restore` of the windows in memory, with `stored` windows — `(phase,
     /// end, count)` — left in `store`, as an eviction leaves them (`state::bounded`).
-    pub fn restore_stored(
+    pub(crate) fn restore_stored(
         partition: Partition,
         cfg: Arc<EngineConfig>,
         snap: TaskSnapshot,
@@ -220,7 +224,7 @@ impl PartitionTask {
     /// Moves restored dedup ids (live, sorted, one per fingerprint; their
     /// chunks in the store) to the cold tier, with filters sized as an
     /// eviction to `keep_bytes` sizes them.
-    pub fn restore_cold_ids(
+    pub(crate) fn restore_cold_ids(
         &mut self,
         ids: Vec<(Fingerprint, i64)>,
         keep_bytes: usize,
@@ -234,57 +238,57 @@ impl PartitionTask {
 
     /// Runs on `cfg` from the next record on (a price reload: the caller checked
     /// that only prices effective after `high_water` differ).
-    pub fn set_config(&mut self, cfg: Arc<EngineConfig>) {
+    pub(crate) fn set_config(&mut self, cfg: Arc<EngineConfig>) {
         self.cfg = cfg;
     }
 
     /// The configuration the task runs (`Prepared` batches must come from it).
-    pub fn config(&self) -> &Arc<EngineConfig> {
+    pub(crate) fn config(&self) -> &Arc<EngineConfig> {
         &self.cfg
     }
 
-    pub fn watermark(&self) -> EventTime {
+    pub(crate) fn watermark(&self) -> EventTime {
         EventTime(self.watermark.current())
     }
 
-    pub fn watermark_state(&self) -> &Watermark {
+    pub(crate) fn watermark_state(&self) -> &Watermark {
         &self.watermark
     }
 
     /// The greatest `completed_ts` this partition has priced (a price change
     /// effective later cannot change anything it produced).
-    pub fn high_water(&self) -> Option<EventTime> {
+    pub(crate) fn high_water(&self) -> Option<EventTime> {
         self.high_water.map(EventTime)
     }
 
     /// Records held by the watermark's lead limit (`time::watermark`).
-    pub fn held(&self) -> u64 {
+    pub(crate) fn held(&self) -> u64 {
         self.watermark.held()
     }
 
-    pub fn counters(&self) -> Counters {
+    pub(crate) fn counters(&self) -> Counters {
         self.counters
     }
 
-    pub fn max_ts(&self) -> Option<EventTime> {
+    pub(crate) fn max_ts(&self) -> Option<EventTime> {
         self.watermark.max_ts().map(EventTime)
     }
 
-    pub fn dedup_ids(&self) -> usize {
+    pub(crate) fn dedup_ids(&self) -> usize {
         self.dedup.len()
     }
 
-    pub fn delay(&self) -> &Histogram {
+    pub(crate) fn delay(&self) -> &Histogram {
         &self.delay
     }
 
-    pub fn disorder(&self) -> &Histogram {
+    pub(crate) fn disorder(&self) -> &Histogram {
         &self.disorder
     }
 
     /// Idleness: advances the watermark to `to` without data (wall-clock driven),
     /// firing and purging as if an event had moved it. Returns whether it moved.
-    pub fn force_watermark(
+    pub(crate) fn force_watermark(
         &mut self,
         to: EventTime,
         out: &mut Vec<ResultRecord>,
@@ -298,7 +302,7 @@ impl PartitionTask {
     }
 
     /// The lowest watermark at which something would fire or purge, if any.
-    pub fn next_deadline(&self) -> Option<EventTime> {
+    pub(crate) fn next_deadline(&self) -> Option<EventTime> {
         let first = |a: &Windows, b: &BTreeMap<i64, u64>| {
             a.keys()
                 .next()
@@ -314,19 +318,19 @@ impl PartitionTask {
     }
 
     /// Windows held, in memory or evicted to the state store.
-    pub fn open_windows(&self) -> usize {
+    pub(crate) fn open_windows(&self) -> usize {
         self.windows_in_memory() + self.spilled.total() as usize
     }
 
     /// Memory the windows in memory take, by `window_bytes` (what
     /// `state.memory_budget` bounds).
-    pub fn memory_bytes(&self) -> usize {
+    pub(crate) fn memory_bytes(&self) -> usize {
         self.held_bytes
     }
 
     /// `memory_bytes` computed from scratch (tests check the running sum).
     #[cfg(test)]
-    pub fn recount_bytes(&self) -> usize {
+    pub(crate) fn recount_bytes(&self) -> usize {
         [&self.open, &self.fired]
             .iter()
             .flat_map(|m| m.values())
@@ -336,14 +340,14 @@ impl PartitionTask {
     }
 
     /// Windows held in memory.
-    pub fn windows_in_memory(&self) -> usize {
+    pub(crate) fn windows_in_memory(&self) -> usize {
         self.open.values().map(Tenants::len).sum::<usize>()
             + self.fired.values().map(Tenants::len).sum::<usize>()
     }
 
     /// Lets this task evict windows to `store` (which must hold every window as
     /// of the last `drain_changes`, like the state store after a commit).
-    pub fn attach_spill(&mut self, store: Arc<dyn SpillStore>) {
+    pub(crate) fn attach_spill(&mut self, store: Arc<dyn SpillStore>) {
         // Dedup ids move in buckets of a quarter of their horizon.
         let cfg = &self.cfg;
         let horizon = cfg
@@ -373,19 +377,19 @@ impl PartitionTask {
 
     /// Memory the dedup ids take (hot table and cold filters), which
     /// `state.memory_budget` bounds together with `memory_bytes`.
-    pub fn dedup_bytes(&self) -> usize {
+    pub(crate) fn dedup_bytes(&self) -> usize {
         self.dedup.memory_bytes()
     }
 
     /// Everything `state.memory_budget` bounds: the windows in memory, the
     /// dedup ids, and the changed windows' copies until a commit
     /// (`spill::CHANGE_BYTES`). The memory check compares it with the budget.
-    pub fn budgeted_bytes(&self) -> usize {
+    pub(crate) fn budgeted_bytes(&self) -> usize {
         self.held_bytes + self.dedup.memory_bytes() + self.dirty_bytes
     }
 
     /// Dedup ids moved out of memory so far, and the store reads that caused.
-    pub fn dedup_cold_stats(&self) -> (u64, u64) {
+    pub(crate) fn dedup_cold_stats(&self) -> (u64, u64) {
         self.dedup.cold_stats()
     }
 
@@ -396,7 +400,7 @@ impl PartitionTask {
     /// first, then open windows latest end first. Call right after
     /// `drain_changes` has been committed (the evicted windows and the moved ids'
     /// chunks must be in the store). Returns how many windows were evicted.
-    pub fn evict(&mut self, keep_bytes: usize) -> Result<usize, SpillError> {
+    pub(crate) fn evict(&mut self, keep_bytes: usize) -> Result<usize, SpillError> {
         if !self.spilled.can_evict() {
             return Ok(0);
         }
@@ -450,7 +454,7 @@ impl PartitionTask {
     }
 
     /// Routes one record; panes it causes are appended to `out`.
-    pub fn process(
+    pub(crate) fn process(
         &mut self,
         rec: RecordIn<'_>,
         out: &mut Vec<ResultRecord>,
@@ -465,7 +469,7 @@ impl PartitionTask {
     /// every record is validated and fingerprinted first and the dedup table slots
     /// of the whole batch are prefetched, so their cache misses overlap with each
     /// other and with the parsing instead of stalling one record each.
-    pub fn process_batch(
+    pub(crate) fn process_batch(
         &mut self,
         recs: &[RecordIn<'_>],
         out: &mut Vec<ResultRecord>,
@@ -492,7 +496,7 @@ impl PartitionTask {
     /// (`Prepared`, under this task's configuration), in order, exactly as
     /// `process_batch` would route them; `routes` gets one entry per record. Each
     /// record's dedup slot is prefetched `AHEAD` records before it is routed.
-    pub fn process_prepared(
+    pub(crate) fn process_prepared(
         &mut self,
         batch: &Prepared,
         range: Range<usize>,
@@ -722,14 +726,14 @@ impl PartitionTask {
     }
 
     /// Records the partition's progress from now on (`take_progress`).
-    pub fn track_progress(&mut self) {
+    pub(crate) fn track_progress(&mut self) {
         self.progress.get_or_insert_with(Vec::new);
     }
 
     /// Where the partition's progress moved since the last call. A pure function
     /// of the records, like the panes: a replay makes the same progress at the
     /// same places.
-    pub fn take_progress(&mut self) -> Vec<Progress> {
+    pub(crate) fn take_progress(&mut self) -> Vec<Progress> {
         self.progress
             .as_mut()
             .map(std::mem::take)
@@ -737,13 +741,13 @@ impl PartitionTask {
     }
 
     /// The end of the last window this partition has made final (DESIGN §6.1).
-    pub fn final_through(&self) -> Option<i64> {
+    pub(crate) fn final_through(&self) -> Option<i64> {
         self.final_through
     }
 
     /// The progress the watermark `to` would make (idleness forces it for this
     /// alone: a silent partition must not hold back finality).
-    pub fn progress_at(&self, to: EventTime) -> bool {
+    pub(crate) fn progress_at(&self, to: EventTime) -> bool {
         final_through(&self.cfg, to.0) > self.final_through
     }
 
@@ -785,7 +789,7 @@ impl PartitionTask {
     /// Used at the end of a bounded run (file input, `--until-end`); the task must
     /// not be persisted afterwards, so a later live run restores the state from
     /// before and re-emits the same panes (same versions) when data closes them.
-    pub fn end_of_input(&mut self, out: &mut Vec<ResultRecord>) -> Result<(), SpillError> {
+    pub(crate) fn end_of_input(&mut self, out: &mut Vec<ResultRecord>) -> Result<(), SpillError> {
         self.unspill_open_through(i64::MAX);
         for (end, tenants) in std::mem::take(&mut self.open) {
             let mut tenants: Vec<_> = tenants.into_iter().collect();
@@ -809,7 +813,7 @@ impl PartitionTask {
     /// Windows changed since the last call (clearing their dirty flag), the
     /// windows purged since then, and the dedup changes — what the state store
     /// must write to catch up with this task.
-    pub fn drain_changes(&mut self) -> StateDelta {
+    pub(crate) fn drain_changes(&mut self) -> StateDelta {
         let mut changed = Vec::with_capacity(self.dirty.len());
         self.dirty_bytes = 0;
         for (end, tenant) in std::mem::take(&mut self.dirty) {

@@ -26,11 +26,11 @@ use crate::model::Partition;
 
 /// Dedup ids held at once while a restore moves them to the cold tier
 /// (24 bytes each in the run: 6 MiB).
-pub const ID_RUN: usize = crate::engine::cold::MOVE_RUN;
+pub(crate) const ID_RUN: usize = crate::engine::cold::MOVE_RUN;
 
 /// Partition `p`'s task from the store, or `None` if it has no state there.
 /// `keep`: the partition's share of `state.memory_budget` (`None`: no budget).
-pub fn restore_task(
+pub(crate) fn restore_task(
     store: &Arc<StateStore>,
     p: Partition,
     cfg: Arc<EngineConfig>,

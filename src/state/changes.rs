@@ -20,14 +20,14 @@ use std::collections::HashMap;
 
 /// A partition's changes since they were last taken.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Changes {
+pub(crate) enum Changes {
     /// Not known: the next checkpoint must copy the whole partition.
     Unknown,
     Known(KnownChanges),
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct KnownChanges {
+pub(crate) struct KnownChanges {
     /// Keys put, sorted, each once.
     pub keys: Vec<Vec<u8>>,
     pub windows_through: Option<i64>,
@@ -44,7 +44,7 @@ struct Track {
 
 /// Per-partition change tracking, bounded by `limit` bytes of keys.
 #[derive(Debug)]
-pub struct Tracker {
+pub(crate) struct Tracker {
     parts: HashMap<i32, Track>,
     bytes: usize,
     limit: usize,
@@ -58,7 +58,7 @@ fn max(a: Option<i64>, b: i64) -> Option<i64> {
 }
 
 impl Tracker {
-    pub fn new(limit: usize) -> Self {
+    pub(crate) fn new(limit: usize) -> Self {
         Self {
             parts: HashMap::new(),
             bytes: 0,
@@ -71,7 +71,7 @@ impl Tracker {
     }
 
     /// A commit put `key` in partition `p`.
-    pub fn put(&mut self, p: i32, key: &[u8]) {
+    pub(crate) fn put(&mut self, p: i32, key: &[u8]) {
         let t = self.parts.entry(p).or_default();
         if t.unknown {
             return;
@@ -84,19 +84,19 @@ impl Tracker {
     }
 
     /// A commit deleted every window of `p` ending at or below `through`.
-    pub fn purge_windows(&mut self, p: i32, through: i64) {
+    pub(crate) fn purge_windows(&mut self, p: i32, through: i64) {
         let t = self.track(p);
         t.windows_through = max(t.windows_through, through);
     }
 
     /// A commit deleted every dedup chunk of `p` expiring at or below `through`.
-    pub fn purge_dedup(&mut self, p: i32, through: i64) {
+    pub(crate) fn purge_dedup(&mut self, p: i32, through: i64) {
         let t = self.track(p);
         t.dedup_through = max(t.dedup_through, through);
     }
 
     /// `p` was rewritten otherwise than by a commit.
-    pub fn forget(&mut self, p: i32) {
+    pub(crate) fn forget(&mut self, p: i32) {
         let t = self.parts.entry(p).or_default();
         self.bytes -= t.keys.iter().map(|k| k.len() + PER_KEY).sum::<usize>();
         *t = Track {
@@ -116,7 +116,7 @@ impl Tracker {
     }
 
     /// `p`'s changes since the last `take` (then it starts again from none).
-    pub fn take(&mut self, p: i32) -> Changes {
+    pub(crate) fn take(&mut self, p: i32) -> Changes {
         let Some(t) = self.parts.get_mut(&p) else {
             return Changes::Unknown; // never seen
         };

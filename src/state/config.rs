@@ -30,7 +30,7 @@ impl Default for StateConfig {
 impl StateConfig {
     /// The bytes of windows a worker may hold in memory (`memory_budget`), as
     /// `engine::window_bytes` counts them.
-    pub fn memory_budget_bytes(&self) -> Option<usize> {
+    pub(crate) fn memory_budget_bytes(&self) -> Option<usize> {
         self.memory_budget
             .0
             .map(|b| usize::try_from(b).unwrap_or(usize::MAX))

@@ -15,19 +15,19 @@
 use rocksdb::{BlockBasedIndexType, BlockBasedOptions, Cache, Options, WriteBufferManager};
 
 /// RocksDB's cache: blocks, index and filter blocks, and the memtables' charge.
-pub const CACHE_BYTES: usize = 16 << 20;
+pub(crate) const CACHE_BYTES: usize = 16 << 20;
 
 /// The memtables' share of `CACHE_BYTES` (two of `MEMTABLE_BYTES / 2`).
-pub const MEMTABLE_BYTES: usize = 8 << 20;
+pub(crate) const MEMTABLE_BYTES: usize = 8 << 20;
 
 /// The size of an index partition.
-pub const PARTITION_BYTES: usize = 4 << 10;
+pub(crate) const PARTITION_BYTES: usize = 4 << 10;
 
 /// A compaction's read-ahead per input file.
-pub const READAHEAD_BYTES: usize = 256 << 10;
+pub(crate) const READAHEAD_BYTES: usize = 256 << 10;
 
 /// Bounds `opts`'s memory as the module header says.
-pub fn bound(opts: &mut Options) {
+pub(crate) fn bound(opts: &mut Options) {
     let cache = Cache::new_lru_cache(CACHE_BYTES);
     let mut table = BlockBasedOptions::default();
     table.set_block_cache(&cache);

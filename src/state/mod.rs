@@ -75,8 +75,8 @@ use crate::engine::spill::SpillStore;
 use crate::engine::{StateDelta, TaskSnapshot, WindowAcc, WindowPhase};
 use crate::model::Partition;
 use changes::Tracker;
-pub use changes::{Changes, KnownChanges};
-pub use stored::PartitionMeta;
+pub(crate) use changes::{Changes, KnownChanges};
+pub(crate) use stored::PartitionMeta;
 use stored::{encode, Models, StoredMeta, StoredTime, StoredWindow};
 
 #[derive(Debug, thiserror::Error)]
@@ -132,7 +132,7 @@ impl crate::base::error::Classify for StateError {
 pub use crate::model::NextOffset;
 
 /// One partition's part of a commit.
-pub struct PartitionCommit {
+pub(crate) struct PartitionCommit {
     pub partition: Partition,
     pub next_offset: NextOffset,
     pub delta: StateDelta,
@@ -153,7 +153,7 @@ pub struct StateStore {
 /// The most key bytes `changes` holds (about 300,000 changed windows between
 /// two checkpoints); past it, every partition's next checkpoint is a base. Part
 /// of a worker's fixed memory overhead (docs/DESIGN.md §7.7).
-pub const CHANGES_LIMIT: usize = 16 << 20;
+pub(crate) const CHANGES_LIMIT: usize = 16 << 20;
 
 fn p_bytes(p: i32) -> [u8; 4] {
     ((p as u32) ^ 0x8000_0000).to_be_bytes()
@@ -196,7 +196,7 @@ fn decode_window(k: &[u8], v: &[u8]) -> Result<StoredWindow, StateError> {
 
 /// A key as a person reads it: its kind, partition and window end or expiry
 /// (see the layout in the module header), not raw bytes.
-pub fn describe_key(k: &[u8]) -> String {
+pub(crate) fn describe_key(k: &[u8]) -> String {
     let p = k
         .get(1..5)
         .and_then(|b| b.try_into().ok())
@@ -249,7 +249,7 @@ const COMMIT_BATCH: usize = 65_536;
 
 /// The RocksDB version the `rocksdb` crate bundles (`librocksdb-sys`'s version
 /// suffix; a test checks it against Cargo.lock). Reported in `tally_build_info`.
-pub const ROCKSDB_VERSION: &str = "11.8.1";
+pub(crate) const ROCKSDB_VERSION: &str = "11.8.1";
 
 impl SpillStore for StateStore {
     fn window(&self, p: Partition, end: i64, tenant: &str) -> Result<Option<WindowAcc>, String> {
@@ -392,13 +392,13 @@ impl StateStore {
     }
 
     /// Partition `p`'s changes since they were last taken (`changes`).
-    pub fn take_changes(&self, Partition(p): Partition) -> Changes {
+    pub(crate) fn take_changes(&self, Partition(p): Partition) -> Changes {
         self.tracker().take(p)
     }
 
     /// Writes every partition's changes and meta, in batches of at most
     /// `COMMIT_BATCH` entries (bounded memory however much changed).
-    pub fn commit(&self, parts: Vec<PartitionCommit>) -> Result<(), StateError> {
+    pub(crate) fn commit(&self, parts: Vec<PartitionCommit>) -> Result<(), StateError> {
         let mut batch = WriteBatch::default();
         let mut tracker = self.tracker();
         for PartitionCommit {
@@ -469,7 +469,7 @@ impl StateStore {
     }
 
     /// Streams every key of partition `p` (meta, windows, dedup) to `visit`, in key order.
-    pub fn export_partition(
+    pub(crate) fn export_partition(
         &self,
         Partition(p): Partition,
         mut visit: impl FnMut(&[u8], &[u8]) -> std::io::Result<()>,
@@ -497,7 +497,7 @@ impl StateStore {
 
     /// Streams the entries of partition `p` that `changes` names and that still
     /// exist to `visit`, in key order (a delta segment's entries).
-    pub fn export_changes(
+    pub(crate) fn export_changes(
         &self,
         Partition(p): Partition,
         changes: &KnownChanges,
@@ -524,7 +524,7 @@ impl StateStore {
 
     /// Applies a delta segment to partition `p`: the range deletes, then
     /// `entries` written over (`checkpoint::SegmentKind::Delta`).
-    pub fn apply_delta<'a>(
+    pub(crate) fn apply_delta<'a>(
         &self,
         Partition(p): Partition,
         windows_through: Option<i64>,
@@ -544,7 +544,7 @@ impl StateStore {
     }
 
     /// Replaces everything of partition `p` with `entries` (from a checkpoint file).
-    pub fn import_partition<'a>(
+    pub(crate) fn import_partition<'a>(
         &self,
         Partition(p): Partition,
         entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
@@ -589,7 +589,7 @@ impl StateStore {
     }
 
     /// Deletes every key of partition `p`.
-    pub fn drop_partition(&self, Partition(p): Partition) -> Result<(), StateError> {
+    pub(crate) fn drop_partition(&self, Partition(p): Partition) -> Result<(), StateError> {
         self.tracker().forget(p);
         // A restore may go back in time: an old bound must not kill its ids.
         self.dead_through
@@ -608,7 +608,10 @@ impl StateStore {
         self.write(batch)
     }
 
-    pub fn meta(&self, Partition(p): Partition) -> Result<Option<PartitionMeta>, StateError> {
+    pub(crate) fn meta(
+        &self,
+        Partition(p): Partition,
+    ) -> Result<Option<PartitionMeta>, StateError> {
         let k = key(b'M', p, &[]);
         let Some(v) = self.db.get_pinned(&k).map_err(StateError::Read)? else {
             return Ok(None);
@@ -657,7 +660,7 @@ impl StateStore {
 
 /// Builds partition `p`'s snapshot and next offset from its state-store entries
 /// (as stored in RocksDB or in a checkpoint file); `None` without a meta entry.
-pub fn decode_partition<'a>(
+pub(crate) fn decode_partition<'a>(
     Partition(p): Partition,
     entries: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
 ) -> Result<Option<(TaskSnapshot, NextOffset)>, StateError> {

@@ -29,11 +29,11 @@ use crate::time::Watermark;
 use crate::model::NextOffset;
 
 /// No value of the store is near this; a larger one is damage, not decoded.
-pub const MAX_VALUE_BYTES: usize = 1 << 20;
+pub(crate) const MAX_VALUE_BYTES: usize = 1 << 20;
 
 /// The audit counters (`engine::Counters`), as stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StoredCounters {
+pub(crate) struct StoredCounters {
     pub consumed: u64,
     pub folded: u64,
     pub too_late: u64,
@@ -73,7 +73,7 @@ impl From<StoredCounters> for Counters {
 
 /// Key `M p`: a partition's next offset, watermark and counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StoredMeta {
+pub(crate) struct StoredMeta {
     pub next_offset: i64,
     pub bound_ms: i64,
     pub max_ts: Option<i64>,
@@ -86,7 +86,7 @@ pub struct StoredMeta {
 /// `checkpoint::evolution`) and the lead limit's state (`time::watermark`). A part
 /// of format 4 has none: see `PartitionMeta::from_stored`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StoredTime {
+pub(crate) struct StoredTime {
     pub high_water: Option<i64>,
     /// The last observed event times, oldest first (empty without a lead limit).
     pub recent: Vec<i64>,
@@ -98,7 +98,7 @@ pub struct StoredTime {
 /// (`engine::acc`): the first record's model, whose line is the totals minus the
 /// others, and the other lines.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StoredWindow {
+pub(crate) struct StoredWindow {
     pub cost_pico: u128,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
@@ -112,7 +112,7 @@ pub struct StoredWindow {
 
 /// One model's line of a window.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StoredLine {
+pub(crate) struct StoredLine {
     pub model: String,
     pub requests: u64,
     pub prompt_tokens: u64,
@@ -122,7 +122,7 @@ pub struct StoredLine {
 
 /// `StoredWindow` of formats 3 to 5: no line items.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StoredWindowV5 {
+pub(crate) struct StoredWindowV5 {
     pub cost_pico: u128,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
@@ -169,7 +169,7 @@ impl Serialize for OthersOut<'_> {
 }
 
 /// The stored value of a window: `encode(&StoredWindow)` of it, byte for byte.
-pub fn encode_window(acc: &WindowAcc, phase: WindowPhase) -> Vec<u8> {
+pub(crate) fn encode_window(acc: &WindowAcc, phase: WindowPhase) -> Vec<u8> {
     encode(&WindowOut {
         cost_pico: acc.cost.0,
         prompt_tokens: acc.prompt_tokens,
@@ -185,10 +185,10 @@ pub fn encode_window(acc: &WindowAcc, phase: WindowPhase) -> Vec<u8> {
 /// Model names shared among the windows decoded together (a handful of models
 /// across many windows).
 #[derive(Default)]
-pub struct Models(Vec<Arc<str>>);
+pub(crate) struct Models(Vec<Arc<str>>);
 
 impl Models {
-    pub fn get(&mut self, name: &str) -> Arc<str> {
+    pub(crate) fn get(&mut self, name: &str) -> Arc<str> {
         if let Some(m) = self.0.iter().find(|m| ***m == *name) {
             return m.clone();
         }
@@ -200,7 +200,7 @@ impl Models {
 
 impl StoredWindow {
     /// A stored window of format 6, or exactly one of format 5 (see the header).
-    pub fn decode(v: &[u8]) -> Result<Self, String> {
+    pub(crate) fn decode(v: &[u8]) -> Result<Self, String> {
         decode::<StoredWindow>(v).or_else(|e| match decode::<StoredWindowV5>(v) {
             Ok(old) => Ok(Self {
                 cost_pico: old.cost_pico,
@@ -216,7 +216,7 @@ impl StoredWindow {
         })
     }
 
-    pub fn acc(&self, models: &mut Models) -> WindowAcc {
+    pub(crate) fn acc(&self, models: &mut Models) -> WindowAcc {
         WindowAcc {
             cost: Pico(self.cost_pico),
             prompt_tokens: self.prompt_tokens,
@@ -239,7 +239,7 @@ impl StoredWindow {
         }
     }
 
-    pub fn phase(&self) -> WindowPhase {
+    pub(crate) fn phase(&self) -> WindowPhase {
         if self.open {
             WindowPhase::Open
         } else {
@@ -261,7 +261,7 @@ pub struct PartitionMeta {
 
 impl PartitionMeta {
     /// The values of keys `M p` and `T p`.
-    pub fn stored(&self) -> (StoredMeta, StoredTime) {
+    pub(crate) fn stored(&self) -> (StoredMeta, StoredTime) {
         let (bound_ms, max_ts, forced) = self.watermark.parts();
         let (recent, held) = self.watermark.lead_parts();
         let meta = StoredMeta {
@@ -281,7 +281,7 @@ impl PartitionMeta {
 
     /// The meta from its stored values; `t` is `None` for a part of format 4
     /// (`high_water` then `None`: not stored, see `PartitionTask::restore`).
-    pub fn from_stored(m: StoredMeta, t: Option<StoredTime>) -> Self {
+    pub(crate) fn from_stored(m: StoredMeta, t: Option<StoredTime>) -> Self {
         let wm = Watermark::from_parts(m.bound_ms, m.max_ts, m.forced);
         let (watermark, high_water) = match t {
             Some(t) => (wm.with_lead_state(t.recent, t.held), Some(t.high_water)),
@@ -297,12 +297,12 @@ impl PartitionMeta {
 }
 
 /// Encodes a stored value (plain structs into a Vec: cannot fail).
-pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+pub(crate) fn encode<T: Serialize>(v: &T) -> Vec<u8> {
     postcard::to_allocvec(v).unwrap_or_default()
 }
 
 /// Decodes a stored value; the whole input must be the value.
-pub fn decode<T: for<'de> Deserialize<'de>>(v: &[u8]) -> Result<T, String> {
+pub(crate) fn decode<T: for<'de> Deserialize<'de>>(v: &[u8]) -> Result<T, String> {
     if v.len() > MAX_VALUE_BYTES {
         return Err(format!(
             "{} bytes, more than the {MAX_VALUE_BYTES} a value can be",

@@ -34,7 +34,7 @@ use crate::service::State;
 
 /// A partition's position and what its log end was at assignment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Position {
+pub(crate) struct Position {
     pub next: NextOffset,
     /// The log end read at assignment: the lag's log end before the first fetch.
     pub end_at_assign: i64,
@@ -42,11 +42,11 @@ pub struct Position {
 
 /// Each owned partition's position, as the worker last published them.
 #[derive(Debug, Default)]
-pub struct Applied(Mutex<Vec<(Partition, Position)>>);
+pub(crate) struct Applied(Mutex<Vec<(Partition, Position)>>);
 
 impl Applied {
     /// Replaces the positions with `owned` (every partition the worker owns).
-    pub fn publish(&self, owned: impl Iterator<Item = (Partition, Position)>) {
+    pub(crate) fn publish(&self, owned: impl Iterator<Item = (Partition, Position)>) {
         let mut at = self.0.lock().unwrap_or_else(|e| e.into_inner());
         at.clear();
         at.extend(owned);
@@ -59,7 +59,7 @@ impl Applied {
 
 /// Each partition's lag: its log end (`log_end`, else the one read at
 /// assignment) minus its position, never below 0.
-pub fn lags(
+pub(crate) fn lags(
     positions: &[(Partition, Position)],
     log_end: impl Fn(Partition) -> Option<i64>,
 ) -> Vec<(Partition, i64)> {
@@ -74,13 +74,13 @@ pub fn lags(
 
 /// The consumer lag family on `service` while it lives; removed when dropped
 /// (drop it before the consumer).
-pub struct Hook {
+pub(crate) struct Hook {
     service: Arc<State>,
 }
 
 impl Hook {
     /// Renders the lag of `topic`'s partitions in `applied` at every scrape.
-    pub fn install(
+    pub(crate) fn install(
         service: Arc<State>,
         applied: Arc<Applied>,
         consumer: &Arc<Source>,

@@ -61,7 +61,7 @@ impl Classify for WorkerError {
 
 /// Creates `state.dir` (and its parents), saying plainly when the path is taken
 /// by something that is not a directory.
-pub fn create_state_dir(dir: &std::path::Path) -> Result<(), WorkerError> {
+pub(crate) fn create_state_dir(dir: &std::path::Path) -> Result<(), WorkerError> {
     if dir.exists() && !dir.is_dir() {
         return Err(Refusal::setup(format!(
             "state.dir {} exists and is not a directory; point `state.dir` (or \

@@ -31,7 +31,7 @@ use crate::model::NextOffset;
 use crate::model::Partition;
 
 /// The worker side of a rebalance: it never sees the consumer.
-pub trait RebalanceHandler: Send {
+pub(crate) trait RebalanceHandler: Send {
     /// Restores the assigned partitions (`facts`, one each) and returns each one's
     /// start offset; `Err` refuses or fails.
     fn on_assign(
@@ -55,17 +55,17 @@ fn caught<T>(doing: &str, f: impl FnOnce() -> Result<T, WorkerError>) -> Result<
         .unwrap_or_else(|_| Err(Bug(format!("a panic while handling {doing}")).into()))
 }
 
-pub struct SourceContext {
+pub(crate) struct SourceContext {
     handler: Arc<Mutex<dyn RebalanceHandler>>,
     fatal: Mutex<Option<WorkerError>>,
     /// Whether `fatal` holds one: read after every poll (one load, no lock).
     failed: AtomicBool,
 }
 
-pub type Source = BaseConsumer<SourceContext>;
+pub(crate) type Source = BaseConsumer<SourceContext>;
 
 impl SourceContext {
-    pub fn new(handler: Arc<Mutex<dyn RebalanceHandler>>) -> Self {
+    pub(crate) fn new(handler: Arc<Mutex<dyn RebalanceHandler>>) -> Self {
         Self {
             handler,
             fatal: Mutex::new(None),
@@ -73,7 +73,7 @@ impl SourceContext {
         }
     }
 
-    pub fn take_fatal(&self) -> Option<WorkerError> {
+    pub(crate) fn take_fatal(&self) -> Option<WorkerError> {
         if !self.failed.load(Ordering::Acquire) {
             return None;
         }

@@ -10,7 +10,7 @@ use tracing::{info, warn};
 use crate::metrics::WorkerReport;
 use crate::service::State;
 
-pub struct Publisher {
+pub(crate) struct Publisher {
     json_path: PathBuf,
     service: Arc<State>,
 }
@@ -18,7 +18,7 @@ pub struct Publisher {
 pub const REPORT_FILE: &str = "report.json";
 
 impl Publisher {
-    pub fn new(state_dir: &Path, listen: Option<&str>) -> std::io::Result<Self> {
+    pub(crate) fn new(state_dir: &Path, listen: Option<&str>) -> std::io::Result<Self> {
         let service = Arc::new(State::new(crate::base::clock::now_ms()));
         if let Some(addr) = listen {
             crate::service::http::serve(addr, service.clone())?;
@@ -31,18 +31,18 @@ impl Publisher {
 
     /// Health and readiness of this worker (the loop beats, the rebalance
     /// callbacks set readiness).
-    pub fn service(&self) -> &State {
+    pub(crate) fn service(&self) -> &State {
         &self.service
     }
 
     /// The service endpoints' state, for a hook that outlives a borrow
     /// (`worker::lag::Hook`).
-    pub fn service_handle(&self) -> Arc<State> {
+    pub(crate) fn service_handle(&self) -> Arc<State> {
         self.service.clone()
     }
 
     /// Publishes and logs the time line (at checkpoints).
-    pub fn publish(&self, report: &WorkerReport) {
+    pub(crate) fn publish(&self, report: &WorkerReport) {
         self.publish_quiet(report);
         if let Some((w, p)) = report.job_watermark() {
             info!(
@@ -56,7 +56,7 @@ impl Publisher {
     }
 
     /// Publishes without logging (between checkpoints).
-    pub fn publish_quiet(&self, report: &WorkerReport) {
+    pub(crate) fn publish_quiet(&self, report: &WorkerReport) {
         self.service.set_metrics(report.render_prometheus());
         let tmp = self.json_path.with_extension("json.tmp");
         let written = serde_json::to_vec(report)

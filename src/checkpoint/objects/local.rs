@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{valid_key, ObjectError, ObjectInfo, Objects};
 
-pub struct LocalObjects {
+pub(crate) struct LocalObjects {
     root: PathBuf,
 }
 
@@ -27,13 +27,13 @@ static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
 impl LocalObjects {
     /// The store rooted at `root` (created if missing).
-    pub fn create(root: &Path) -> Result<Self, ObjectError> {
+    pub(crate) fn create(root: &Path) -> Result<Self, ObjectError> {
         fs::create_dir_all(root).map_err(io(root))?;
         Ok(Self { root: root.into() })
     }
 
     /// The existing store at `root` (for inspection: creates nothing).
-    pub fn existing(root: &Path) -> Result<Self, ObjectError> {
+    pub(crate) fn existing(root: &Path) -> Result<Self, ObjectError> {
         if !root.is_dir() {
             return Err(ObjectError::NotFound {
                 location: format!("{} (no checkpoint store here)", root.display()),

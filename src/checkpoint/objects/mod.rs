@@ -78,7 +78,7 @@ impl crate::base::error::Classify for ObjectError {
 impl ObjectError {
     /// Whether the error says the object itself is wrong (damage), rather than
     /// that the store could not be read.
-    pub fn is_damage(&self) -> bool {
+    pub(crate) fn is_damage(&self) -> bool {
         matches!(
             self,
             ObjectError::Refused { .. } | ObjectError::NotFound { .. }
@@ -107,7 +107,7 @@ pub trait Objects: Send + Sync {
 
 /// A key is a relative `/`-separated name of plain segments: nothing that could
 /// leave the root (`..`, an absolute path, an empty segment).
-pub fn valid_key(key: &str) -> bool {
+pub(crate) fn valid_key(key: &str) -> bool {
     !key.is_empty()
         && !key.contains('\0')
         && !key.contains('\\')

@@ -46,13 +46,13 @@ const STOP_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Whether `dir` (the value of `checkpoint.dir`) names object storage rather
 /// than a local path.
-pub fn is_url(dir: &str) -> bool {
+pub(crate) fn is_url(dir: &str) -> bool {
     dir.split_once("://")
         .is_some_and(|(s, _)| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric()))
 }
 
 /// The schemes this build reads, for error messages.
-pub const SCHEMES: &str = "s3://, s3a://, gs://, az://, azure://, abfs://, abfss://";
+pub(crate) const SCHEMES: &str = "s3://, s3a://, gs://, az://, azure://, abfs://, abfss://";
 
 /// Environment variables whose values are credentials: registered as secrets.
 fn register_credentials() {
@@ -72,7 +72,7 @@ fn register_credentials() {
 }
 
 /// A configuration problem: `(config key, message)`.
-pub type OptionError = (String, String);
+pub(crate) type OptionError = (String, String);
 
 fn unknown(key: &str, scheme: &str) -> OptionError {
     (
@@ -140,7 +140,7 @@ fn url_prefix(url: &str) -> &str {
 }
 
 /// Checks `checkpoint.dir` and `[checkpoint.object_store]` without connecting.
-pub fn check(url: &str, options: &BTreeMap<String, String>) -> Result<(), OptionError> {
+pub(crate) fn check(url: &str, options: &BTreeMap<String, String>) -> Result<(), OptionError> {
     register_credentials();
     build(url, options).map(drop)
 }

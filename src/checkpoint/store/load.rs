@@ -39,11 +39,11 @@ const READ_THREADS: usize = 8;
 /// The listed bytes of the parts the restores running at once hold (parts are
 /// about 8 MiB: one each). Part of a worker's fixed memory overhead
 /// (docs/DESIGN.md §7.7).
-pub const READ_BUDGET: u64 = 32 << 20;
+pub(crate) const READ_BUDGET: u64 = 32 << 20;
 
 /// Partitions restored at once (`CheckpointStore::restore_many`); each holds
 /// a wave of at most `READ_BUDGET / RESTORERS` listed bytes.
-pub const RESTORERS: usize = 4;
+pub(crate) const RESTORERS: usize = 4;
 
 /// The waves of a chain whose parts list `sizes`, in order: consecutive runs of
 /// at most `threads` parts and `budget` listed bytes — or one part alone, when

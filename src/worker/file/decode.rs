@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 /// How the input is compressed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Compression {
+pub(crate) enum Compression {
     None,
     Gzip,
     Zstd,
@@ -34,7 +34,7 @@ const ZSTD_MAGIC: &[u8] = &[0x28, 0xb5, 0x2f, 0xfd];
 
 impl Compression {
     /// By the name's suffix, in any case; `ByMagic` without one.
-    pub fn of(path: &Path) -> Self {
+    pub(crate) fn of(path: &Path) -> Self {
         let ext = path.extension().and_then(|e| e.to_str());
         match ext.map(str::to_ascii_lowercase).as_deref() {
             Some("gz" | "gzip") => Self::Gzip,
@@ -122,10 +122,10 @@ impl<R: Read> Read for Counted<R> {
 /// The bytes of the file read so far (shared with the reader that counts them).
 /// The bytes of the file read so far (shared with the thread that reads it).
 #[derive(Debug, Clone, Default)]
-pub struct BytesRead(Arc<AtomicU64>);
+pub(crate) struct BytesRead(Arc<AtomicU64>);
 
 impl BytesRead {
-    pub fn get(&self) -> u64 {
+    pub(crate) fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
 }

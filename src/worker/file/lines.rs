@@ -26,7 +26,7 @@ pub enum Line {
     Oversized { bytes: u64 },
 }
 
-pub struct Lines<R> {
+pub(crate) struct Lines<R> {
     inner: BufReader<R>,
     limit: usize,
     line_no: u64,
@@ -34,11 +34,11 @@ pub struct Lines<R> {
 }
 
 impl<R: Read> Lines<R> {
-    pub fn new(inner: R, limit: usize) -> Self {
+    pub(crate) fn new(inner: R, limit: usize) -> Self {
         Self::with_capacity(inner, limit, 1 << 20)
     }
 
-    pub fn with_capacity(inner: R, limit: usize, capacity: usize) -> Self {
+    pub(crate) fn with_capacity(inner: R, limit: usize, capacity: usize) -> Self {
         Self {
             inner: BufReader::with_capacity(capacity, inner),
             limit,
@@ -48,32 +48,32 @@ impl<R: Read> Lines<R> {
     }
 
     /// The number of the line last read (0 before the first).
-    pub fn line_no(&self) -> u64 {
+    pub(crate) fn line_no(&self) -> u64 {
         self.line_no
     }
 
     /// Whether input is buffered: if not, the next line needs a read, which may wait
     /// (on a FIFO, for the writer).
-    pub fn buffered(&self) -> bool {
+    pub(crate) fn buffered(&self) -> bool {
         !self.inner.buffer().is_empty()
     }
 
     /// Whether line 1 began with a byte-order mark (which was skipped).
-    pub fn skipped_bom(&self) -> bool {
+    pub(crate) fn skipped_bom(&self) -> bool {
         self.skipped_bom
     }
 
     /// Reads the next line's record into `buf` (cleared first); `None` at end of input.
     /// An error leaves the line unread (its number is not counted).
     #[cfg(test)]
-    pub fn next_into(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Line>> {
+    pub(crate) fn next_into(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Line>> {
         buf.clear();
         self.append_next(buf)
     }
 
     /// Appends the next line's record to `buf`, as `next_into` reads it; on `None`
     /// or an error `buf` is as it was.
-    pub fn append_next(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Line>> {
+    pub(crate) fn append_next(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Line>> {
         let start = buf.len();
         let first = self.line_no == 0;
         let slack = if first { BOM.len() as u64 } else { 0 };

@@ -96,7 +96,7 @@ fn refuse_config(cfg: &Config) -> Result<(), WorkerError> {
 
 /// How a file run ended.
 #[derive(Debug, Clone)]
-pub struct FileRun {
+pub(crate) struct FileRun {
     pub counters: Counters,
     /// Lines read and applied (the offset of the last checkpoint).
     pub lines: u64,
@@ -106,7 +106,7 @@ pub struct FileRun {
     pub interrupted: Option<i32>,
 }
 
-pub fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerError> {
+pub(crate) fn run(cfg: &Config, input: &Path, output: &Path) -> Result<FileRun, WorkerError> {
     let mut driver = Driver::open(cfg, input, output)?;
     let stopped = loop {
         if let Some(stopped) = driver.step()? {

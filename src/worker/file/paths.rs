@@ -27,7 +27,7 @@ use crate::base::error::Refusal;
 
 /// Everything a file run reads and writes.
 #[derive(Debug, Clone)]
-pub struct Paths {
+pub(crate) struct Paths {
     pub input: PathBuf,
     pub output: PathBuf,
     pub late: PathBuf,
@@ -35,7 +35,7 @@ pub struct Paths {
 }
 
 impl Paths {
-    pub fn new(input: &Path, output: &Path) -> Self {
+    pub(crate) fn new(input: &Path, output: &Path) -> Self {
         let side = |ext: &str| {
             output.with_extension(format!(
                 "{}{ext}",
@@ -63,7 +63,7 @@ impl Paths {
 
     /// Refuses a run that would overwrite its input, or write two outputs into one
     /// file; `wiped` are directories the run deletes or prunes. Creates nothing.
-    pub fn check(&self, wiped: &[&Path]) -> Result<(), WorkerError> {
+    pub(crate) fn check(&self, wiped: &[&Path]) -> Result<(), WorkerError> {
         let io_err = |path: &Path| {
             let path = path.display().to_string();
             move |source| WorkerError::Io { path, source }

@@ -44,7 +44,7 @@ const STEP: usize = 64;
 
 /// Why the input ended, after the records of the chunk that says it.
 #[derive(Debug)]
-pub enum End {
+pub(crate) enum End {
     Eof,
     /// A stop request (SIGTERM, SIGINT) interrupted a read.
     Stopped,
@@ -54,7 +54,7 @@ pub enum End {
 
 /// Consecutive records of the input, read and through step 1 of the rules.
 #[derive(Debug, Default)]
-pub struct Chunk {
+pub(crate) struct Chunk {
     /// The records, back to back; record `i` ends at `ends[i]`.
     bytes: Vec<u8>,
     ends: Vec<usize>,
@@ -77,7 +77,7 @@ impl Chunk {
     }
 
     /// The `i`-th record's bytes.
-    pub fn record(&self, i: usize) -> &[u8] {
+    pub(crate) fn record(&self, i: usize) -> &[u8] {
         &self.bytes[self.span(i)]
     }
 
@@ -166,7 +166,7 @@ impl crate::worker::partitions::Run for Chunk {
 }
 
 /// The main thread's end of the reading thread.
-pub struct Reader {
+pub(crate) struct Reader {
     chunks: Receiver<Chunk>,
     spent: Sender<Chunk>,
     thread: Option<JoinHandle<()>>,
@@ -179,7 +179,7 @@ pub struct Reader {
 impl Reader {
     /// Starts reading `lines`; `input` names the file in log lines, `now_ms` is the
     /// run's wall clock for step 1, `cfg` the run's configuration.
-    pub fn spawn(
+    pub(crate) fn spawn(
         lines: Lines<Box<dyn Read + Send>>,
         bytes_read: BytesRead,
         cfg: Arc<EngineConfig>,
@@ -212,7 +212,7 @@ impl Reader {
 
     /// The next chunk, every record prepared. After the one with an `end`, there
     /// is none. A panic of the reading thread resumes here.
-    pub fn next(&mut self) -> Chunk {
+    pub(crate) fn next(&mut self) -> Chunk {
         let got = match self.chunks.try_recv() {
             Err(TryRecvError::Empty) => {
                 // This thread waits: the reading thread prepares less.
@@ -233,7 +233,7 @@ impl Reader {
     }
 
     /// Gives an applied chunk's buffers back for reuse.
-    pub fn recycle(&self, chunk: Chunk) {
+    pub(crate) fn recycle(&self, chunk: Chunk) {
         let _ = self.spent.send(chunk);
     }
 }

@@ -70,7 +70,7 @@ fn line(w: &mut impl Write, value: &impl Serialize) -> io::Result<()> {
 
 /// One dead letter. `record` is the record, or for an oversized one its first
 /// `limits.max_record_bytes` bytes with `true_len` its length.
-pub fn dead_letter(
+pub(crate) fn dead_letter(
     w: &mut impl Write,
     reason: &DeadLetterReason,
     source: &str,
@@ -91,7 +91,7 @@ pub fn dead_letter(
 }
 
 /// One too-late record.
-pub fn too_late(
+pub(crate) fn too_late(
     w: &mut impl Write,
     window_end: i64,
     watermark: i64,

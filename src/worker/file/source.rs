@@ -26,7 +26,7 @@ use std::path::Path;
 /// delivered to another thread does not interrupt this thread's poll).
 const POLL_MS: libc::c_int = 100;
 
-pub struct Source {
+pub(crate) struct Source {
     file: File,
     /// Wait in poll(2) before each read: the input is not a regular file.
     poll: bool,
@@ -46,7 +46,7 @@ impl std::fmt::Display for Stopped {
 impl std::error::Error for Stopped {}
 
 /// Whether `e` is the error of a read after a stop request.
-pub fn is_stop(e: &io::Error) -> bool {
+pub(crate) fn is_stop(e: &io::Error) -> bool {
     e.get_ref().is_some_and(|inner| inner.is::<Stopped>())
 }
 

@@ -43,7 +43,7 @@ use crate::state::StateStore;
 use crate::worker::rebalance::{Source, SourceContext};
 
 #[derive(Debug, Clone, Default)]
-pub struct RunOptions {
+pub(crate) struct RunOptions {
     /// Stop at the log ends seen at assignment; flush all open windows as end of input.
     pub until_end: bool,
     pub policy: StartPolicy,
@@ -63,7 +63,7 @@ fn lock(core: &Mutex<Worker>) -> Result<MutexGuard<'_, Worker>, WorkerError> {
 }
 
 /// Runs one worker until shutdown (or, with `until_end`, until its partitions are drained).
-pub fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
+pub(crate) fn run(cfg: &Config, opts: RunOptions) -> Result<Counters, WorkerError> {
     let mut driver = Driver::open(cfg, opts)?;
     let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| loop {
         if let Next::Stop = driver.step()? {

@@ -18,21 +18,21 @@ use crate::worker::WorkerError;
 /// How long a flush waits for the delivery reports.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
 
-pub struct KafkaOutputs {
+pub(crate) struct KafkaOutputs {
     producer: Producer,
     /// The input topic, the `topic` of each record's source.
     topic: String,
 }
 
 impl KafkaOutputs {
-    pub fn new(kafka: &KafkaConfig, topics: &TopicsConfig) -> Result<Self, KafkaIoError> {
+    pub(crate) fn new(kafka: &KafkaConfig, topics: &TopicsConfig) -> Result<Self, KafkaIoError> {
         Ok(Self {
             producer: Producer::new(kafka, topics)?,
             topic: topics.input.clone(),
         })
     }
 
-    pub fn producer(&self) -> &Producer {
+    pub(crate) fn producer(&self) -> &Producer {
         &self.producer
     }
 }

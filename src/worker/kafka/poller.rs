@@ -81,7 +81,7 @@ struct Meta {
 /// Consecutive records of one partition, in increasing offsets, polled under one
 /// assignment epoch, and through step 1.
 #[derive(Debug)]
-pub struct Run {
+pub(crate) struct Run {
     pub partition: Partition,
     /// The assignment epoch (`Shared::epoch`) when the records were polled.
     pub epoch: u64,
@@ -133,15 +133,11 @@ impl Run {
         self.records.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.records.is_empty()
-    }
-
-    pub fn offset(&self, i: usize) -> i64 {
+    pub(crate) fn offset(&self, i: usize) -> i64 {
         self.records[i].offset
     }
 
-    pub fn kafka_ts(&self, i: usize) -> Option<i64> {
+    pub(crate) fn kafka_ts(&self, i: usize) -> Option<i64> {
         self.records[i].kafka_ts
     }
 
@@ -149,12 +145,12 @@ impl Run {
         self.records[i].key.clone().map(|k| &self.bytes[k])
     }
 
-    pub fn payload(&self, i: usize) -> &[u8] {
+    pub(crate) fn payload(&self, i: usize) -> &[u8] {
         &self.bytes[self.records[i].payload.clone()]
     }
 
     /// The `i`-th record as the engine reads it, ingested at `now_ms`.
-    pub fn record_in(&self, i: usize, now_ms: i64) -> RecordIn<'_> {
+    pub(crate) fn record_in(&self, i: usize, now_ms: i64) -> RecordIn<'_> {
         RecordIn {
             payload: self.payload(i),
             kafka_ts: self.kafka_ts(i),
@@ -162,8 +158,9 @@ impl Run {
         }
     }
 
+    #[cfg(test)]
     /// The records with offsets in `[from, to)`: a range, offsets being increasing.
-    pub fn within(&self, from: i64, to: i64) -> Range<usize> {
+    pub(crate) fn within(&self, from: i64, to: i64) -> Range<usize> {
         crate::worker::partitions::within(self, from, to)
     }
 }
@@ -256,7 +253,7 @@ fn prepare(runs: &mut [Run], cfg: &EngineConfig, now_ms: i64) {
 
 /// One chunk of polled records.
 #[derive(Debug)]
-pub struct Polled {
+pub(crate) struct Polled {
     pub runs: Vec<Run>,
     /// Wall clock when the chunk was polled: every record's ingest time.
     pub now_ms: i64,
@@ -278,7 +275,7 @@ pub struct Polled {
 /// control record it consumed, per assigned partition), read after a poll that
 /// found nothing: every record before them is in this chunk or an earlier one.
 #[derive(Debug, Clone)]
-pub struct Positions {
+pub(crate) struct Positions {
     /// The assignment epoch (`Shared::epoch`) when they were read.
     pub epoch: u64,
     pub at: Vec<(Partition, i64)>,
@@ -317,7 +314,7 @@ fn positions(consumer: &Source, topic: &str, epoch: u64) -> Option<Positions> {
 
 /// What the loop shares with the poll thread.
 #[derive(Clone)]
-pub struct Shared {
+pub(crate) struct Shared {
     pub consumer: Arc<Source>,
     /// The input topic.
     pub topic: String,
@@ -328,7 +325,7 @@ pub struct Shared {
 }
 
 /// The poll thread, seen from the loop.
-pub struct Poller {
+pub(crate) struct Poller {
     rx: Option<Receiver<Polled>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -336,10 +333,10 @@ pub struct Poller {
 
 /// The poll thread ended on its own (it panicked).
 #[derive(Debug)]
-pub struct Gone;
+pub(crate) struct Gone;
 
 impl Poller {
-    pub fn start(shared: Shared) -> std::io::Result<Self> {
+    pub(crate) fn start(shared: Shared) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
@@ -354,7 +351,7 @@ impl Poller {
     }
 
     /// The next chunk, or `None` if none came within `wait` (the input is quiet).
-    pub fn next(&self, wait: Duration) -> Result<Option<Polled>, Gone> {
+    pub(crate) fn next(&self, wait: Duration) -> Result<Option<Polled>, Gone> {
         let Some(rx) = &self.rx else {
             return Err(Gone);
         };
@@ -367,7 +364,7 @@ impl Poller {
 
     /// Stops the thread and waits for it: no poll (and no rebalance callback)
     /// runs after this returns. Chunks not yet received are dropped.
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         // A thread waiting for room in the queue wakes with an error.
         self.rx = None;

@@ -23,7 +23,7 @@ use crate::config::Config;
 
 impl Worker {
     /// Reloads the price table from `path` (see the module header).
-    pub fn reload_prices(&mut self, path: Option<&Path>) {
+    pub(crate) fn reload_prices(&mut self, path: Option<&Path>) {
         match self.try_reload(path) {
             Ok(None) => info!("price reload (SIGHUP): the price table is unchanged"),
             Ok(Some(n)) => info!(

@@ -108,7 +108,7 @@ impl Worker {
     /// all are checked; a partition whose next offset is below the log start has a
     /// gap whether or not librdkafka still held some of it in its fetch queue: the
     /// broker no longer has those records, so no checkpoint could replay them.
-    pub fn out_of_range(&mut self, consumer: &Source) -> Result<(), WorkerError> {
+    pub(crate) fn out_of_range(&mut self, consumer: &Source) -> Result<(), WorkerError> {
         let timeout = Duration::from_secs(10);
         let topic = self.job.topic.clone();
         let mut moved = false;

@@ -33,7 +33,7 @@ use crate::worker::rebalance::{RebalanceHandler, Source};
 use crate::worker::report::Publisher;
 use crate::worker::WorkerError;
 
-pub struct Worker {
+pub(crate) struct Worker {
     pub(super) parts: Partitions<KafkaOutputs>,
     /// The engine configuration as the poll thread reads it for step 1
     /// (`kafka::poller`), replaced by a price reload.
@@ -65,7 +65,7 @@ pub struct Worker {
 impl Worker {
     /// Applies a chunk of polled records (any partitions, poll order): each run,
     /// then the positions the chunk ends with.
-    pub fn process_polled(
+    pub(crate) fn process_polled(
         &mut self,
         polled: &Polled,
         consumer: &Source,
@@ -89,12 +89,12 @@ impl Worker {
     }
 
     /// Publishes each owned partition's position for the consumer lag.
-    pub fn publish_positions(&self) {
+    pub(crate) fn publish_positions(&self) {
         self.applied.publish(self.parts.lag_positions());
     }
 
     /// The liveness rule, with each partition's log end as librdkafka last saw it.
-    pub fn advance_idle(&mut self, consumer: &Source) -> Result<(), WorkerError> {
+    pub(crate) fn advance_idle(&mut self, consumer: &Source) -> Result<(), WorkerError> {
         let topic = &self.job.topic;
         self.parts
             .advance_idle(|p| cached_log_end(consumer, topic, p))
@@ -106,13 +106,13 @@ impl Worker {
     /// end by the consumer's position, `Partitions::pass`).
     /// Owning all of them matters under incremental assignment (cooperative,
     /// KIP-848): a first, partial assignment drained is not the end of the input.
-    pub fn drained(&self, topic_partitions: usize) -> bool {
+    pub(crate) fn drained(&self, topic_partitions: usize) -> bool {
         self.assigned_once && self.parts.len() >= topic_partitions && self.parts.drained()
     }
 
     /// Takes checkpoint N through the coordinator (steps 1–3); with `wait`, also
     /// completes it (4–5).
-    pub fn checkpoint(&mut self, consumer: &Source, wait: bool) -> Result<(), WorkerError> {
+    pub(crate) fn checkpoint(&mut self, consumer: &Source, wait: bool) -> Result<(), WorkerError> {
         let topic = self.job.topic.clone();
         let mut committer = GroupCommitter::new(consumer, &topic);
         self.checkpoint_with(&mut committer, wait, Some(consumer))
@@ -134,7 +134,7 @@ impl Worker {
     }
 
     /// Memory pressure between checkpoints (`Partitions::spill`).
-    pub fn spill(&mut self, consumer: &Source) -> Result<(), WorkerError> {
+    pub(crate) fn spill(&mut self, consumer: &Source) -> Result<(), WorkerError> {
         let mut committer = GroupCommitter::new(consumer, &self.job.topic);
         if let Some(c) = self.parts.spill(&mut self.coord, &mut committer)? {
             self.completed(c, Some(consumer));
@@ -143,7 +143,7 @@ impl Worker {
     }
 
     /// Completes the pending export if its thread is done (non-blocking).
-    pub fn poll_export(&mut self, consumer: &Source) -> Result<(), WorkerError> {
+    pub(crate) fn poll_export(&mut self, consumer: &Source) -> Result<(), WorkerError> {
         let mut committer = GroupCommitter::new(consumer, &self.job.topic);
         if let Some(c) = self.parts.finish(&mut self.coord, &mut committer, false)? {
             // The barrier's deltas are in the store now: windows may go.
@@ -203,12 +203,12 @@ impl Worker {
     }
 
     /// The report, with each partition's log end as seen at its assignment.
-    pub fn report(&self) -> WorkerReport {
+    pub(crate) fn report(&self) -> WorkerReport {
         self.report_of(|_| None)
     }
 
     /// `report`, with each partition's log end as librdkafka last fetched it.
-    pub fn report_with(&self, consumer: &Source) -> WorkerReport {
+    pub(crate) fn report_with(&self, consumer: &Source) -> WorkerReport {
         let topic = &self.job.topic;
         self.report_of(|p| cached_log_end(consumer, topic, p))
     }

@@ -122,7 +122,7 @@ impl<O: Outputs> Partitions<O> {
     /// header for which records are applied). Per partition, records keep their
     /// order; results, late records and dead letters go to different outputs, so
     /// their relative order across outputs is not part of the contract.
-    pub fn apply(
+    pub(crate) fn apply(
         &mut self,
         run: &impl Run,
         cfg: &Arc<EngineConfig>,
@@ -229,7 +229,7 @@ impl<O: Outputs> Partitions<O> {
     /// record (a log ending in a transaction marker, empty lines ending a file):
     /// only under the assignment `epoch` the position was read in, never past a
     /// bounded run's end. `low`: the log start seen with the position.
-    pub fn pass(
+    pub(crate) fn pass(
         &mut self,
         p: Partition,
         epoch: u64,
@@ -263,7 +263,7 @@ impl<O: Outputs> Partitions<O> {
     /// `p`'s next offset is below the log start `low` (the records were deleted
     /// while this worker ran): the gap is refused, or accepted and `p` goes on from
     /// `low`. Whether it moved.
-    pub fn fall_behind(&mut self, p: Partition, low: i64) -> Result<bool, WorkerError> {
+    pub(crate) fn fall_behind(&mut self, p: Partition, low: i64) -> Result<bool, WorkerError> {
         let policy = self.settings.policy;
         let Some(slot) = self.slots.get_mut(&p) else {
             return Ok(false);

@@ -9,7 +9,7 @@ use crate::model::Partition;
 
 impl<O: Outputs> Partitions<O> {
     /// Sums the audit counters; an imbalance is a bug and is reported loudly.
-    pub fn audit(&self) -> Counters {
+    pub(crate) fn audit(&self) -> Counters {
         let mut total = Counters::default();
         for (p, s) in &self.slots {
             let c = s.task.counters();
@@ -43,7 +43,10 @@ impl<O: Outputs> Partitions<O> {
 
     /// Each partition's report; `log_end`: its log end as the reader last saw it
     /// (`None`: the one seen at assignment).
-    pub fn reports(&self, log_end: impl Fn(Partition) -> Option<i64>) -> Vec<PartitionReport> {
+    pub(crate) fn reports(
+        &self,
+        log_end: impl Fn(Partition) -> Option<i64>,
+    ) -> Vec<PartitionReport> {
         self.slots
             .iter()
             .map(|(p, s)| PartitionReport {

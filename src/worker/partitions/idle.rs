@@ -15,7 +15,7 @@ use crate::worker::WorkerError;
 impl<O: Outputs> Partitions<O> {
     /// Applies the liveness rule; `log_end` is each partition's log end as the
     /// reader last saw it (`None`: not known, so not caught up).
-    pub fn advance_idle(
+    pub(crate) fn advance_idle(
         &mut self,
         log_end: impl Fn(Partition) -> Option<i64>,
     ) -> Result<(), WorkerError> {

@@ -48,17 +48,17 @@ impl<O: Outputs> Partitions<O> {
     }
 
     /// The state in memory passed the budget: spill before the next run.
-    pub fn spill_due(&self) -> bool {
+    pub(crate) fn spill_due(&self) -> bool {
         self.memory.spill_due
     }
 
     /// Windows evicted so far.
-    pub fn evicted(&self) -> u64 {
+    pub(crate) fn evicted(&self) -> u64 {
         self.memory.evicted
     }
 
     /// Evicts windows beyond the memory budget (all are clean right after a commit).
-    pub fn evict_to_budget(&mut self) -> Result<(), WorkerError> {
+    pub(crate) fn evict_to_budget(&mut self) -> Result<(), WorkerError> {
         self.memory.spill_due = false;
         let Some(budget) = self.settings.memory_budget else {
             return Ok(());
@@ -82,7 +82,7 @@ impl<O: Outputs> Partitions<O> {
     /// Takes a checkpoint through `coord` (steps 1–3; with `wait`, also 4–5): the
     /// outputs flushed, then each partition's cut. Evicts once the store holds
     /// every window. Returns the checkpoints that completed.
-    pub fn checkpoint(
+    pub(crate) fn checkpoint(
         &mut self,
         coord: &mut Coordinator,
         committer: &mut dyn OffsetCommitter,
@@ -123,7 +123,7 @@ impl<O: Outputs> Partitions<O> {
     /// flushed, exported or committed. When it is due (`spill_due`) with the
     /// tasks alone within the budget, it only waits for the export's batch write
     /// (the deltas in flight were the excess). Returns the export it waited for, if one completed.
-    pub fn spill(
+    pub(crate) fn spill(
         &mut self,
         coord: &mut Coordinator,
         committer: &mut dyn OffsetCommitter,
@@ -154,7 +154,7 @@ impl<O: Outputs> Partitions<O> {
 
     /// Completes the pending export through `coord`: waits for it with `wait`,
     /// else only if its thread is done.
-    pub fn finish(
+    pub(crate) fn finish(
         &mut self,
         coord: &mut Coordinator,
         committer: &mut dyn OffsetCommitter,

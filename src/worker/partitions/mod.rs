@@ -40,7 +40,7 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
-pub use outputs::{NoGroup, OutputPorts, Outputs, Record};
+pub(crate) use outputs::{NoGroup, OutputPorts, Outputs, Record};
 
 use super::lag;
 use super::WorkerError;
@@ -55,7 +55,7 @@ pub(crate) use apply::{log_accepted_gap, log_onboarded};
 
 /// Consecutive records of one partition, in increasing offsets, through step 1 of
 /// the rules (`Prepared`), as a driver read them.
-pub trait Run {
+pub(crate) trait Run {
     fn partition(&self) -> Partition;
     /// The assignment epoch the records were read under (a file run: 0).
     fn epoch(&self) -> u64;
@@ -77,7 +77,7 @@ pub trait Run {
 }
 
 /// The records of `run` with offsets in `[from, to)`: a range, offsets increasing.
-pub fn within(run: &impl Run, from: i64, to: i64) -> Range<usize> {
+pub(crate) fn within(run: &impl Run, from: i64, to: i64) -> Range<usize> {
     let first_at_or_past = |o: i64| {
         let (mut lo, mut hi) = (0, run.len());
         while lo < hi {
@@ -111,7 +111,7 @@ struct Slot {
 }
 
 /// What a partition starts from when it is assigned.
-pub struct Start {
+pub(crate) struct Start {
     pub next: NextOffset,
     /// The log end seen at assignment (a bounded run stops there; `i64::MAX`: none).
     pub end: i64,
@@ -122,7 +122,7 @@ pub struct Start {
 
 /// What every partition shares.
 #[derive(Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     pub engine: Arc<EngineConfig>,
     /// The input, as refusals name it.
     pub topic: String,
@@ -151,7 +151,7 @@ struct Memory {
 }
 
 /// The partitions a worker owns, generic over where their outputs go.
-pub struct Partitions<O> {
+pub(crate) struct Partitions<O> {
     settings: Settings,
     slots: BTreeMap<Partition, Slot>,
     /// The panes of the run being applied (reused).
@@ -166,7 +166,7 @@ pub struct Partitions<O> {
 }
 
 impl<O: Outputs> Partitions<O> {
-    pub fn new(settings: Settings, outputs: O) -> Self {
+    pub(crate) fn new(settings: Settings, outputs: O) -> Self {
         Self {
             settings,
             slots: BTreeMap::new(),
@@ -178,34 +178,34 @@ impl<O: Outputs> Partitions<O> {
         }
     }
 
-    pub fn outputs(&self) -> &O {
+    pub(crate) fn outputs(&self) -> &O {
         &self.outputs
     }
 
-    pub fn outputs_mut(&mut self) -> &mut O {
+    pub(crate) fn outputs_mut(&mut self) -> &mut O {
         &mut self.outputs
     }
 
-    pub fn engine(&self) -> &Arc<EngineConfig> {
+    pub(crate) fn engine(&self) -> &Arc<EngineConfig> {
         &self.settings.engine
     }
 
-    pub fn policy(&self) -> StartPolicy {
+    pub(crate) fn policy(&self) -> StartPolicy {
         self.settings.policy
     }
 
     /// `watermark.idle_timeout`, ms.
-    pub fn idle_ms(&self) -> Option<i64> {
+    pub(crate) fn idle_ms(&self) -> Option<i64> {
         self.settings.idle_ms
     }
 
     /// Progress records go to `(input partitions, results partitions)`.
-    pub fn send_progress_to(&mut self, to: (i32, i32)) {
+    pub(crate) fn send_progress_to(&mut self, to: (i32, i32)) {
         self.progress_to = Some(to);
     }
 
     /// Takes `p` over from `start` with its task (restored or new).
-    pub fn assign(&mut self, p: Partition, task: PartitionTask, start: Start) {
+    pub(crate) fn assign(&mut self, p: Partition, task: PartitionTask, start: Start) {
         let slot = Slot {
             task,
             next: start.next,
@@ -219,7 +219,7 @@ impl<O: Outputs> Partitions<O> {
     }
 
     /// Lets `p` go (its state stays wherever it was committed).
-    pub fn remove(&mut self, p: Partition) {
+    pub(crate) fn remove(&mut self, p: Partition) {
         self.slots.remove(&p);
     }
 
@@ -227,22 +227,22 @@ impl<O: Outputs> Partitions<O> {
         self.slots.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.slots.is_empty()
     }
 
     /// The owned partitions, in order.
-    pub fn owned(&self) -> impl Iterator<Item = Partition> + '_ {
+    pub(crate) fn owned(&self) -> impl Iterator<Item = Partition> + '_ {
         self.slots.keys().copied()
     }
 
     /// Each owned partition's next offset.
-    pub fn next_offsets(&self) -> impl Iterator<Item = (Partition, NextOffset)> + '_ {
+    pub(crate) fn next_offsets(&self) -> impl Iterator<Item = (Partition, NextOffset)> + '_ {
         self.slots.iter().map(|(p, s)| (*p, s.next))
     }
 
     /// Each owned partition's position, for the consumer lag (`worker::lag`).
-    pub fn lag_positions(&self) -> impl Iterator<Item = (Partition, lag::Position)> + '_ {
+    pub(crate) fn lag_positions(&self) -> impl Iterator<Item = (Partition, lag::Position)> + '_ {
         self.slots.iter().map(|(p, s)| {
             let at = lag::Position {
                 next: s.next,
@@ -253,26 +253,26 @@ impl<O: Outputs> Partitions<O> {
     }
 
     /// A partition's share of the memory budget once `more` partitions join.
-    pub fn share_with(&self, more: usize) -> Option<usize> {
+    pub(crate) fn share_with(&self, more: usize) -> Option<usize> {
         let n = (self.slots.len() + more).max(1);
         self.settings.memory_budget.map(|b| b / n)
     }
 
     /// Every owned partition is read to the log end seen at its assignment
     /// (`ledger::drained`).
-    pub fn drained(&self) -> bool {
+    pub(crate) fn drained(&self) -> bool {
         let drained = |s: &Slot| crate::checkpoint::ledger::drained(s.next, s.end);
         self.slots.values().all(drained)
     }
 
     /// Each owned partition's high-water `completed_ts` (a price reload's rule).
-    pub fn high_waters(&self) -> impl Iterator<Item = (Partition, Option<i64>)> + '_ {
+    pub(crate) fn high_waters(&self) -> impl Iterator<Item = (Partition, Option<i64>)> + '_ {
         let hw = |s: &Slot| s.task.high_water().map(|t| t.0);
         self.slots.iter().map(move |(p, s)| (*p, hw(s)))
     }
 
     /// Applies records from now on under `engine` (a price reload).
-    pub fn set_engine(&mut self, engine: Arc<EngineConfig>) {
+    pub(crate) fn set_engine(&mut self, engine: Arc<EngineConfig>) {
         for s in self.slots.values_mut() {
             s.task.set_config(engine.clone());
         }
@@ -281,7 +281,7 @@ impl<O: Outputs> Partitions<O> {
 
     /// End of input: every open window emits its panes (not checkpointed; see
     /// `PartitionTask::end_of_input`).
-    pub fn end_of_input(&mut self) -> Result<(), WorkerError> {
+    pub(crate) fn end_of_input(&mut self) -> Result<(), WorkerError> {
         for slot in self.slots.values_mut() {
             slot.task.end_of_input(&mut self.panes)?;
         }

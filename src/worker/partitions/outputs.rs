@@ -22,7 +22,7 @@ use crate::worker::WorkerError;
 /// One input record as an output carries it on: its coordinates and its bytes,
 /// exactly as read.
 #[derive(Debug, Clone, Copy)]
-pub struct Record<'a> {
+pub(crate) struct Record<'a> {
     pub partition: Partition,
     /// Its offset (a file run: its line number − 1).
     pub offset: i64,
@@ -35,7 +35,7 @@ pub struct Record<'a> {
 }
 
 /// Where applied records' outputs go.
-pub trait Outputs {
+pub(crate) trait Outputs {
     /// A pane.
     fn result(&mut self, r: &ResultRecord) -> Result<(), WorkerError>;
     /// A progress record (finality), after the panes it covers.
@@ -55,7 +55,7 @@ pub trait Outputs {
 }
 
 /// A checkpoint's offsets go nowhere (the file run has no consumer group).
-pub struct NoGroup;
+pub(crate) struct NoGroup;
 
 impl OffsetCommitter for NoGroup {
     fn commit(&mut self, _: CheckpointId, _: &[(Partition, NextOffset)]) {}
@@ -66,14 +66,14 @@ impl OffsetCommitter for NoGroup {
 /// (`CheckpointError::Outputs`), any other (a file's, naming it) kept aside and
 /// returned instead of the coordinator's (`error`), which knows only that step 2
 /// failed.
-pub struct OutputPorts<'a, O: ?Sized> {
+pub(crate) struct OutputPorts<'a, O: ?Sized> {
     outputs: &'a mut O,
     committer: &'a mut dyn OffsetCommitter,
     failed: Option<WorkerError>,
 }
 
 impl<'a, O: Outputs + ?Sized> OutputPorts<'a, O> {
-    pub fn new(outputs: &'a mut O, committer: &'a mut dyn OffsetCommitter) -> Self {
+    pub(crate) fn new(outputs: &'a mut O, committer: &'a mut dyn OffsetCommitter) -> Self {
         Self {
             outputs,
             committer,
@@ -82,7 +82,7 @@ impl<'a, O: Outputs + ?Sized> OutputPorts<'a, O> {
     }
 
     /// The error of a step: the flush's own when it was the flush that failed.
-    pub fn error(&mut self, e: CheckpointError) -> WorkerError {
+    pub(crate) fn error(&mut self, e: CheckpointError) -> WorkerError {
         self.failed.take().unwrap_or(WorkerError::Checkpoint(e))
     }
 }
