@@ -138,19 +138,23 @@ impl Access {
         }
     }
 
-    /// The scope of the request's key, or why it is refused (counted; answer it
-    /// with `unauthorized`).
-    pub(crate) fn authorize<B>(&self, req: &Request<B>, metrics: bool) -> Result<Scope, Refused> {
+    /// The scope of the request's key and the key's id (`None` without keys),
+    /// or why it is refused (counted; answer it with `unauthorized`).
+    pub(crate) fn authorize<B>(
+        &self,
+        req: &Request<B>,
+        metrics: bool,
+    ) -> Result<(Scope, Option<String>), Refused> {
         let Mode::Keys {
             keys,
             public_metrics,
             ..
         } = &self.mode
         else {
-            return Ok(Scope::Admin);
+            return Ok((Scope::Admin, None));
         };
         if metrics && *public_metrics {
-            return Ok(Scope::Admin);
+            return Ok((Scope::Admin, None));
         }
         let header = req
             .headers()
@@ -158,7 +162,7 @@ impl Access {
             .map(|v| v.to_str().unwrap_or(""));
         let keys = keys.read().map(|k| k.clone()).unwrap_or_default();
         match keys.check(header) {
-            Ok(key) => Ok(key.scope.clone()),
+            Ok(key) => Ok((key.scope.clone(), Some(key.id.clone()))),
             Err(why) => {
                 self.failures
                     .get_or_create(&FailureLabels {

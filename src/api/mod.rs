@@ -16,8 +16,10 @@
 
 pub(crate) mod access;
 pub(crate) mod keys;
+pub(crate) mod limits;
 pub(crate) mod negotiate;
 pub(crate) mod params;
+pub(crate) mod pool;
 pub(crate) mod tls;
 pub(crate) mod usage;
 pub(crate) mod whole;
@@ -67,7 +69,13 @@ type Body = BoxBody<Bytes, std::io::Error>;
 const JSON: &str = "application/json";
 const CSV: &str = "text/csv; charset=utf-8";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-const QUERY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Beyond `api.query_timeout` (PostgreSQL's `statement_timeout`, which cancels
+/// the query cleanly), how long a request waits before it gives up itself.
+const QUERY_SLACK: Duration = Duration::from_secs(5);
+/// How long a stop waits for the requests in flight.
+const DRAIN: Duration = Duration::from_secs(10);
+/// The most bytes of a request's head (request line and headers).
+const MAX_HEAD_BYTES: usize = 16 * 1024;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -75,10 +83,12 @@ struct RequestLabels {
     status: u16,
 }
 
-/// The API's shared state: the database connection (made on demand) and metrics.
+/// The API's shared state: the database connections (made on demand), the
+/// limits and metrics.
 pub(crate) struct Api {
-    url: String,
-    client: Mutex<Option<Arc<tokio_postgres::Client>>>,
+    pool: pool::Pool,
+    limits: limits::Limits,
+    query_timeout: Duration,
     /// The database's zone names (`pg_timezone_names`), read once.
     zones: Mutex<Option<Arc<HashSet<String>>>>,
     requests: Family<RequestLabels, Counter>,
@@ -90,7 +100,13 @@ pub(crate) struct Api {
 }
 
 impl Api {
-    pub fn new(database_url: &str, access: access::Access, tls: Option<tls::Tls>) -> Self {
+    pub fn new(
+        cfg: &crate::config::ApiConfig,
+        database_url: &str,
+        access: access::Access,
+        tls: Option<tls::Tls>,
+    ) -> Self {
+        let query_timeout = Duration::from_millis(cfg.query_timeout.0.max(1) as u64);
         let requests = Family::<RequestLabels, Counter>::default();
         let mut registry = Registry::default();
         registry.register(
@@ -100,30 +116,19 @@ impl Api {
         );
         access.register(&mut registry);
         Self {
-            url: database_url.to_string(),
-            client: Mutex::new(None),
+            pool: pool::Pool::new(database_url, cfg.pool_size as usize, query_timeout),
+            limits: limits::Limits::new(
+                cfg.max_range.0,
+                cfg.max_concurrent as usize,
+                cfg.rate_limit,
+            ),
+            query_timeout,
             zones: Mutex::new(None),
             requests,
             access,
             tls,
             registry,
         }
-    }
-
-    /// The connection, made again if it broke.
-    async fn client(&self) -> Result<Arc<tokio_postgres::Client>, String> {
-        let mut slot = self.client.lock().await;
-        if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
-            return Ok(c.clone());
-        }
-        *slot = None;
-        let c = tokio::time::timeout(CONNECT_TIMEOUT, crate::sink::connect(&self.url))
-            .await
-            .map_err(|_| format!("no connection within {CONNECT_TIMEOUT:?}"))?
-            .map_err(|e| e.to_string())?;
-        let c = Arc::new(c);
-        *slot = Some(c.clone());
-        Ok(c)
     }
 
     /// Whether `tz` is a zone of the database's tzdata.
@@ -145,7 +150,7 @@ impl Api {
     }
 
     async fn ready(&self) -> Result<(), String> {
-        let c = self.client().await?;
+        let c = self.pool.get().await?;
         let version: Option<i32> = tokio::time::timeout(
             CONNECT_TIMEOUT,
             c.query_one("SELECT max(version) FROM tally_migrations", &[]),
@@ -202,6 +207,13 @@ fn read_error(e: ReadError) -> Response<Body> {
                     "the database lacks the usage schema: run `tally migrate`",
                 );
             }
+            if code == Some(&SqlState::QUERY_CANCELED) {
+                return error(
+                    503,
+                    None,
+                    "the query ran over api.query_timeout and was cancelled: ask for less",
+                );
+            }
             if e.is_closed() || code.is_none() {
                 return error(503, None, &format!("database unavailable: {e}"));
             }
@@ -226,6 +238,20 @@ fn negotiated(
     negotiate::choose(&accept, offers)
 }
 
+/// 429 with `Retry-After` (seconds).
+fn too_many(after_s: u64, what: &str) -> Response<Body> {
+    let mut resp = error(
+        429,
+        None,
+        &format!("too many requests: {what}; retry after {after_s} s"),
+    );
+    resp.headers_mut().insert(
+        hyper::header::RETRY_AFTER,
+        hyper::header::HeaderValue::from(after_s),
+    );
+    resp
+}
+
 fn not_acceptable() -> Response<Body> {
     error(
         406,
@@ -242,12 +268,44 @@ async fn route(api: &Api, req: Request<hyper::body::Incoming>) -> (&'static str,
     }
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
-    let scope = match path.as_str() {
-        "/healthz" | "/readyz" => keys::Scope::Admin,
+    let (scope, key) = match path.as_str() {
+        "/healthz" | "/readyz" => (keys::Scope::Admin, None),
         p => match api.access.authorize(&req, p == "/metrics") {
-            Ok(scope) => scope,
+            Ok(granted) => granted,
             Err(why) => return ("auth", access::unauthorized(why)),
         },
+    };
+    // The routes that query: bounded in flight and per key.
+    let data = path == "/v1/usage" || path.starts_with("/v1/invoices/");
+    let permit = if data {
+        if let Some(key) = &key {
+            if let Err(after) = api
+                .limits
+                .take(key, crate::base::clock::mono_ms().max(0) as u64)
+            {
+                return (
+                    "limited",
+                    too_many(after, "this key's rate (api.rate_limit)"),
+                );
+            }
+        }
+        match api.limits.enter() {
+            Some(p) => Some(p),
+            None => {
+                return (
+                    "limited",
+                    too_many(
+                        1,
+                        &format!(
+                            "{} requests in flight (api.max_concurrent)",
+                            api.limits.max_concurrent()
+                        ),
+                    ),
+                )
+            }
+        }
+    } else {
+        None
     };
     match path.as_str() {
         "/healthz" => ("healthz", reply(200, "text/plain", "ok\n")),
@@ -266,7 +324,7 @@ async fn route(api: &Api, req: Request<hyper::body::Incoming>) -> (&'static str,
         "/v1/usage" => match negotiated(&req, &[negotiate::Offer::Json, negotiate::Offer::Csv]) {
             Some(offer) => (
                 "usage",
-                usage_route(api, &scope, &query, offer == negotiate::Offer::Csv).await,
+                usage_route(api, &scope, &query, offer == negotiate::Offer::Csv, permit).await,
             ),
             None => ("usage", not_acceptable()),
         },
@@ -286,9 +344,10 @@ async fn route(api: &Api, req: Request<hyper::body::Incoming>) -> (&'static str,
 
 /// The connection, once the zone is known to the database's tzdata: else 503
 /// (no database) or 400 naming `tz`.
-async fn client_for(api: &Api, tz: &str) -> Result<Arc<tokio_postgres::Client>, Response<Body>> {
+async fn client_for(api: &Api, tz: &str) -> Result<pool::Conn, Response<Body>> {
     let client = api
-        .client()
+        .pool
+        .get()
         .await
         .map_err(|e| error(503, None, &format!("database unavailable: {e}")))?;
     match api.known_zone(&client, tz).await {
@@ -302,11 +361,28 @@ async fn client_for(api: &Api, tz: &str) -> Result<Arc<tokio_postgres::Client>, 
     }
 }
 
-async fn usage_route(api: &Api, scope: &keys::Scope, query: &str, csv: bool) -> Response<Body> {
+async fn usage_route(
+    api: &Api,
+    scope: &keys::Scope,
+    query: &str,
+    csv: bool,
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+) -> Response<Body> {
     let q = match params::usage(query).and_then(|q| access::scoped_usage(scope, q)) {
         Ok(q) => q,
         Err(e) => return param_error(e),
     };
+    if q.to_ms - q.from_ms > api.limits.max_range_ms {
+        return error(
+            400,
+            Some("to"),
+            &format!(
+                "from and to span {} days, more than api.max_range ({} days): ask in parts",
+                (q.to_ms - q.from_ms) / 86_400_000,
+                api.limits.max_range_ms / 86_400_000
+            ),
+        );
+    }
     if let Some(t) = q.tenant_id.as_deref().filter(|t| !scope.allows(t)) {
         return access::unknown_tenant(t);
     }
@@ -315,10 +391,16 @@ async fn usage_route(api: &Api, scope: &keys::Scope, query: &str, csv: bool) -> 
         Err(r) => return r,
     };
     if !csv {
-        return match tokio::time::timeout(QUERY_TIMEOUT, usage::page(&client, &q)).await {
+        return match tokio::time::timeout(api.query_timeout + QUERY_SLACK, usage::page(&client, &q))
+            .await
+        {
             Ok(Ok(page)) => reply(200, JSON, serde_json::to_vec(&page).unwrap_or_default()),
             Ok(Err(e)) => read_error(e),
-            Err(_) => error(503, None, "the query did not finish in time"),
+            Err(_) => error(
+                503,
+                None,
+                "the query did not finish within api.query_timeout",
+            ),
         };
     }
     let rows = match usage::all(&client, &q).await {
@@ -330,7 +412,10 @@ async fn usage_route(api: &Api, scope: &keys::Scope, query: &str, csv: bool) -> 
         futures_util::stream::once(
             async move { Ok(Frame::data(Bytes::from(usage::csv_header(&q)))) },
         );
+    // The connection and the place in flight are held until the stream ends.
+    let held = (client, permit);
     let lines = rows.map(move |r| {
+        let _ = &held;
         r.map_err(|e| std::io::Error::other(e.to_string()))
             .and_then(|r| {
                 usage::csv_line(&r, by_model).map_err(|e| std::io::Error::other(format!("{e:?}")))
@@ -361,10 +446,14 @@ async fn invoice_route(
         Ok(c) => c,
         Err(r) => return r,
     };
-    match tokio::time::timeout(QUERY_TIMEOUT, usage::invoice(&client, &q)).await {
+    match tokio::time::timeout(api.query_timeout + QUERY_SLACK, usage::invoice(&client, &q)).await {
         Ok(Ok(inv)) => reply(200, JSON, serde_json::to_vec(&inv).unwrap_or_default()),
         Ok(Err(e)) => read_error(e),
-        Err(_) => error(503, None, "the query did not finish in time"),
+        Err(_) => error(
+            503,
+            None,
+            "the query did not finish within api.query_timeout",
+        ),
     }
 }
 
@@ -389,7 +478,7 @@ async fn serve(cfg: &Config) -> anyhow::Result<()> {
         .as_ref()
         .map(tls::Tls::from_config)
         .transpose()?;
-    let api = Arc::new(Api::new(&cfg.sink.database_url, access, tls));
+    let api = Arc::new(Api::new(&cfg.api, &cfg.sink.database_url, access, tls));
     if api.access.reloads() || api.tls.is_some() {
         crate::base::shutdown::install_reload();
         let api = api.clone();
@@ -417,8 +506,22 @@ async fn serve(cfg: &Config) -> anyhow::Result<()> {
             _ = term.recv() => {}
         }
     };
-    accept_loop(listener, api, stop).await;
-    info!("usage API: shutting down");
+    accept_loop(listener, api.clone(), stop).await;
+    // No new connection is accepted; the requests in flight finish first.
+    let n = api.limits.in_flight();
+    info!(
+        in_flight = n,
+        "usage API: shutting down after the requests in flight (at most {DRAIN:?})"
+    );
+    if tokio::time::timeout(DRAIN, api.limits.drained())
+        .await
+        .is_err()
+    {
+        warn!(
+            in_flight = api.limits.in_flight(),
+            "usage API: requests still in flight after {DRAIN:?}; stopping anyway"
+        );
+    }
     Ok(())
 }
 
@@ -434,7 +537,8 @@ pub(crate) fn spawn_local(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let api = Arc::new(Api::new(database_url, access, None));
+    let defaults = crate::config::ApiConfig::default();
+    let api = Arc::new(Api::new(&defaults, database_url, access, None));
     std::thread::Builder::new()
         .name("usage-api".into())
         .spawn(move || {
@@ -506,6 +610,10 @@ where
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(crate::service::http::HEADER_TIMEOUT)
+        // A request line and headers of at most 16 KiB, 64 headers: more is refused
+        // (431) before any of it is routed.
+        .max_buf_size(MAX_HEAD_BYTES)
+        .max_headers(64)
         .serve_connection(TokioIo::new(stream), service);
     if let Err(e) = conn.await {
         debug!(%peer, error = %e, "usage API: connection error");

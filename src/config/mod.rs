@@ -160,6 +160,19 @@ pub struct ApiConfig {
     /// Serve HTTPS: the certificate chain and key (PEM), and with `client_ca`,
     /// require client certificates that CA signed. Reloaded on SIGHUP.
     pub tls: Option<ApiTlsConfig>,
+    /// The longest `to − from` a usage query may span (400 beyond).
+    pub max_range: Millis,
+    /// PostgreSQL's `statement_timeout` for every query, CSV streams included.
+    pub query_timeout: Millis,
+    /// Requests in flight at once in this process (429 beyond).
+    #[serde(deserialize_with = "crate::base::duration::de_u64")]
+    pub max_concurrent: u64,
+    /// Requests per second per key, in bursts of twice that (429 beyond); 0: none.
+    #[serde(deserialize_with = "crate::base::duration::de_u64")]
+    pub rate_limit: u64,
+    /// PostgreSQL connections, each lent to one request at a time.
+    #[serde(deserialize_with = "crate::base::duration::de_u64")]
+    pub pool_size: u64,
 }
 
 /// `[api.tls]`.
@@ -179,6 +192,11 @@ impl Default for ApiConfig {
             allow_unauthenticated: false,
             public_metrics: false,
             tls: None,
+            max_range: Millis(366 * 86_400_000),
+            query_timeout: Millis(60_000),
+            max_concurrent: 64,
+            rate_limit: 50,
+            pool_size: 8,
         }
     }
 }

@@ -144,7 +144,13 @@ fn a_tenant_key_reads_its_tenants_only_and_a_revoked_key_is_refused_after_sighup
         ] {
             for accept in [json, "text/csv"] {
                 let (status, _, body) = get(&addr, &path, Some(&bearer(key)), accept);
-                assert_eq!(status, 404, "{path} {accept}: {body}");
+                // An invoice has no CSV: 406 before the tenant is looked at.
+                let csv_invoice = path.starts_with("/v1/invoices") && accept == "text/csv";
+                assert_eq!(
+                    status,
+                    if csv_invoice { 406 } else { 404 },
+                    "{path} {accept}: {body}"
+                );
                 assert!(!body.contains('7'), "{path}: globex's cost leaked: {body}");
             }
         }

@@ -5,6 +5,7 @@
 mod alerts;
 mod api_csv;
 mod api_keys;
+mod api_limits;
 mod codebase;
 mod common;
 mod crafted;
