@@ -67,6 +67,7 @@ impl From<tokio_postgres::Error> for ReadError {
 type Body = BoxBody<Bytes, std::io::Error>;
 
 const JSON: &str = "application/json";
+const PROBLEM: &str = "application/problem+json";
 const CSV: &str = "text/csv; charset=utf-8";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Beyond `api.query_timeout` (PostgreSQL's `statement_timeout`, which cancels
@@ -180,9 +181,23 @@ fn reply(status: u16, content_type: &str, body: impl Into<Bytes>) -> Response<Bo
         .expect("a valid status and header")
 }
 
+/// An error as RFC 9457 problem details (`application/problem+json`): `type`
+/// (`about:blank`: the status says it), `title`, `status`, `detail`, and the
+/// parameter at fault; `error` keeps the fields of the API's first version.
 fn error(status: u16, parameter: Option<&str>, message: &str) -> Response<Body> {
-    let body = json!({"error": {"parameter": parameter, "message": message}});
-    reply(status, JSON, body.to_string())
+    let title = hyper::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("Error");
+    let body = json!({
+        "type": "about:blank",
+        "title": title,
+        "status": status,
+        "detail": message,
+        "parameter": parameter,
+        "error": {"parameter": parameter, "message": message},
+    });
+    reply(status, PROBLEM, body.to_string())
 }
 
 fn param_error(e: ParamError) -> Response<Body> {

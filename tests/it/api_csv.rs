@@ -69,7 +69,7 @@ fn q_values_406_and_formula_cells() {
         .all(|l| !l.starts_with(['=', '+', '-', '@'])));
 
     for (accept, want_status, want_type) in [
-        ("text/csv;q=0", 406, "application/json"),
+        ("text/csv;q=0", 406, "application/problem+json"),
         ("text/csv;q=0, */*", 200, "application/json"),
         ("text/*;q=0.9, application/json;q=0.5", 200, "text/csv"),
         (
@@ -77,7 +77,7 @@ fn q_values_406_and_formula_cells() {
             200,
             "application/json",
         ),
-        ("image/png", 406, "application/json"),
+        ("image/png", 406, "application/problem+json"),
     ] {
         let (status, ct, body) = get(&addr, &key, q, accept);
         assert_eq!(
@@ -86,8 +86,27 @@ fn q_values_406_and_formula_cells() {
             "{accept}: {body}"
         );
     }
-    let (status, _, body) = get(&addr, &key, "/v1/invoices/acme?period=2026-01", "text/csv");
-    assert_eq!(status, 406, "{body}");
+    let (status, ct, body) = get(&addr, &key, "/v1/invoices/acme?period=2026-01", "text/csv");
+    assert_eq!(
+        (status, ct.as_str()),
+        (406, "application/problem+json"),
+        "{body}"
+    );
+    // RFC 9457 problem details, with the first version's fields inside.
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (v["status"].as_u64(), v["title"].as_str()),
+        (Some(406), Some("Not Acceptable"))
+    );
+    assert_eq!(v["type"], "about:blank");
+    assert_eq!(v["detail"], v["error"]["message"]);
+    let (status, _, body) = get(&addr, &key, "/v1/usage?from=x&to=y", "application/json");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (status, v["parameter"].as_str()),
+        (400, Some("from")),
+        "{body}"
+    );
     let (status, _, _) = get(&addr, &key, "/v1/invoices/acme?period=2026-01", "*/*");
     assert_eq!(status, 200);
 }
