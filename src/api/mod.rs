@@ -45,7 +45,6 @@ use serde_json::json;
 use tokio::sync::Mutex;
 use tracing::warn;
 
-use crate::config::Config;
 use params::ParamError;
 
 /// What a read can fail on.
