@@ -5,28 +5,13 @@
 
 use std::time::Duration;
 
+use crate::api_http::api_request;
 use crate::common::*;
 
 fn get(addr: &str, key: &str, path: &str, accept: &str) -> (u16, String, String) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let r = reqwest::Client::new()
-            .get(format!("http://{addr}{path}"))
-            .bearer_auth(key)
-            .header("accept", accept)
-            .send()
-            .await
-            .unwrap();
-        let ct = r
-            .headers()
-            .get("content-type")
-            .map(|v| v.to_str().unwrap().to_string())
-            .unwrap_or_default();
-        (r.status().as_u16(), ct, r.text().await.unwrap())
-    })
+    let r = api_request(addr, path, Some(&format!("Bearer {key}")), accept);
+    let content_type = r.header("content-type");
+    (r.status, content_type, r.body)
 }
 
 #[test]

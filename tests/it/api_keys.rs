@@ -5,30 +5,15 @@
 
 use std::time::Duration;
 
+use crate::api_http::api_request;
 use crate::common::*;
 use crate::usage_api::mint;
 
 /// `GET path` with `key` (if any): status, `WWW-Authenticate`, body.
 fn get(addr: &str, path: &str, key: Option<&str>, accept: &str) -> (u16, String, String) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let mut req = reqwest::Client::new()
-            .get(format!("http://{addr}{path}"))
-            .header("accept", accept);
-        if let Some(k) = key {
-            req = req.header("authorization", k);
-        }
-        let r = req.send().await.unwrap();
-        let challenge = r
-            .headers()
-            .get("www-authenticate")
-            .map(|v| v.to_str().unwrap().to_string())
-            .unwrap_or_default();
-        (r.status().as_u16(), challenge, r.text().await.unwrap())
-    })
+    let r = api_request(addr, path, key, accept);
+    let challenge = r.header("www-authenticate");
+    (r.status, challenge, r.body)
 }
 
 fn bearer(key: &str) -> String {

@@ -6,30 +6,20 @@
 
 use std::time::{Duration, Instant};
 
+use crate::api_http::api_request;
 use crate::common::*;
 
 const Q: &str = "/v1/usage?from=2026-01-01T00:00:00Z&to=2026-01-02T00:00:00Z&window=hour";
 
 fn get(addr: &str, key: &str, path: &str) -> (u16, String, String) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let r = reqwest::Client::new()
-            .get(format!("http://{addr}{path}"))
-            .bearer_auth(key)
-            .timeout(Duration::from_secs(30))
-            .send()
-            .await
-            .unwrap();
-        let retry = r
-            .headers()
-            .get("retry-after")
-            .map(|v| v.to_str().unwrap().to_string())
-            .unwrap_or_default();
-        (r.status().as_u16(), retry, r.text().await.unwrap())
-    })
+    let r = api_request(
+        addr,
+        path,
+        Some(&format!("Bearer {key}")),
+        "application/json",
+    );
+    let retry = r.header("retry-after");
+    (r.status, retry, r.body)
 }
 
 /// A session holding an exclusive lock on the sink's table until dropped: every

@@ -4,6 +4,7 @@
 
 mod alerts;
 mod api_csv;
+mod api_http;
 mod api_keys;
 mod api_limits;
 mod codebase;
