@@ -154,7 +154,7 @@ impl Rig {
             r#"{{"request_id":"{id}","tenant_id":"{tenant}","model":"m","prompt_tokens":100,"completion_tokens":10,"completed_ts":{ts}}}"#
         );
         let mut out = Vec::new();
-        let route = self.tasks[p].process(
+        let route = self.tasks[p].process_step(
             RecordIn {
                 payload: rec.as_bytes(),
                 kafka_ts: None,
@@ -164,6 +164,12 @@ impl Rig {
         )?;
         self.offsets[p] += 1;
         self.check_memory(!out.is_empty())?;
+        // A window end firing in steps: the memory check after each.
+        while self.tasks[p].firing() {
+            out.clear();
+            self.tasks[p].resume_firing(&mut out)?;
+            self.check_memory(true)?;
+        }
         Ok(route)
     }
 

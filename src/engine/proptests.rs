@@ -189,6 +189,20 @@ impl spill::SpillStore for MirrorStore {
             .map(|((_, t), a)| (t.clone(), a.clone()))
             .collect())
     }
+    fn windows_ending_after(
+        &self,
+        _: Partition,
+        end: i64,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(Box<str>, WindowAcc)>, String> {
+        let m = self.0.lock().unwrap();
+        Ok(m.iter()
+            .filter(|((e, t), _)| *e == end && after.is_none_or(|a| &**t > a))
+            .take(limit)
+            .map(|((_, t), a)| (t.clone(), a.clone()))
+            .collect())
+    }
 }
 
 proptest! {
@@ -404,4 +418,116 @@ fn the_memory_budget_holds_for_long_tenant_ids() {
     assert!(t.windows_in_memory() <= budget / 256);
     assert!(t.windows_in_memory() < 5_000, "nothing was evicted");
     assert_eq!(t.open_windows(), 5_000, "evicted windows are still held");
+}
+
+/// Routes `recs` through `t` as a driver under a budget does: a record at a
+/// time (`process_step`) or in prepared batches of `batch`, and every end that
+/// fires in steps resumed with a spill (`commit`, then `evict` to `keep`
+/// bytes) between steps; a spill after every `every` records too. Returns the
+/// routes, the panes and how many firing steps were resumed.
+fn rec(r: &str) -> RecordIn<'_> {
+    RecordIn {
+        payload: r.as_bytes(),
+        kafka_ts: None,
+        now_ms: T0,
+    }
+}
+
+fn run_stepped(
+    t: &mut PartitionTask,
+    store: &MirrorStore,
+    recs: &[String],
+    (batch, every, keep): (Option<usize>, usize, usize),
+) -> (Vec<Route>, Vec<ResultRecord>, usize) {
+    let (mut routes, mut panes, mut steps) = (Vec::new(), Vec::new(), 0);
+    let spill = |t: &mut PartitionTask| {
+        store.commit(t.drain_changes());
+        t.evict(keep).unwrap();
+        assert_eq!(t.memory_bytes(), t.recount_bytes());
+    };
+    let config = t.config().clone();
+    let mut prepared = Prepared::default();
+    for (i, chunk) in recs.chunks(batch.unwrap_or(1)).enumerate() {
+        let mut done = 0;
+        while done < chunk.len() {
+            if batch.is_some() {
+                prepared.clear();
+                for r in &chunk[done..] {
+                    prepared.push(&config, rec(r));
+                }
+                done += t
+                    .process_prepared(&prepared, 0..prepared.len(), T0, &mut panes, &mut routes)
+                    .unwrap();
+            } else {
+                routes.push(t.process_step(rec(&chunk[0]), &mut panes).unwrap());
+                done += 1;
+            }
+            while t.firing() {
+                spill(t);
+                steps += 1;
+                t.resume_firing(&mut panes).unwrap();
+            }
+        }
+        if i % every == 0 {
+            spill(t);
+        }
+    }
+    t.end_of_input(&mut panes).unwrap();
+    (routes, panes, steps)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// Ends with more evicted windows than a firing run fire in steps, with
+    /// spills (and evictions of the fired windows) between the steps: the same
+    /// routes, panes and pane order as without a budget.
+    #[test]
+    fn firing_in_steps_changes_nothing(
+        recs in records(),
+        lateness in prop::sample::select(vec![0i64, 30_000, 120_000]),
+        every in 1usize..10,
+        keep in 0usize..3,
+        fire_run in 1usize..3,
+        batch in prop::option::of(1usize..40),
+    ) {
+        let mut plain = PartitionTask::new(Partition(0), cfg(lateness));
+        let (want_routes, mut want) = run(&mut plain, &recs);
+        plain.end_of_input(&mut want).unwrap();
+
+        let store = Arc::new(MirrorStore::default());
+        let mut t = PartitionTask::new(Partition(0), cfg(lateness));
+        t.attach_spill(store.clone());
+        t.set_fire_run(fire_run);
+        let (routes, panes, _) = run_stepped(&mut t, &store, &recs, (batch, every, keep * WINDOW_BYTES));
+        prop_assert_eq!(routes, want_routes);
+        prop_assert_eq!(panes, want);
+        prop_assert_eq!(t.counters(), plain.counters());
+    }
+}
+
+/// One end of 200 tenants, all evicted, fires in steps of 16: each step emits
+/// at most its run of stored windows, and the panes are those of no budget.
+#[test]
+fn a_large_end_fires_in_steps() {
+    let record = |i: usize, tenant: usize, ts: i64| {
+        format!(
+            r#"{{"request_id":"r{i}","tenant_id":"t{tenant:03}","model":"a","prompt_tokens":1,"completion_tokens":1,"completed_ts":{ts}}}"#
+        )
+    };
+    let mut recs: Vec<String> = (0..200).map(|i| record(i, (i * 7) % 200, T0)).collect();
+    recs.push(record(1000, 0, T0 + 400_000));
+    let mut plain = PartitionTask::new(Partition(0), cfg(30_000));
+    let (want_routes, mut want) = run(&mut plain, &recs);
+    plain.end_of_input(&mut want).unwrap();
+
+    let store = Arc::new(MirrorStore::default());
+    let mut t = PartitionTask::new(Partition(0), cfg(30_000));
+    t.attach_spill(store.clone());
+    t.set_fire_run(16);
+    let (routes, panes, steps) = run_stepped(&mut t, &store, &recs, (None, 50, 0));
+    assert!(steps >= 200 / 16, "{steps} steps");
+    assert_eq!(routes, want_routes);
+    assert_eq!(panes, want);
+    assert_eq!(t.counters(), plain.counters());
 }

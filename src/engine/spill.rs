@@ -9,8 +9,10 @@
 //! fired ends, and reads them back through `SpillStore`:
 //! - an event for `(end, tenant)` not in memory, where `end` has evicted windows,
 //!   looks the window up (one point read; absent means a new window);
-//! - an end that fires loads all its stored windows, so its on-time panes are
-//!   complete and in tenant order;
+//! - an end that fires loads its stored windows, so its on-time panes are
+//!   complete and in tenant order: all at once when it has at most a firing
+//!   run of them (`firing::RUN`), else in steps of a run each, in tenant order
+//!   after a cursor (`windows_ending_after`, `task::firing`);
 //! - purging an end drops its counts; the store deletes the end's windows with
 //!   one range delete at the next commit.
 //!
@@ -98,6 +100,15 @@ pub(crate) trait SpillStore: super::cold::DedupStore + Send + Sync {
         partition: Partition,
         end: i64,
     ) -> Result<Vec<(Box<str>, WindowAcc)>, String>;
+    /// The first `limit` stored windows ending at `end` whose tenant comes after
+    /// `after` (all of them with `None`), in tenant order: one bounded scan.
+    fn windows_ending_after(
+        &self,
+        partition: Partition,
+        end: i64,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(Box<str>, WindowAcc)>, String>;
 }
 
 /// Counts of evicted windows per end, and where to read them back.
@@ -184,9 +195,50 @@ impl Spilled {
         }
     }
 
-    /// The open ends with evicted windows at or below `through`, ascending.
-    pub(crate) fn open_ends_through(&self, through: i64) -> Vec<i64> {
-        self.open.range(..=through).map(|(e, _)| *e).collect()
+    /// Evicted windows of open end `end`.
+    pub(crate) fn open_count(&self, end: i64) -> u64 {
+        self.open.get(&end).copied().unwrap_or(0)
+    }
+
+    /// Up to `limit` stored windows of open end `end` after tenant `after`, in
+    /// tenant order (a firing step: the caller counts the evicted ones among
+    /// them with `took_open`; the others are stale copies of windows in memory).
+    /// Empty on a read failure (remembered).
+    pub(crate) fn open_after(
+        &mut self,
+        partition: Partition,
+        end: i64,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Vec<(Box<str>, WindowAcc)> {
+        let Some(store) = self.store.as_ref() else {
+            return Vec::new();
+        };
+        match store.windows_ending_after(partition, end, after, limit) {
+            Ok(v) => v,
+            Err(e) => {
+                self.fail(format!("reading spilled windows ending {end}"), e);
+                Vec::new()
+            }
+        }
+    }
+
+    /// One evicted window of open end `end` was read back; false once none is left.
+    pub(crate) fn took_open(&mut self, end: i64) -> bool {
+        let Some(n) = self.open.get_mut(&end) else {
+            return false;
+        };
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            self.open.remove(&end);
+            return false;
+        }
+        true
+    }
+
+    /// Forgets the evicted windows of open end `end` (its firing read them all).
+    pub(crate) fn clear_open(&mut self, end: i64) {
+        self.open.remove(&end);
     }
 
     /// Drops the counts of fired ends at or below `through` (purged).

@@ -15,7 +15,10 @@
 //! content; `pane_index` counts the panes a window has emitted. Open and fired windows
 //! are disjoint, and every fired window satisfies `W < end-1+lateness`. Windows may be
 //! evicted to the state store under a memory budget (`spill.rs`); every rule above
-//! applies to them unchanged.
+//! applies to them unchanged. An end with many evicted windows fires in steps
+//! (`firing`): until it is done, no record is routed.
+
+mod firing;
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
@@ -118,6 +121,10 @@ pub struct PartitionTask {
     final_through: Option<i64>,
     /// Where `final_through` moved since `take_progress`; `None`: not tracked.
     progress: Option<Vec<Progress>>,
+    /// A window end firing in steps (`firing`): records wait until it is done.
+    firing: Option<Box<firing::Firing>>,
+    /// Stored windows a firing step reads at most (`firing::RUN`).
+    fire_run: usize,
 }
 
 /// A move of a partition's progress (`PartitionTask::take_progress`).
@@ -200,6 +207,8 @@ impl PartitionTask {
             disorder: Histogram::default(),
             final_through: final_through(&cfg, watermark_now),
             progress: None,
+            firing: None,
+            fire_run: firing::RUN,
             cfg,
         }
     }
@@ -288,11 +297,13 @@ impl PartitionTask {
 
     /// Idleness: advances the watermark to `to` without data (wall-clock driven),
     /// firing and purging as if an event had moved it. Returns whether it moved.
+    /// An end with many evicted windows may be left firing (`resume_firing`).
     pub(crate) fn force_watermark(
         &mut self,
         to: EventTime,
         out: &mut Vec<ResultRecord>,
     ) -> Result<bool, SpillError> {
+        self.finish_firing(out);
         if !self.watermark.force(to.0) {
             return Ok(false);
         }
@@ -422,6 +433,9 @@ impl PartitionTask {
             if excess == 0 {
                 break;
             }
+            if phase == WindowPhase::Open && self.firing.as_ref().is_some_and(|f| f.end() == end) {
+                continue; // the cursor's memory list names them
+            }
             let map = match phase {
                 WindowPhase::Fired => &mut self.fired,
                 WindowPhase::Open => &mut self.open,
@@ -453,12 +467,26 @@ impl PartitionTask {
         Ok(evicted)
     }
 
-    /// Routes one record; panes it causes are appended to `out`.
+    /// Routes one record; panes it causes are appended to `out` (all of them:
+    /// an end it fires is fired to the end).
     pub(crate) fn process(
         &mut self,
         rec: RecordIn<'_>,
         out: &mut Vec<ResultRecord>,
     ) -> Result<Route, SpillError> {
+        let route = self.process_step(rec, out)?;
+        self.finish_firing(out);
+        self.spill_result(route)
+    }
+
+    /// `process`, but an end with many evicted windows may be left firing
+    /// (`firing`): the caller resumes it (`resume_firing`) before the next record.
+    pub(crate) fn process_step(
+        &mut self,
+        rec: RecordIn<'_>,
+        out: &mut Vec<ResultRecord>,
+    ) -> Result<Route, SpillError> {
+        self.finish_firing(out);
         let checked = self.check(rec);
         let route = self.count(rec, &checked, out);
         self.spill_result(route)
@@ -474,7 +502,8 @@ impl PartitionTask {
         recs: &[RecordIn<'_>],
         out: &mut Vec<ResultRecord>,
         routes: &mut Vec<Route>,
-    ) -> Result<(), SpillError> {
+    ) -> Result<usize, SpillError> {
+        self.finish_firing(out);
         let checked: Vec<_> = recs
             .iter()
             .map(|r| {
@@ -485,11 +514,16 @@ impl PartitionTask {
                 c
             })
             .collect();
+        let mut n = 0;
         for (rec, c) in recs.iter().zip(&checked) {
             let route = self.count(*rec, c, out);
             routes.push(route);
+            n += 1;
+            if self.firing.is_some() {
+                break;
+            }
         }
-        self.spill_result(())
+        self.spill_result(n)
     }
 
     /// Routes the records `range` of a batch that went through step 1 ahead
@@ -503,9 +537,10 @@ impl PartitionTask {
         now_ms: i64,
         out: &mut Vec<ResultRecord>,
         routes: &mut Vec<Route>,
-    ) -> Result<(), SpillError> {
+    ) -> Result<usize, SpillError> {
         const AHEAD: usize = 16;
-        let end = range.end;
+        self.finish_firing(out);
+        let (start, end) = (range.start, range.end);
         for fp in (range.start..end.min(range.start + AHEAD)).filter_map(|i| batch.fingerprint(i)) {
             self.dedup.prefetch(fp);
         }
@@ -521,8 +556,11 @@ impl PartitionTask {
                 Err(reason) => self.count_route(Route::DeadLetter(reason.clone())),
             };
             routes.push(route);
+            if self.firing.is_some() {
+                return self.spill_result(i + 1 - start);
+            }
         }
-        self.spill_result(())
+        self.spill_result(end - start)
     }
 
     /// Step 1 of the rules, and the request id's dedup fingerprint.
@@ -642,10 +680,13 @@ impl PartitionTask {
     /// Brings the evicted windows of open ends at or below `through` back into
     /// memory (they are about to fire).
     fn unspill_open_through(&mut self, through: i64) {
-        if self.spilled.open.is_empty() {
-            return; // the common case, on every watermark move
-        }
-        for end in self.spilled.open_ends_through(through) {
+        let ends: Vec<i64> = self
+            .spilled
+            .open
+            .range(..=through)
+            .map(|(e, _)| *e)
+            .collect();
+        for end in ends {
             let stored = self.spilled.take_open_end(self.partition, end);
             let tenants = self.open.entry(end).or_default();
             for (tenant, acc) in stored {
@@ -657,42 +698,20 @@ impl PartitionTask {
         }
     }
 
-    /// Step 4: fire on-time panes and purge, after the watermark moved.
+    /// Step 4: fire on-time panes and purge, after the watermark moved. An end
+    /// with many evicted windows may be left firing in steps (`firing`); the rest
+    /// waits for it (`after_firing`).
     fn advance(&mut self, out: &mut Vec<ResultRecord>) {
+        if self.fire_due(out) {
+            self.after_firing(out);
+        }
+    }
+
+    /// The rest of step 4 once every due end fired: purges, dedup expiry, the
+    /// progress mark.
+    fn after_firing(&mut self, out: &[ResultRecord]) {
         let w = self.watermark.current();
         let lateness = self.cfg.allowed_lateness_ms;
-        self.unspill_open_through(w.saturating_add(1));
-        while let Some(entry) = self.open.first_entry() {
-            let end = *entry.key();
-            if end - 1 > w {
-                break;
-            }
-            let mut tenants: Vec<_> = entry.remove().into_iter().collect();
-            tenants.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            let retain = w < (end - 1).saturating_add(lateness);
-            for (tenant, mut acc) in tenants {
-                let was_dirty = acc.dirty;
-                out.push(Self::pane(
-                    self.partition,
-                    &self.cfg,
-                    end,
-                    &tenant,
-                    &mut acc,
-                    PaneKind::OnTime,
-                ));
-                self.counters.panes += 1;
-                if retain {
-                    if !was_dirty {
-                        self.dirty_bytes += change_bytes(&tenant);
-                        self.dirty.push((end, tenant.clone()));
-                    }
-                    self.fired.entry(end).or_default().insert(tenant, acc);
-                } else {
-                    self.held_bytes -= acc_bytes(&tenant, &acc);
-                    self.purge_through(end);
-                }
-            }
-        }
         while let Some(entry) = self.fired.first_entry() {
             let end = *entry.key();
             if (end - 1).saturating_add(lateness) > w {
@@ -789,7 +808,9 @@ impl PartitionTask {
     /// Used at the end of a bounded run (file input, `--until-end`); the task must
     /// not be persisted afterwards, so a later live run restores the state from
     /// before and re-emits the same panes (same versions) when data closes them.
+    /// Reads every evicted window back at once (the run ends here).
     pub(crate) fn end_of_input(&mut self, out: &mut Vec<ResultRecord>) -> Result<(), SpillError> {
+        self.finish_firing(out);
         self.unspill_open_through(i64::MAX);
         for (end, tenants) in std::mem::take(&mut self.open) {
             let mut tenants: Vec<_> = tenants.into_iter().collect();

@@ -263,13 +263,31 @@ impl SpillStore for StateStore {
     }
 
     fn windows_ending(&self, p: Partition, end: i64) -> Result<Vec<(Box<str>, WindowAcc)>, String> {
+        self.windows_ending_after(p, end, None, usize::MAX)
+    }
+
+    fn windows_ending_after(
+        &self,
+        p: Partition,
+        end: i64,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(Box<str>, WindowAcc)>, String> {
         let prefix = key(b'W', p.0, &[&end_bytes(end)]);
+        // The first key past `after`: `after` itself followed by a zero byte.
+        let from = match after {
+            Some(t) => key(b'W', p.0, &[&end_bytes(end), t.as_bytes(), &[0]]),
+            None => prefix.clone(),
+        };
         let mut out = Vec::new();
         let mut models = Models::default();
         for item in self
             .db
-            .iterator(IteratorMode::From(&prefix, Direction::Forward))
+            .iterator(IteratorMode::From(&from, Direction::Forward))
         {
+            if out.len() >= limit {
+                break;
+            }
             let (k, v) = item.map_err(|e| e.to_string())?;
             if !k.starts_with(&prefix) {
                 break;

@@ -202,7 +202,12 @@ impl Driver {
             }
         }
         let mut chunk = self.reader.next();
-        self.parts.apply(&chunk, &self.engine, self.now)?;
+        // A window end firing in steps stops the chunk: spill between steps.
+        while !self.parts.apply(&chunk, &self.engine, self.now)? {
+            if self.parts.spill_due() {
+                self.checkpointer.spill(&mut self.parts)?;
+            }
+        }
         // Lines with no record after the chunk's last record are passed.
         self.parts
             .pass(Partition(0), 0, chunk.line_no as i64, Some(0))?;

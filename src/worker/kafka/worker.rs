@@ -71,11 +71,18 @@ impl Worker {
         consumer: &Source,
     ) -> Result<(), WorkerError> {
         for run in &polled.runs {
-            self.parts.apply(run, &polled.cfg, polled.now_ms)?;
             // A run that fired a window end brought its evicted windows back: over
-            // the budget, they go before the next partition's run adds its own.
-            if self.parts.spill_due() {
-                self.spill(consumer)?;
+            // the budget, they go before the next partition's run adds its own,
+            // and between the steps of an end firing in steps (`apply` stops
+            // there; the caller holds the worker lock, so no rebalance gets in).
+            loop {
+                let done = self.parts.apply(run, &polled.cfg, polled.now_ms)?;
+                if self.parts.spill_due() {
+                    self.spill(consumer)?;
+                }
+                if done {
+                    break;
+                }
             }
         }
         if let Some(positions) = &polled.positions {
@@ -97,7 +104,18 @@ impl Worker {
     pub(crate) fn advance_idle(&mut self, consumer: &Source) -> Result<(), WorkerError> {
         let topic = &self.job.topic;
         self.parts
-            .advance_idle(|p| cached_log_end(consumer, topic, p))
+            .advance_idle(|p| cached_log_end(consumer, topic, p))?;
+        // An end firing in steps: spilling between them when due.
+        while self.parts.firing() {
+            if self.parts.spill_due() {
+                self.spill(consumer)?;
+            }
+            self.parts.resume_firings()?;
+        }
+        if self.parts.spill_due() {
+            self.spill(consumer)?;
+        }
+        Ok(())
     }
 
     /// A bounded run is done when it owns every partition of the input topic

@@ -73,7 +73,7 @@ fn skip(
 }
 
 /// Panes whose buffer (`Partitions::panes`) stays allocated between runs.
-const PANES_KEPT: usize = 4096;
+pub(super) const PANES_KEPT: usize = 4096;
 
 /// Sends the panes `slot`'s task appended to `panes`, with its progress records
 /// where its watermark purged a new window end (`PartitionTask::take_progress`).
@@ -122,17 +122,22 @@ impl<O: Outputs> Partitions<O> {
     /// header for which records are applied). Per partition, records keep their
     /// order; results, late records and dead letters go to different outputs, so
     /// their relative order across outputs is not part of the contract.
+    ///
+    /// Returns whether the run is done. A record that leaves a window end firing
+    /// in steps (`PartitionTask::firing`) stops it there: its panes so far are
+    /// sent and the memory checked; the driver spills if due and calls again with
+    /// the same run, which resumes the firing a step at a time, then the records
+    /// after it.
     pub(crate) fn apply(
         &mut self,
         run: &impl Run,
         cfg: &Arc<EngineConfig>,
         now_ms: i64,
-    ) -> Result<(), WorkerError> {
+    ) -> Result<bool, WorkerError> {
         let p = run.partition();
         if run.is_empty() {
-            return Ok(());
+            return Ok(true);
         }
-        let (policy, bounded) = (self.settings.policy, self.settings.bounded);
         let slot = match self.slots.get_mut(&p) {
             Some(slot) if run.epoch() >= slot.assigned_at => slot,
             // Read before the partition was revoked (and maybe assigned again):
@@ -144,14 +149,44 @@ impl<O: Outputs> Partitions<O> {
                     from_offset = run.offset(0),
                     "records polled before a rebalance are left to the partition's owner"
                 );
-                return Ok(());
+                return Ok(true);
             }
         };
+        if slot.task.firing() {
+            let generation = self.settings.engine.generation;
+            let done = slot.task.resume_firing(&mut self.panes)?;
+            send_panes(
+                &mut self.outputs,
+                slot,
+                &mut self.panes,
+                self.progress_to,
+                generation,
+            )?;
+            self.panes.shrink_to(PANES_KEPT);
+            self.count_for_memory(0, true);
+            if !done {
+                return Ok(false);
+            }
+        }
+        self.apply_records(run, cfg, now_ms)
+    }
+
+    /// `apply` of the run's records from the partition's next offset on (its
+    /// slot is assigned under the run's epoch, and nothing is firing).
+    fn apply_records(
+        &mut self,
+        run: &impl Run,
+        cfg: &Arc<EngineConfig>,
+        now_ms: i64,
+    ) -> Result<bool, WorkerError> {
+        let p = run.partition();
+        let (policy, bounded) = (self.settings.policy, self.settings.bounded);
+        let slot = self.slots.get_mut(&p).expect("an assigned partition");
         // Already applied (a fetch racing a seek), or past a bounded run's end.
         let end = if bounded { slot.end } else { i64::MAX };
         let range = within(run, slot.next.0, end);
         if range.is_empty() {
-            return Ok(());
+            return Ok(true);
         }
         // Offsets the records skip (see `checkpoint::ledger`): empty ones in the
         // retained log, or — below the log start — deleted ones. Offsets increase,
@@ -160,27 +195,31 @@ impl<O: Outputs> Partitions<O> {
         if first != slot.next.0 || last - first != range.len() as i64 - 1 {
             let mut expected = slot.next.0;
             for offset in range.clone().map(|i| run.offset(i)) {
-                if offset > expected {
+                if offset > expected && offset > slot.skips_through {
                     let how = "the records after them arrived without them";
                     let at = (expected, offset, run.log_start());
                     skip(policy, &self.settings.topic, p, slot, at, how)?;
                 }
                 expected = offset + 1;
             }
+            slot.skips_through = last;
         }
         let mut routes = std::mem::take(&mut self.routes);
         routes.clear();
         let before = slot.task.counters();
-        if Arc::ptr_eq(cfg, slot.task.config()) {
+        let routed = if Arc::ptr_eq(cfg, slot.task.config()) {
             let (prepared, panes) = (run.prepared(), &mut self.panes);
             slot.task
-                .process_prepared(prepared, range.clone(), now_ms, panes, &mut routes)?;
+                .process_prepared(prepared, range.clone(), now_ms, panes, &mut routes)?
         } else {
             // Prepared under a configuration a price reload has replaced since.
             let recs: Vec<RecordIn<'_>> = range.clone().map(|i| run.record_in(i, now_ms)).collect();
             slot.task
-                .process_batch(&recs, &mut self.panes, &mut routes)?;
-        }
+                .process_batch(&recs, &mut self.panes, &mut routes)?
+        };
+        // Up to the record that left a window end firing, if one did.
+        let range = range.start..range.start + routed;
+        let done = !slot.task.firing();
         slot.next = NextOffset(run.offset(range.end - 1) + 1);
         slot.last_record = clock::mono_ms();
         let generation = self.settings.engine.generation;
@@ -198,7 +237,7 @@ impl<O: Outputs> Partitions<O> {
             self.dispatch(run, range.zip(routes.drain(..)), before.dead_letter)?;
         }
         self.routes = routes;
-        Ok(())
+        Ok(done)
     }
 
     /// Each record's route to its output; `dead_letters`: the partition's before.

@@ -2,6 +2,10 @@
 //! partition silent for `idle_timeout` follows the wall clock. Forced only when
 //! that fires or purges something, or moves the partition's progress (finality,
 //! DESIGN §6.1); the forced value is part of the checkpointed watermark.
+//!
+//! A forced watermark may leave a window end firing in steps (`engine::task`'s
+//! `firing`): the driver resumes it (`resume_firings`), spilling between steps
+//! when the memory check says so, before anything else is applied or cut.
 
 use tracing::{debug, info};
 
@@ -85,5 +89,25 @@ impl<O: Outputs> Partitions<O> {
             }
         }
         Ok(())
+    }
+
+    /// Whether a partition has a window end firing in steps.
+    pub(crate) fn firing(&self) -> bool {
+        self.slots.values().any(|s| s.task.firing())
+    }
+
+    /// One step of every partition's pending firing: its panes sent, then the
+    /// memory check. Returns whether one is still firing.
+    pub(crate) fn resume_firings(&mut self) -> Result<bool, WorkerError> {
+        let generation = self.settings.engine.generation;
+        let mut firing = false;
+        for slot in self.slots.values_mut().filter(|s| s.task.firing()) {
+            firing |= !slot.task.resume_firing(&mut self.panes)?;
+            let to = self.progress_to;
+            send_panes(&mut self.outputs, slot, &mut self.panes, to, generation)?;
+            self.panes.shrink_to(super::apply::PANES_KEPT);
+        }
+        self.count_for_memory(0, true);
+        Ok(firing)
     }
 }

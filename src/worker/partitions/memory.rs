@@ -88,6 +88,8 @@ impl<O: Outputs> Partitions<O> {
         committer: &mut dyn OffsetCommitter,
         wait: bool,
     ) -> Result<Vec<Completed>, WorkerError> {
+        // A cut never sees a half-fired end (drivers finish firings first).
+        while self.resume_firings()? {}
         let slots = &mut self.slots;
         let mut ports = OutputPorts::new(&mut self.outputs, committer);
         let done = if slots.is_empty() {

@@ -25,6 +25,11 @@
 //!   over it, `spill_due` says so until the next eviction, which a driver runs
 //!   through `spill` (or a checkpoint). Windows are evicted only when every window equals its stored copy
 //!   (right after a spill or a settled checkpoint).
+//! - A window end firing in steps (`engine::task`'s `firing`) stops its run after
+//!   the record that started it; the driver spills when due and applies the run
+//!   again, which resumes the firing a step at a time, then the rest of the run
+//!   (the offsets it skips are accounted once, `Slot::skips_through`). A checkpoint
+//!   finishes every firing before its cut.
 //! - A crash anywhere replays from the newest complete checkpoint; replayed outputs
 //!   are byte-identical to the originals (same versions).
 
@@ -108,6 +113,9 @@ struct Slot {
     offsets: OffsetLedger,
     /// The assignment epoch that assigned the partition.
     assigned_at: u64,
+    /// The offsets skipped before this one are accounted (a run stopped by a
+    /// window end firing in steps is applied again from `next`).
+    skips_through: i64,
 }
 
 /// What a partition starts from when it is assigned.
@@ -214,6 +222,7 @@ impl<O: Outputs> Partitions<O> {
             checked_at: i64::MIN,
             offsets: start.offsets,
             assigned_at: start.epoch,
+            skips_through: i64::MIN,
         };
         self.slots.insert(p, slot);
     }
