@@ -510,6 +510,8 @@ mod tests {
             max_record_bytes: 1 << 20,
             generation: 1,
             prices: p.clone(),
+            rating: None,
+            rating_source: String::new(),
             input: Default::default(),
         });
         let mut tasks: BTreeMap<i32, PartitionTask> = BTreeMap::new();

@@ -106,6 +106,8 @@ mod tests {
             max_record_bytes: 1 << 10,
             generation: 3,
             prices,
+            rating: None,
+            rating_source: String::new(),
             input: Default::default(),
         }
     }

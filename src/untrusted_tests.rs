@@ -178,6 +178,7 @@ fn snapshot_bytes() -> Vec<u8> {
         open: true,
         first_model: "small".into(),
         others: vec![],
+        rated: vec![],
     };
     w.entry(&win, &encode(&stored));
     w.finish()

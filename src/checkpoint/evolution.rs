@@ -117,7 +117,7 @@ impl Semantics {
             generation: e.generation,
             max_lead_ms: e.max_lead_ms,
             prices,
-            input: e.input.describe(),
+            input: describe_input(e),
         }
     }
 
@@ -162,7 +162,11 @@ impl Semantics {
     }
 
     /// The non-price settings, by config key, as text.
-    fn settings(&self) -> [(&'static str, String); 13] {
+    fn settings(&self) -> [(&'static str, String); 14] {
+        let (input, rating) = match self.input.split_once(RATING) {
+            Some((input, digest)) => (input, format!("the rating schema, sha256 {digest}")),
+            None => (self.input.as_str(), "today's table".into()),
+        };
         let ms = |v: Option<i64>| v.map_or("off".into(), |v| format!("{v} ms"));
         [
             ("topics.input", self.topic.clone()),
@@ -185,13 +189,30 @@ impl Semantics {
             ("watermark.max_lead", ms(self.max_lead_ms)),
             (
                 "input",
-                match self.input.as_str() {
+                match input {
                     "" => "the default mapping".into(),
                     m => m.into(),
                 },
             ),
+            // Not yet compared entry by entry (issue 36): any change is refused.
+            ("prices", rating),
         ]
     }
+}
+
+/// What joins a rating's digest to the input mapping in `Semantics::input`.
+const RATING: &str = "\nrating sha256=";
+
+/// The input mapping's text and, under a rating (issue 36), the sha256 of its
+/// tables: a rating that changes at all changes the fingerprint and is refused
+/// at a restore, naming `prices`, until its changes are compared entry by entry.
+fn describe_input(e: &EngineConfig) -> String {
+    let mut text = e.input.describe();
+    if !e.rating_source.is_empty() {
+        text.push_str(RATING);
+        text.push_str(&super::hex(&Sha256::digest(e.rating_source.as_bytes())));
+    }
+    text
 }
 
 /// Whether a partition checkpointed under `old` may restore under `new`, given its

@@ -24,6 +24,10 @@
 //! be a plain `chk-<id>-<worker>` name.
 //!
 //! ## Compatibility
+//! - Format 8 appends a rated window's lines to its value (issue 36,
+//!   `state::stored::StoredRatedLine`), only when it has any; its manifest is
+//!   format 7's (the rating's digest rides in `Semantics::input`). Format 7 is
+//!   still read: its parts are format-8 parts without rated windows.
 //! - Format 7 appends the input mapping (`Semantics::input`, a postcard string,
 //!   `""` for the default mapping) after the body; its parts are format 6's.
 //!   Formats 5 and 6 are still read, with the default mapping (they had no other).
@@ -63,7 +67,7 @@ use crate::state::stored::StoredCounters;
 use crate::time::EventTime;
 
 /// The checkpoint format this tally writes.
-pub(crate) const VERSION: u16 = 7;
+pub(crate) const VERSION: u16 = 8;
 /// The oldest format it reads.
 pub(crate) const OLDEST_READ: u16 = 3;
 

@@ -33,7 +33,8 @@ pub use prices::{PriceConfig, ScheduledPrice, UtcTime};
 
 use crate::base::InvalidKey;
 use crate::engine::EngineConfig;
-use crate::model::input::{InputConfig, InputMapping};
+use crate::model::input::{ExtraDecl, InputConfig, InputMapping};
+use crate::model::PriceTable;
 use crate::time::WindowSpec;
 
 #[derive(Debug, thiserror::Error)]
@@ -102,6 +103,13 @@ pub struct Config {
     pub input: InputConfig,
     /// Per model: USD per 1,000 tokens as decimal strings.
     pub prices: BTreeMap<String, PriceConfig>,
+    /// The rating (issue 36) when the file declares usage quantities, a variant or
+    /// `[prices]` in the rating schema (`rating::split`); `None`: today's pricing.
+    #[serde(skip)]
+    pub(crate) rating: Option<Arc<rating::Rating>>,
+    /// Those tables as written (`effective_toml` prints them back).
+    #[serde(skip)]
+    pub(crate) rating_tables: Option<(toml::Table, toml::Table)>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -235,8 +243,12 @@ impl Config {
         resolve_files(&mut root, "")?;
         // Before anything can print a value (see `secrets`).
         crate::secrets::register_from(&root);
-        let parse = |t: toml::Table| Config::deserialize(toml::Value::Table(t));
-        let cfg = match parse(root) {
+        let rating_tables = rating::split(&mut root);
+        let parse = |mut t: toml::Table| {
+            rating::split(&mut t);
+            Config::deserialize(toml::Value::Table(t))
+        };
+        let mut cfg = match parse(root) {
             Ok(cfg) => cfg,
             Err(e) => {
                 // Name the variable when the file alone is fine: the first
@@ -260,6 +272,10 @@ impl Config {
                 });
             }
         };
+        if let Some((input, prices)) = &rating_tables {
+            cfg.rating = Some(Arc::new(rating::parse(input, prices)?));
+        }
+        cfg.rating_tables = rating_tables;
         cfg.validate().map_err(|e| match e {
             ConfigError::Invalid { key, msg } => match applied.iter().find(|o| o.key == key) {
                 Some(o) => ConfigError::Env {
@@ -294,6 +310,10 @@ impl Config {
                 toml::Value::Array(a) => a.iter_mut().for_each(mask),
                 _ => {}
             }
+        }
+        if let (Some((input, prices)), toml::Value::Table(root)) = (&self.rating_tables, &mut value)
+        {
+            rating::merge_back(root, input, prices);
         }
         mask(&mut value);
         let text = toml::to_string(&value).map_err(|e| err(&e))?;
@@ -330,6 +350,10 @@ impl Config {
 
     /// The engine's view of the configuration.
     pub(crate) fn engine(&self) -> Result<Arc<EngineConfig>, ConfigError> {
+        let (prices, rating) = match &self.rating {
+            None => (self.price_table()?, None),
+            Some(r) => (PriceTable::default(), Some(Arc::new(r.book.clone()))),
+        };
         Ok(Arc::new(EngineConfig {
             window: WindowSpec::new(self.window.size.0, self.window.offset.0),
             allowed_lateness_ms: self.window.allowed_lateness.0,
@@ -343,14 +367,47 @@ impl Config {
             dedup_extra_ms: self.dedup.extra_horizon.0,
             max_record_bytes: usize::try_from(self.limits.max_record_bytes).unwrap_or(usize::MAX),
             generation: self.job.generation,
-            prices: self.price_table()?,
+            prices,
+            rating,
+            rating_source: self.rating_source(),
             input: self.input_mapping()?,
         }))
     }
 
+    /// The rating's tables as canonical TOML (keys sorted), `""` without a rating.
+    fn rating_source(&self) -> String {
+        let Some((input, prices)) = &self.rating_tables else {
+            return String::new();
+        };
+        let mut t = toml::Table::new();
+        t.insert("input".into(), toml::Value::Table(input.clone()));
+        t.insert("prices".into(), toml::Value::Table(prices.clone()));
+        toml::to_string(&t).unwrap_or_default()
+    }
+
     /// The compiled `[input]` mapping.
     pub(crate) fn input_mapping(&self) -> Result<InputMapping, ConfigError> {
-        InputMapping::new(&self.input).map_err(|(key, msg)| invalid(key, msg))
+        let mapping = InputMapping::new(&self.input).map_err(|(key, msg)| invalid(key, msg))?;
+        let Some(r) = &self.rating else {
+            return Ok(mapping);
+        };
+        let variant = r.variant.as_ref().map(|(name, pointer)| ExtraDecl {
+            name: name.clone(),
+            pointer: pointer.clone(),
+            required: false,
+        });
+        let quantities: Vec<ExtraDecl> = r
+            .quantities
+            .iter()
+            .map(|q| ExtraDecl {
+                name: q.name.clone(),
+                pointer: q.pointer.clone(),
+                required: q.required,
+            })
+            .collect();
+        mapping
+            .with_extra(&quantities, variant.as_ref())
+            .map_err(|(key, msg)| invalid(key, msg))
     }
 }
 

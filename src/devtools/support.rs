@@ -361,6 +361,8 @@ pub fn one_price_engine(allowed_lateness_ms: i64) -> std::sync::Arc<crate::engin
         max_record_bytes: 1 << 20,
         generation: 1,
         prices,
+        rating: None,
+        rating_source: String::new(),
         input: Default::default(),
     })
 }

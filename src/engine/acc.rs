@@ -11,6 +11,9 @@
 
 use std::sync::Arc;
 
+use super::acc_rated::RatedLine;
+use super::LineItem;
+use crate::model::rating::Rated;
 use crate::model::Pico;
 
 /// The accumulator of one `(tenant, window)`.
@@ -30,6 +33,11 @@ pub struct WindowAcc {
     pub first_model: Arc<str>,
     /// The lines of the other models, in the order they first came.
     pub others: Vec<Line>,
+    /// The lines, when a rate book prices the window's records (`acc_rated`):
+    /// then every line is here, whole, and `first_model`/`others` are unused.
+    // Boxed: 8 bytes in every window (of today's pricing too) instead of 24.
+    #[allow(clippy::box_collection)]
+    pub rated: Option<Box<Vec<RatedLine>>>,
 }
 
 /// One model's share of a window: the invoice line.
@@ -47,6 +55,39 @@ pub struct Line {
 pub(crate) const LINE_BYTES: usize = std::mem::size_of::<Line>();
 
 impl WindowAcc {
+    /// Folds one rated request in (its gross default counts are `tokens`);
+    /// `None` on overflow (then nothing changed), else the bytes its lines grew by.
+    pub(super) fn fold_rated(&mut self, r: &Rated, tokens: (u64, u64)) -> Option<usize> {
+        let total_cost = self.cost.checked_add(r.total).ok()?;
+        let prompt = self.prompt_tokens.checked_add(tokens.0)?;
+        let completion = self.completion_tokens.checked_add(tokens.1)?;
+        let added =
+            super::acc_rated::fold(self.rated.get_or_insert_with(Default::default), r, tokens)?;
+        self.cost = total_cost;
+        self.prompt_tokens = prompt;
+        self.completion_tokens = completion;
+        self.version += 1;
+        self.dirty = true;
+        Some(added)
+    }
+
+    /// What the window's lines hold in memory beyond the window itself.
+    pub(crate) fn lines_bytes(&self) -> usize {
+        self.others.len() * LINE_BYTES
+            + self
+                .rated
+                .as_ref()
+                .map_or(0, |ls| ls.iter().map(RatedLine::bytes).sum())
+    }
+
+    /// The pane's line items: the rated lines, or today's lines by model.
+    pub(crate) fn line_items(&self) -> Vec<LineItem> {
+        match &self.rated {
+            Some(lines) => lines.iter().map(LineItem::of_rated).collect(),
+            None => self.map_lines(LineItem::of),
+        }
+    }
+
     /// Folds one priced request of `model` (the price table's shared name) in;
     /// `None` on overflow (then nothing changed). Returns whether a line was added
     /// to `others`.

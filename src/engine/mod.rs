@@ -12,6 +12,7 @@
 //! the store's failure (`SpillError`) with the output it voids.
 
 mod acc;
+mod acc_rated;
 pub mod bloom;
 pub mod cold;
 pub mod config;
@@ -25,10 +26,12 @@ mod step1;
 mod task;
 
 pub(crate) use acc::{Line, WindowAcc, LINE_BYTES};
+pub use acc_rated::{QuantityLine, RatedLine};
 pub use dedup::DedupDelta;
 pub(crate) use prepared::Prepared;
 pub use result::{
-    AdjustmentRecord, LineItem, PaneKind, ProgressRecord, ResultKind, ResultRecord, SinkRecord,
+    AdjustmentRecord, LineItem, PaneKind, ProgressRecord, QuantityItem, ResultKind, ResultRecord,
+    SinkRecord,
 };
 pub(crate) use spill_error::SpillError;
 pub(crate) use step1::{validate, Valid};
@@ -73,6 +76,12 @@ pub struct EngineConfig {
     pub max_record_bytes: usize,
     pub generation: u64,
     pub prices: PriceTable,
+    /// The rating (issue 36) when the config declares one; then it prices every
+    /// record and `prices` is not read. `None`: `prices` prices, as before.
+    pub rating: Option<std::sync::Arc<crate::model::rating::RateBook>>,
+    /// The rating's tables as canonical TOML (`""` without one): what the config
+    /// fingerprint holds of it (`checkpoint::evolution`).
+    pub rating_source: String,
     /// Where a record's fields are and what they mean (`[input]`).
     pub input: InputMapping,
 }

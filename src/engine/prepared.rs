@@ -17,6 +17,7 @@
 use super::dedup::Fingerprint;
 use super::step1::{check, Checked, Folding};
 use super::{EngineConfig, RecordIn};
+use crate::model::rating::Rated;
 use crate::model::{DeadLetterReason, Pico};
 use crate::time::Window;
 
@@ -32,6 +33,8 @@ struct Fields {
     completion_tokens: u64,
     completed_ts: i64,
     model_index: u32,
+    /// Its line items, when a rate book priced it.
+    rated: Option<Box<Rated>>,
     /// The request id is `strs[ids.0..ids.1]`, the tenant id `strs[ids.1..ids.2]`.
     ids: (u32, u32, u32),
 }
@@ -77,6 +80,7 @@ impl Prepared {
                     completion_tokens: v.ev.completion_tokens,
                     completed_ts: v.ev.completed_ts,
                     model_index: offset(v.model_index),
+                    rated: v.rated,
                     ids: (
                         offset(request_start),
                         offset(request_end),
@@ -116,6 +120,7 @@ impl Prepared {
             window: f.window,
             cost: f.cost,
             model_index: f.model_index as usize,
+            rated: f.rated.as_deref(),
             fp: f.fp,
         })
     }

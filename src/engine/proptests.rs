@@ -50,6 +50,8 @@ fn cfg(lateness: i64) -> Arc<EngineConfig> {
         max_record_bytes: 1 << 16,
         generation: 1,
         prices,
+        rating: None,
+        rating_source: String::new(),
         input: Default::default(),
     })
 }

@@ -7,6 +7,8 @@
 //! into both). `cost_pico` is a decimal string: integers above 2^53
 //! lose precision in many JSON readers, and money must not.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::model::Pico;
@@ -29,14 +31,43 @@ pub enum ResultKind {
     Progress,
 }
 
-/// One model's share of a pane: the invoice line (docs/DESIGN.md §3).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One model's share of a pane: the invoice line (docs/DESIGN.md §3). Under a
+/// rating (issue 36) a line is one `(model, variant, plan)` and carries its fee
+/// and quantities; today's pricing leaves those members out.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LineItem {
     /// Shared with the price table (serialized as a string).
-    pub model: std::sync::Arc<str>,
+    pub model: Arc<str>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<Arc<str>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<Arc<str>>,
     pub requests: u64,
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+    #[serde(
+        serialize_with = "pico_as_string",
+        deserialize_with = "pico_from_string"
+    )]
+    pub cost_pico: Pico,
+    /// The fees per request within `cost_pico` (absent: none).
+    #[serde(
+        default,
+        skip_serializing_if = "Pico::is_zero",
+        serialize_with = "pico_as_string",
+        deserialize_with = "pico_from_string"
+    )]
+    pub fee_pico: Pico,
+    /// Per quantity billed, by quantity id: `cost_pico` is their cost plus the fee.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quantities: Vec<QuantityItem>,
+}
+
+/// One quantity of a line: its net count and cost.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuantityItem {
+    pub quantity: Arc<str>,
+    pub count: u64,
     #[serde(
         serialize_with = "pico_as_string",
         deserialize_with = "pico_from_string"
@@ -52,6 +83,29 @@ impl LineItem {
             prompt_tokens: l.prompt_tokens,
             completion_tokens: l.completion_tokens,
             cost_pico: l.cost,
+            ..Self::default()
+        }
+    }
+
+    pub(crate) fn of_rated(l: &super::RatedLine) -> Self {
+        Self {
+            model: l.model.clone(),
+            variant: l.variant.clone(),
+            plan: l.plan.clone(),
+            requests: l.requests,
+            prompt_tokens: l.prompt_tokens,
+            completion_tokens: l.completion_tokens,
+            cost_pico: l.cost,
+            fee_pico: l.fee,
+            quantities: l
+                .items
+                .iter()
+                .map(|q| QuantityItem {
+                    quantity: q.name.clone(),
+                    count: q.count,
+                    cost_pico: q.cost,
+                })
+                .collect(),
         }
     }
 }
@@ -159,11 +213,39 @@ impl ResultRecord {
                 b",{\"model\":"
             });
             json_str(buf, &l.model);
+            if let Some(v) = &l.variant {
+                buf.extend_from_slice(b",\"variant\":");
+                json_str(buf, v);
+            }
+            if let Some(p) = &l.plan {
+                buf.extend_from_slice(b",\"plan\":");
+                json_str(buf, p);
+            }
             int(buf, b",\"requests\":", Int::U(l.requests));
             int(buf, b",\"prompt_tokens\":", Int::U(l.prompt_tokens));
             int(buf, b",\"completion_tokens\":", Int::U(l.completion_tokens));
             buf.extend_from_slice(b",\"cost_pico\":");
             json_pico(buf, l.cost_pico);
+            if !l.fee_pico.is_zero() {
+                buf.extend_from_slice(b",\"fee_pico\":");
+                json_pico(buf, l.fee_pico);
+            }
+            if !l.quantities.is_empty() {
+                buf.extend_from_slice(b",\"quantities\":[");
+                for (j, q) in l.quantities.iter().enumerate() {
+                    buf.extend_from_slice(if j == 0 {
+                        b"{\"quantity\":"
+                    } else {
+                        b",{\"quantity\":"
+                    });
+                    json_str(buf, &q.quantity);
+                    int(buf, b",\"count\":", Int::U(q.count));
+                    buf.extend_from_slice(b",\"cost_pico\":");
+                    json_pico(buf, q.cost_pico);
+                    buf.push(b'}');
+                }
+                buf.push(b']');
+            }
             buf.push(b'}');
         }
         buf.extend_from_slice(b"]}");
@@ -350,12 +432,27 @@ mod tests {
         };
         for _ in 0..20_000 {
             let lines = (0..rng.below(4))
-                .map(|_| LineItem {
-                    model: text(&mut rng).into(),
-                    requests: num(&mut rng),
-                    prompt_tokens: num(&mut rng),
-                    completion_tokens: num(&mut rng),
-                    cost_pico: Pico(u128::from(num(&mut rng)) * u128::from(num(&mut rng))),
+                .map(|_| {
+                    let opt = |rng: &mut crate::gen::Rng| {
+                        (rng.below(2) == 0).then(|| Arc::from(text(rng).as_str()))
+                    };
+                    LineItem {
+                        model: text(&mut rng).into(),
+                        variant: opt(&mut rng),
+                        plan: opt(&mut rng),
+                        requests: num(&mut rng),
+                        prompt_tokens: num(&mut rng),
+                        completion_tokens: num(&mut rng),
+                        cost_pico: Pico(u128::from(num(&mut rng)) * u128::from(num(&mut rng))),
+                        fee_pico: Pico(u128::from(num(&mut rng) % 3)),
+                        quantities: (0..rng.below(3))
+                            .map(|_| QuantityItem {
+                                quantity: text(&mut rng).into(),
+                                count: num(&mut rng),
+                                cost_pico: Pico(u128::from(num(&mut rng)) << rng.below(64)),
+                            })
+                            .collect(),
+                    }
                 })
                 .collect();
             let r = ResultRecord {
@@ -410,6 +507,7 @@ mod tests {
                 prompt_tokens: 3,
                 completion_tokens: 4,
                 cost_pico: Pico(u128::from(u64::MAX) * 7),
+                ..LineItem::default()
             }],
         };
         let json = String::from_utf8(r.to_json()).unwrap();

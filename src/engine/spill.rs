@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::spill_error::SpillError;
-use super::{WindowAcc, WindowPhase, LINE_BYTES};
+use super::{WindowAcc, WindowPhase};
 use crate::model::Partition;
 
 /// Memory one clean window takes while in memory (hash-map slot with its tenant
@@ -62,7 +62,7 @@ impl super::StateDelta {
         let windows: usize = self
             .changed
             .iter()
-            .map(|((_, tenant), acc, _)| change_bytes(tenant) + acc.others.len() * LINE_BYTES)
+            .map(|((_, tenant), acc, _)| change_bytes(tenant) + acc.lines_bytes())
             .sum();
         windows + super::dedup::chunk_bytes(&self.dedup.chunks)
     }

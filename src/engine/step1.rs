@@ -9,6 +9,7 @@ use super::dedup::Fingerprint;
 use super::{EngineConfig, RecordIn, TimeSource};
 use crate::model::event::MIN_MILLIS_TS;
 use crate::model::input::{COMPLETED_TS, STARTED_TS};
+use crate::model::rating::{RateBook, Rated, Request, MAX_QUANTITIES};
 use crate::model::{DeadLetterReason, Event, Pico, PriceError};
 use crate::time::Window;
 
@@ -28,6 +29,7 @@ impl Checked<'_> {
             window,
             cost,
             model_index,
+            rated,
         } = &self.valid;
         Folding {
             request_id: &ev.request_id,
@@ -39,6 +41,7 @@ impl Checked<'_> {
             window: *window,
             cost: *cost,
             model_index: *model_index,
+            rated: rated.as_deref(),
             fp: self.fp,
         }
     }
@@ -59,6 +62,8 @@ pub(super) struct Folding<'a> {
     pub(super) cost: Pico,
     /// The model's index in the price table (`PriceTable::model_at`).
     pub(super) model_index: usize,
+    /// The rated request, when a rate book priced it (then `model_index` is 0).
+    pub(super) rated: Option<&'a Rated>,
     pub(super) fp: Fingerprint,
 }
 
@@ -71,6 +76,8 @@ pub(crate) struct Valid<'a> {
     pub cost: Pico,
     /// The model's index in the price table (`PriceTable::model_at`).
     pub model_index: usize,
+    /// Its line items, when a rate book priced it (`EngineConfig::rating`).
+    pub rated: Option<Box<Rated>>,
 }
 
 /// Step 1 of the rules and the request id's dedup fingerprint: what a task, or
@@ -131,6 +138,17 @@ pub(crate) fn validate<'a>(
         .assign(ts)
         .ok_or(DeadLetterReason::WindowOutOfRange(ts))?;
     // Prices are in effect by event time (the completed_ts of the request).
+    if let Some(book) = &cfg.rating {
+        let rated = rate(book, &ev)?;
+        return Ok(Valid {
+            cost: rated.total,
+            ev,
+            ts,
+            window,
+            model_index: 0,
+            rated: Some(Box::new(rated)),
+        });
+    }
     let (model_index, cost) = cfg
         .prices
         .price(
@@ -150,5 +168,24 @@ pub(crate) fn validate<'a>(
         window,
         cost,
         model_index,
+        rated: None,
     })
+}
+
+/// The request rated by the book (`model::rating`): the default quantities, then
+/// the declared ones in declaration order (the book's ids).
+fn rate(book: &RateBook, ev: &Event<'_>) -> Result<Rated, DeadLetterReason> {
+    let mut counts = [0u64; MAX_QUANTITIES];
+    let n = 2 + ev.extra.counts.len();
+    counts[0] = ev.prompt_tokens;
+    counts[1] = ev.completion_tokens;
+    counts[2..n].copy_from_slice(&ev.extra.counts);
+    book.rate(&Request {
+        tenant: &ev.tenant_id,
+        at_ms: ev.completed_ts,
+        model: &ev.model,
+        variant: ev.extra.variant.as_deref(),
+        counts: &counts[..n],
+    })
+    .map_err(DeadLetterReason::from)
 }

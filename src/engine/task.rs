@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use super::acc::{WindowAcc, LINE_BYTES};
 use super::dedup::{Dedup, DedupDelta, Fingerprint};
 use super::prepared::Prepared;
-use super::result::{LineItem, PaneKind, ResultKind, ResultRecord};
+use super::result::{PaneKind, ResultKind, ResultRecord};
 use super::spill::{change_bytes, filter_bytes, SpillStore, Spilled, WINDOW_BYTES};
 use super::spill_error::SpillError;
 use super::step1::{check, Checked, Folding};
@@ -51,7 +51,7 @@ pub fn window_bytes(tenant: &str) -> usize {
 
 /// `window_bytes` plus the window's line items beyond the first.
 fn acc_bytes(tenant: &str, acc: &WindowAcc) -> usize {
-    window_bytes(tenant) + acc.others.len() * LINE_BYTES
+    window_bytes(tenant) + acc.lines_bytes()
 }
 
 /// Whether a window's on-time pane has fired (stored as `open: bool`, `state::stored`).
@@ -649,10 +649,15 @@ impl PartitionTask {
         };
         let was_dirty = acc.dirty;
         let tokens = (f.prompt_tokens, f.completion_tokens);
-        match acc.fold(cfg.prices.model_at(f.model_index), tokens, cost) {
+        let grew = match f.rated {
+            Some(r) => acc.fold_rated(r, tokens),
+            None => acc
+                .fold(cfg.prices.model_at(f.model_index), tokens, cost)
+                .map(|added| if added { LINE_BYTES } else { 0 }),
+        };
+        match grew {
             None => return Route::DeadLetter(DeadLetterReason::Overflow),
-            Some(true) => self.held_bytes += LINE_BYTES,
-            Some(false) => {}
+            Some(bytes) => self.held_bytes += bytes,
         }
         self.dedup.check_and_insert(fp, f.request_id, expiry, w);
         if !was_dirty {
@@ -800,7 +805,7 @@ impl PartitionTask {
             pane: kind,
             pane_index,
             generation: cfg.generation,
-            lines: acc.map_lines(LineItem::of),
+            lines: acc.line_items(),
         }
     }
 

@@ -30,6 +30,8 @@ fn cfg(lateness: i64) -> Arc<EngineConfig> {
         max_record_bytes: 4096,
         generation: 1,
         prices,
+        rating: None,
+        rating_source: String::new(),
         input: Default::default(),
     })
 }

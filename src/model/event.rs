@@ -29,6 +29,17 @@ pub struct Event<'a> {
     pub completion_tokens: u64,
     pub started_ts: Option<i64>,
     pub completed_ts: i64,
+    /// What the rating reads beyond the contract of §3 (`input::extra`).
+    pub extra: Extra<'a>,
+}
+
+/// The declared usage quantities' gross counts, in declaration order (empty when
+/// none is declared), and the variant attribute's value (`None`: absent, or none
+/// declared).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Extra<'a> {
+    pub counts: Vec<u64>,
+    pub variant: Option<Cow<'a, str>>,
 }
 
 /// A field a reason names: its name, and the JSON Pointer it was read from when

@@ -27,6 +27,10 @@ impl Pico {
     pub const ZERO: Pico = Pico(0);
     const PER_USD: u128 = 1_000_000_000_000;
 
+    pub fn is_zero(&self) -> bool {
+        self.0 == 0
+    }
+
     pub fn checked_add(self, other: Pico) -> Result<Pico, Overflow> {
         self.0.checked_add(other.0).map(Pico).ok_or(Overflow)
     }

@@ -25,6 +25,7 @@ use super::SinkError;
 use crate::engine::{LineItem, SinkRecord};
 use crate::model::NextOffset;
 use crate::model::Partition;
+use crate::model::Pico;
 
 const UPSERT_PARTIAL: &str = "
 INSERT INTO tenant_cost_partial AS t
@@ -88,6 +89,33 @@ ON CONFLICT (topic, partition, record_offset) DO NOTHING";
 
 fn to_i64(v: u64, what: &str) -> Result<i64, SinkError> {
     i64::try_from(v).map_err(|_| SinkError::Other(format!("{what} {v} does not fit in BIGINT")))
+}
+
+/// The lines as the schema keys them, one per model: a rating's lines of one model
+/// (its variants and plans, adjacent since lines are sorted) summed. Their
+/// quantities are not stored yet (docs/DESIGN.md §3.2). No sum can overflow: each is
+/// at most the pane's total.
+fn per_model(lines: &[LineItem]) -> Vec<LineItem> {
+    let mut out: Vec<LineItem> = Vec::with_capacity(lines.len());
+    for l in lines {
+        match out.last_mut() {
+            Some(m) if m.model == l.model => {
+                m.requests = m.requests.saturating_add(l.requests);
+                m.prompt_tokens = m.prompt_tokens.saturating_add(l.prompt_tokens);
+                m.completion_tokens = m.completion_tokens.saturating_add(l.completion_tokens);
+                m.cost_pico = Pico(m.cost_pico.0.saturating_add(l.cost_pico.0));
+            }
+            _ => out.push(LineItem {
+                model: l.model.clone(),
+                requests: l.requests,
+                prompt_tokens: l.prompt_tokens,
+                completion_tokens: l.completion_tokens,
+                cost_pico: l.cost_pico,
+                ..LineItem::default()
+            }),
+        }
+    }
+    out
 }
 
 /// Outcome counts of one batch.
@@ -322,18 +350,17 @@ async fn window(
     if n == 0 {
         return Ok(0);
     }
-    let fallback;
     let lines = if r.lines.is_empty() {
-        fallback = [LineItem {
+        vec![LineItem {
             model: "".into(),
             requests: r.requests,
             prompt_tokens: r.prompt_tokens,
             completion_tokens: r.completion_tokens,
             cost_pico: r.cost_pico,
-        }];
-        &fallback[..]
+            ..LineItem::default()
+        }]
     } else {
-        &r.lines[..]
+        per_model(&r.lines)
     };
     let models: Vec<&str> = lines.iter().map(|l| &*l.model).collect();
     let costs: Vec<String> = lines.iter().map(|l| l.cost_pico.to_string()).collect();
@@ -386,4 +413,32 @@ pub(crate) async fn applied_offsets(
             )
         })
         .collect())
+}
+
+#[cfg(test)]
+mod per_model_tests {
+    use super::*;
+
+    #[test]
+    fn a_models_lines_of_several_plans_become_one_line() {
+        let line = |model: &str, plan: Option<&str>, n: u64| LineItem {
+            model: model.into(),
+            plan: plan.map(Into::into),
+            requests: n,
+            prompt_tokens: 10 * n,
+            completion_tokens: n,
+            cost_pico: Pico(u128::from(100 * n)),
+            ..LineItem::default()
+        };
+        let merged = per_model(&[
+            line("a", None, 1),
+            line("a", Some("p"), 2),
+            line("b", None, 4),
+        ]);
+        let got: Vec<_> = merged
+            .iter()
+            .map(|l| (&*l.model, l.requests, l.prompt_tokens, l.cost_pico.0))
+            .collect();
+        assert_eq!(got, [("a", 3, 30, 300), ("b", 4, 40, 400)]);
+    }
 }

@@ -107,24 +107,33 @@ fn window(w: &ResultRecord) -> Result<(), Rejection> {
     lines(w)
 }
 
-/// The lines: sorted by model, each once, summing to the totals (none: a tally
-/// before line items; the sink stores one line of model `""`).
+/// The lines: sorted by model (then variant and plan, docs/DESIGN.md §3.2), each
+/// once, summing to the totals (none: a tally before line items; the sink stores one
+/// line of model `""`); a line with quantities costs their sum plus its fee.
 fn lines(w: &ResultRecord) -> Result<(), Rejection> {
     if w.lines.is_empty() {
         return Ok(());
     }
     let (mut requests, mut prompt, mut completion, mut cost) = (0u64, 0u64, 0u64, 0u128);
-    let mut prev: Option<&str> = None;
+    type Key<'a> = (&'a str, Option<&'a str>, Option<&'a str>);
+    let mut prev: Option<Key<'_>> = None;
     for l in &w.lines {
         ident("a line's model", &l.model, MAX_ID_BYTES, false)?;
-        if prev.is_some_and(|p| p >= &*l.model) {
+        for (what, v) in [("a line's variant", &l.variant), ("a line's plan", &l.plan)] {
+            if let Some(v) = v {
+                ident(what, v, MAX_ID_BYTES, false)?;
+            }
+        }
+        let key = (&*l.model, l.variant.as_deref(), l.plan.as_deref());
+        if prev.is_some_and(|p| p >= key) {
             return Err(format!(
-                "the lines are not sorted by model, each once (model {:?} after {:?})",
-                &*l.model,
+                "the lines are not sorted by model, variant and plan, each once ({key:?} after \
+                 {:?})",
                 prev.unwrap_or_default()
             ));
         }
-        prev = Some(&l.model);
+        prev = Some(key);
+        line_quantities(l)?;
         bigint("a line's requests", l.requests)?;
         let overflow = || "the lines' sums overflow".to_string();
         requests = requests.checked_add(l.requests).ok_or_else(overflow)?;
@@ -146,6 +155,28 @@ fn lines(w: &ResultRecord) -> Result<(), Rejection> {
             "the lines sum to requests {}, prompt_tokens {}, completion_tokens {}, cost_pico {}, \
              but the totals say {}, {}, {}, {}",
             summed.0, summed.1, summed.2, summed.3, totals.0, totals.1, totals.2, totals.3
+        ));
+    }
+    Ok(())
+}
+
+/// A rated line's quantities and fee add up to its cost.
+fn line_quantities(l: &crate::engine::LineItem) -> Result<(), Rejection> {
+    if l.quantities.is_empty() {
+        return Ok(());
+    }
+    let mut sum = l.fee_pico.0;
+    for q in &l.quantities {
+        ident("a quantity's name", &q.quantity, MAX_ID_BYTES, true)?;
+        sum = sum
+            .checked_add(q.cost_pico.0)
+            .ok_or_else(|| "a line's quantities overflow".to_string())?;
+    }
+    if sum != l.cost_pico.0 {
+        return Err(format!(
+            "the quantities and fee of the line of {:?} sum to cost_pico {sum}, but the line \
+             says {}",
+            &*l.model, l.cost_pico
         ));
     }
     Ok(())

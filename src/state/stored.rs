@@ -8,7 +8,10 @@
 //! larger than `MAX_VALUE_BYTES` are refused before decoding.
 //!
 //! ## Compatibility
-//! These structs are part of the checkpoint formats (`checkpoint::format`). Format 6
+//! These structs are part of the checkpoint formats (`checkpoint::format`). Format 8
+//! appends `rated` (a sequence of `StoredRatedLine`) to a window's value when the
+//! window has rated lines, and only then: a value decodes as a rated window first
+//! (it must be consumed exactly), else as format 6's, else as format 5's. Format 6
 //! appended `first_model` and `others` to `StoredWindow`; a value that is exactly
 //! a format-5 `StoredWindowV5` (no lines) is read as one, unambiguously: a format-6
 //! value is longer by at least their two length bytes, and a format-5 one ends
@@ -22,8 +25,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{Counters, Line, WindowAcc, WindowPhase};
+use crate::engine::{Counters, Line, QuantityLine, RatedLine, WindowAcc, WindowPhase};
 use crate::model::money::Pico;
+use crate::model::rating::QuantityId;
 use crate::time::Watermark;
 
 use crate::model::NextOffset;
@@ -108,6 +112,35 @@ pub(crate) struct StoredWindow {
     pub first_model: String,
     /// In the order their models first came.
     pub others: Vec<StoredLine>,
+    /// A rated window's lines (format 8, `StoredRatedLine`): appended after the
+    /// fields above only when there are any, so a window priced by today's table
+    /// keeps format 6's bytes.
+    #[serde(skip)]
+    pub rated: Vec<StoredRatedLine>,
+}
+
+/// One `(model, variant, plan)` line of a rated window (`engine::RatedLine`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StoredRatedLine {
+    pub model: String,
+    pub variant: Option<String>,
+    pub plan: Option<String>,
+    pub requests: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub fee_pico: u128,
+    pub cost_pico: u128,
+    /// By quantity id.
+    pub items: Vec<StoredQuantityLine>,
+}
+
+/// One quantity of a rated line: its id in the rate book, name, net count, cost.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StoredQuantityLine {
+    pub quantity: u16,
+    pub name: String,
+    pub count: u64,
+    pub cost_pico: u128,
 }
 
 /// One model's line of a window.
@@ -168,9 +201,10 @@ impl Serialize for OthersOut<'_> {
     }
 }
 
-/// The stored value of a window: `encode(&StoredWindow)` of it, byte for byte.
+/// The stored value of a window: `encode(&StoredWindow)` of it, byte for byte,
+/// then its rated lines if it has any.
 pub(crate) fn encode_window(acc: &WindowAcc, phase: WindowPhase) -> Vec<u8> {
-    encode(&WindowOut {
+    let mut out = encode(&WindowOut {
         cost_pico: acc.cost.0,
         prompt_tokens: acc.prompt_tokens,
         completion_tokens: acc.completion_tokens,
@@ -179,7 +213,60 @@ pub(crate) fn encode_window(acc: &WindowAcc, phase: WindowPhase) -> Vec<u8> {
         open: phase == WindowPhase::Open,
         first_model: &acc.first_model,
         others: OthersOut(&acc.others),
-    })
+    });
+    if let Some(lines) = acc.rated.as_deref().filter(|l| !l.is_empty()) {
+        let stored: Vec<StoredRatedLine> = lines.iter().map(StoredRatedLine::of).collect();
+        out.extend(encode(&stored));
+    }
+    out
+}
+
+impl StoredRatedLine {
+    fn of(l: &RatedLine) -> Self {
+        Self {
+            model: l.model.to_string(),
+            variant: l.variant.as_deref().map(Into::into),
+            plan: l.plan.as_deref().map(Into::into),
+            requests: l.requests,
+            prompt_tokens: l.prompt_tokens,
+            completion_tokens: l.completion_tokens,
+            fee_pico: l.fee.0,
+            cost_pico: l.cost.0,
+            items: l
+                .items
+                .iter()
+                .map(|q| StoredQuantityLine {
+                    quantity: q.quantity.0,
+                    name: q.name.to_string(),
+                    count: q.count,
+                    cost_pico: q.cost.0,
+                })
+                .collect(),
+        }
+    }
+
+    fn line(&self, names: &mut Models) -> RatedLine {
+        RatedLine {
+            model: names.get(&self.model),
+            variant: self.variant.as_deref().map(|v| names.get(v)),
+            plan: self.plan.as_deref().map(|p| names.get(p)),
+            requests: self.requests,
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: self.completion_tokens,
+            fee: Pico(self.fee_pico),
+            cost: Pico(self.cost_pico),
+            items: self
+                .items
+                .iter()
+                .map(|q| QuantityLine {
+                    quantity: QuantityId(q.quantity),
+                    name: names.get(&q.name),
+                    count: q.count,
+                    cost: Pico(q.cost_pico),
+                })
+                .collect(),
+        }
+    }
 }
 
 /// Model names shared among the windows decoded together (a handful of models
@@ -199,8 +286,13 @@ impl Models {
 }
 
 impl StoredWindow {
-    /// A stored window of format 6, or exactly one of format 5 (see the header).
+    /// A stored window of format 6 (with rated lines: 8), or exactly one of format
+    /// 5 (see the header).
     pub(crate) fn decode(v: &[u8]) -> Result<Self, String> {
+        if let Ok((mut w, rated)) = decode::<(StoredWindow, Vec<StoredRatedLine>)>(v) {
+            w.rated = rated;
+            return Ok(w);
+        }
         decode::<StoredWindow>(v).or_else(|e| match decode::<StoredWindowV5>(v) {
             Ok(old) => Ok(Self {
                 cost_pico: old.cost_pico,
@@ -211,6 +303,7 @@ impl StoredWindow {
                 open: old.open,
                 first_model: String::new(),
                 others: Vec::new(),
+                rated: Vec::new(),
             }),
             Err(_) => Err(e),
         })
@@ -236,6 +329,8 @@ impl StoredWindow {
                     cost: Pico(l.cost_pico),
                 })
                 .collect(),
+            rated: (!self.rated.is_empty())
+                .then(|| Box::new(self.rated.iter().map(|l| l.line(models)).collect())),
         }
     }
 
@@ -320,6 +415,47 @@ pub(crate) fn decode<T: for<'de> Deserialize<'de>>(v: &[u8]) -> Result<T, String
 mod tests {
     use super::*;
 
+    /// A rated window's lines come back whole, after format 6's bytes (which a
+    /// window without them keeps exactly); names are shared among the windows.
+    #[test]
+    fn rated_lines_round_trip_after_format_6s_bytes() {
+        let line = |model: &str, plan: Option<&str>, q: u16| RatedLine {
+            model: model.into(),
+            variant: Some("batch".into()),
+            plan: plan.map(Into::into),
+            requests: 3,
+            prompt_tokens: 10,
+            completion_tokens: u64::MAX,
+            fee: Pico(7),
+            cost: Pico(u128::MAX),
+            items: vec![QuantityLine {
+                quantity: QuantityId(q),
+                name: format!("q{q}").into(),
+                count: 5,
+                cost: Pico(u128::MAX - 7),
+            }],
+        };
+        let mut acc = WindowAcc {
+            cost: Pico(u128::MAX),
+            version: 6,
+            rated: Some(Box::new(vec![line("a", None, 2), line("b", Some("p"), 0)])),
+            ..WindowAcc::default()
+        };
+        let bytes = encode_window(&acc, WindowPhase::Fired);
+        let w = StoredWindow::decode(&bytes).unwrap();
+        assert_eq!(w.rated.len(), 2);
+        let back = w.acc(&mut Models::default());
+        acc.dirty = false;
+        assert_eq!(back, acc);
+        // Without rated lines the value is format 6's, byte for byte.
+        acc.rated = None;
+        let plain = encode_window(&acc, WindowPhase::Fired);
+        assert!(bytes.starts_with(&plain) && bytes.len() > plain.len());
+        assert_eq!(StoredWindow::decode(&plain).unwrap().rated, vec![]);
+        // A cut rated value is an error, never a window without its lines.
+        assert!(StoredWindow::decode(&bytes[..bytes.len() - 1]).is_err());
+    }
+
     #[test]
     fn values_round_trip_and_garbage_is_an_error() {
         let acc = WindowAcc {
@@ -337,6 +473,7 @@ mod tests {
                 completion_tokens: 5,
                 cost: Pico(u128::MAX - 1),
             }],
+            rated: None,
         };
         // The borrowing encoder writes what the owned struct would.
         let bytes = encode_window(&acc, WindowPhase::Open);

@@ -26,6 +26,8 @@ fn cfg() -> Arc<EngineConfig> {
         max_record_bytes: 1 << 20,
         generation: 1,
         prices,
+        rating: None,
+        rating_source: String::new(),
         input: Default::default(),
     })
 }

@@ -24,6 +24,7 @@ mod onboarding;
 mod pipeline;
 mod poison;
 mod producer;
+mod rating;
 mod recovery;
 mod s3_proxy;
 mod scaleout;

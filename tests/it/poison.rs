@@ -35,6 +35,7 @@ fn pane(tenant: &str, end: i64, source_partition: i32, tokens: u64, cost: u128) 
             prompt_tokens: tokens,
             completion_tokens: tokens,
             cost_pico: Pico(cost),
+            ..LineItem::default()
         }],
     }
 }

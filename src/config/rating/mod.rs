@@ -74,6 +74,54 @@ pub fn from_toml(text: &str) -> Result<Rating, ConfigError> {
     parse(&table("input")?, &table("prices")?)
 }
 
+/// Sets the rating's tables apart from a config file's `root` (before `Config`
+/// reads the rest): `[input.quantities]` and `[input.variant]`, and `[prices]` when
+/// it is in the rating schema (module header). `None` when there are none; then
+/// the file is priced as today. A file with declarations and today's `[prices]`
+/// keeps them in `root` too (the book is made from them).
+pub(crate) fn split(root: &mut toml::Table) -> Option<(toml::Table, toml::Table)> {
+    let mut input = toml::Table::new();
+    if let Some(toml::Value::Table(t)) = root.get_mut("input") {
+        for k in ["quantities", "variant"] {
+            if let Some(v) = t.remove(k) {
+                input.insert(k.into(), v);
+            }
+        }
+    }
+    let prices = match root.get("prices") {
+        Some(toml::Value::Table(p)) if is_rating_schema(p) => match root.remove("prices") {
+            Some(toml::Value::Table(p)) => p,
+            _ => unreachable!("matched above"),
+        },
+        _ if input.is_empty() => return None,
+        Some(toml::Value::Table(p)) => p.clone(),
+        _ => toml::Table::new(),
+    };
+    Some((input, prices))
+}
+
+/// `split`'s tables put back into a config's `root` (what `tally config` prints).
+pub(crate) fn merge_back(root: &mut toml::Table, input: &toml::Table, prices: &toml::Table) {
+    if !input.is_empty() {
+        let t = root
+            .entry("input")
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if let toml::Value::Table(t) = t {
+            t.extend(input.clone());
+        }
+    }
+    if is_rating_schema(prices) {
+        root.insert("prices".into(), toml::Value::Table(prices.clone()));
+    }
+}
+
+/// Whether `[prices]` is in the rating schema: its `models` key is a table of
+/// tables (a model of today's shape named `models` holds strings).
+fn is_rating_schema(prices: &toml::Table) -> bool {
+    matches!(prices.get("models"),
+        Some(toml::Value::Table(t)) if t.values().all(toml::Value::is_table))
+}
+
 /// The rating of `[input]` (only its `quantities` and `variant` keys are read) and
 /// `[prices]`.
 pub fn parse(input: &toml::Table, prices: &toml::Table) -> Result<Rating, ConfigError> {
@@ -87,10 +135,14 @@ pub fn parse(input: &toml::Table, prices: &toml::Table) -> Result<Rating, Config
     let (quantities, inputs) = quantity_set(&input)?;
     let variant = input.variant.as_ref().map(variant_attribute).transpose()?;
     let mut book = RateBook::new(quantities, variant);
-    let rating_schema = matches!(prices.get("models"),
-        Some(toml::Value::Table(t)) if t.values().all(toml::Value::is_table));
-    if rating_schema {
+    if is_rating_schema(prices) {
         let p: PricesConfig = deserialize("prices", prices.clone())?;
+        if p.models.is_empty() {
+            return Err(invalid(
+                "prices.models",
+                "no model has a price; add e.g. [prices.models.small.rates] prompt_tokens =                  \"0.00015\"",
+            ));
+        }
         list_prices(&mut book, &p)?;
         plans(&mut book, &p)?;
     } else {

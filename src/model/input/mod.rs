@@ -28,8 +28,11 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::event::{DeadLetterReason, Event, Field};
+use super::event::{DeadLetterReason, Event, Extra, Field};
 
+pub use extra::ExtraDecl;
+
+mod extra;
 mod fast;
 pub(crate) mod pointer;
 mod reference;
@@ -171,6 +174,8 @@ pub struct InputMapping {
     pub format: InputFormat,
     pub fields: Vec<FieldSpec>,
     plan: fast::Plan,
+    /// The declared quantities and variant (`extra`); empty by default.
+    extra: extra::ExtraMapping,
 }
 
 impl Default for InputMapping {
@@ -278,7 +283,19 @@ impl InputMapping {
             format: c.format,
             fields,
             plan,
+            extra: extra::ExtraMapping::default(),
         })
+    }
+
+    /// The mapping that also reads the rating's declared quantities (their gross
+    /// counts, in this order, into `Event::extra`) and variant attribute.
+    pub fn with_extra(
+        mut self,
+        quantities: &[ExtraDecl],
+        variant: Option<&ExtraDecl>,
+    ) -> Result<Self, (String, String)> {
+        self.extra = extra::ExtraMapping::new(self.format, &self.fields, quantities, variant)?;
+        Ok(self)
     }
 
     /// The mapping as text, `""` for the default one: in the config fingerprint
@@ -329,16 +346,24 @@ impl InputMapping {
     #[inline]
     pub fn parse<'a>(&self, bytes: &'a [u8]) -> Result<Event<'a>, DeadLetterReason> {
         let mut vals = absent();
-        if fast::extract(&self.plan, bytes, &mut vals) {
+        let mut ev = if fast::extract(&self.plan, bytes, &mut vals) {
             decide(self, &mut vals, None)
         } else {
             reference::parse(self, bytes)
+        }?;
+        if !self.extra.is_empty() {
+            ev.extra = self.extra.parse(bytes)?;
         }
+        Ok(ev)
     }
 
     /// The reference parser alone (tests and benchmarks).
     pub fn parse_reference<'a>(&self, bytes: &'a [u8]) -> Result<Event<'a>, DeadLetterReason> {
-        reference::parse(self, bytes)
+        let mut ev = reference::parse(self, bytes)?;
+        if !self.extra.is_empty() {
+            ev.extra = self.extra.parse(bytes)?;
+        }
+        Ok(ev)
     }
 }
 
@@ -349,48 +374,7 @@ fn decide<'a>(
     vals: &mut Vals<'a>,
     repeated: Option<String>,
 ) -> Result<Event<'a>, DeadLetterReason> {
-    let n = m.fields.len();
-    for (f, v) in m.fields.iter().zip(&mut vals[..n]) {
-        let bad = match (f.kind, &*v) {
-            (_, Val::Absent | Val::Null) => false,
-            (Kind::Str { .. }, Val::Str(_)) => false,
-            (Kind::SpecVersion, Val::Str(s)) => s != "1.0",
-            (Kind::Tokens, Val::U64(_)) => false,
-            (Kind::Tokens, Val::I64(_)) => {
-                return Err(DeadLetterReason::NegativeTokens(f.field.clone()))
-            }
-            (Kind::Ts(t), _) => match ts_ms(t, v) {
-                Some(ms) => {
-                    *v = Val::Ms(ms);
-                    false
-                }
-                None => true,
-            },
-            _ => true,
-        };
-        if bad {
-            return Err(DeadLetterReason::InvalidField(f.field.clone()));
-        }
-    }
-    if let Some(msg) = repeated {
-        return Err(DeadLetterReason::MalformedJson(msg));
-    }
-    for (f, v) in m.fields.iter().zip(&vals[..n]) {
-        match v {
-            Val::Absent | Val::Null if f.required => {
-                return Err(DeadLetterReason::MissingField(f.field.clone()))
-            }
-            Val::Str(s) if s.is_empty() && matches!(f.kind, Kind::Str { non_empty: true }) => {
-                return Err(DeadLetterReason::InvalidField(f.field.clone()))
-            }
-            Val::Str(s) if matches!(f.kind, Kind::Str { .. }) => {
-                if let Err(why) = super::id::check(s, super::id::MAX_ID_BYTES) {
-                    return Err(DeadLetterReason::InvalidId(f.field.clone(), why));
-                }
-            }
-            _ => {}
-        }
-    }
+    check(&m.fields, vals, repeated)?;
     let take_str = |v: &mut Val<'a>| match std::mem::replace(v, Val::Absent) {
         Val::Str(s) => s,
         _ => unreachable!("checked above"),
@@ -416,7 +400,62 @@ fn decide<'a>(
         completion_tokens: tokens(&vals[COMPLETION_TOKENS]),
         started_ts: ms(&vals[STARTED_TS]),
         completed_ts: ms(&vals[COMPLETED_TS]).expect("checked above"),
+        extra: Extra::default(),
     })
+}
+
+/// The checks of `decide` before the values make an event (module header: the
+/// order of reasons): each value of its field's kind, no key repeated, every
+/// required field present, every id within the id rule. Timestamps become `Ms`.
+#[inline]
+fn check<'a>(
+    fields: &[FieldSpec],
+    vals: &mut Vals<'a>,
+    repeated: Option<String>,
+) -> Result<(), DeadLetterReason> {
+    let n = fields.len();
+    for (f, v) in fields.iter().zip(&mut vals[..n]) {
+        let bad = match (f.kind, &*v) {
+            (_, Val::Absent | Val::Null) => false,
+            (Kind::Str { .. }, Val::Str(_)) => false,
+            (Kind::SpecVersion, Val::Str(s)) => s != "1.0",
+            (Kind::Tokens, Val::U64(_)) => false,
+            (Kind::Tokens, Val::I64(_)) => {
+                return Err(DeadLetterReason::NegativeTokens(f.field.clone()))
+            }
+            (Kind::Ts(t), _) => match ts_ms(t, v) {
+                Some(ms) => {
+                    *v = Val::Ms(ms);
+                    false
+                }
+                None => true,
+            },
+            _ => true,
+        };
+        if bad {
+            return Err(DeadLetterReason::InvalidField(f.field.clone()));
+        }
+    }
+    if let Some(msg) = repeated {
+        return Err(DeadLetterReason::MalformedJson(msg));
+    }
+    for (f, v) in fields.iter().zip(&vals[..n]) {
+        match v {
+            Val::Absent | Val::Null if f.required => {
+                return Err(DeadLetterReason::MissingField(f.field.clone()))
+            }
+            Val::Str(s) if s.is_empty() && matches!(f.kind, Kind::Str { non_empty: true }) => {
+                return Err(DeadLetterReason::InvalidField(f.field.clone()))
+            }
+            Val::Str(s) if matches!(f.kind, Kind::Str { .. }) => {
+                if let Err(why) = super::id::check(s, super::id::MAX_ID_BYTES) {
+                    return Err(DeadLetterReason::InvalidId(f.field.clone(), why));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// A timestamp value in ms, if it is one of its format.

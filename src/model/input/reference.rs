@@ -18,7 +18,7 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use super::fast::{Key, ValVisitor};
-use super::{decide, InputMapping, Val, Vals};
+use super::{decide, FieldSpec, InputMapping, Val, Vals};
 use crate::model::event::{DeadLetterReason, Event, BOM};
 
 /// An object's members, repeated ones too, in order; values unparsed. Like the
@@ -68,6 +68,16 @@ fn malformed(e: serde_json::Error) -> DeadLetterReason {
 }
 
 pub fn parse<'a>(m: &InputMapping, bytes: &'a [u8]) -> Result<Event<'a>, DeadLetterReason> {
+    let (mut vals, repeated) = extract(&m.fields, bytes)?;
+    decide(m, &mut vals, repeated)
+}
+
+/// Every field's value, and the first key repeated on a mapped path (if any), or
+/// the reason the record is not a JSON object.
+pub(super) fn extract<'a>(
+    fields: &[FieldSpec],
+    bytes: &'a [u8],
+) -> Result<(Vals<'a>, Option<String>), DeadLetterReason> {
     if bytes.starts_with(BOM) {
         // serde_json would say "expected value at line 1 column 1".
         return Err(DeadLetterReason::MalformedJson(
@@ -83,7 +93,7 @@ pub fn parse<'a>(m: &InputMapping, bytes: &'a [u8]) -> Result<Event<'a>, DeadLet
     };
     let mut vals: Vals<'a> = super::absent();
     let mut repeated = None;
-    for (slot, f) in m.fields.iter().enumerate() {
+    for (slot, f) in fields.iter().enumerate() {
         let mut at: Option<&'a RawValue> = None;
         let mut here = Step::Obj(root.clone());
         for (depth, t) in f.tokens.iter().enumerate() {
@@ -120,5 +130,5 @@ pub fn parse<'a>(m: &InputMapping, bytes: &'a [u8]) -> Result<Event<'a>, DeadLet
             }
         };
     }
-    decide(m, &mut vals, repeated)
+    Ok((vals, repeated))
 }

@@ -8,6 +8,7 @@ fn line(model: &str, requests: u64, cost: u128) -> LineItem {
         prompt_tokens: requests * 10,
         completion_tokens: requests * 5,
         cost_pico: Pico(cost),
+        ..LineItem::default()
     }
 }
 
@@ -200,4 +201,34 @@ fn progress_must_name_a_partition_it_counts() {
         )
     };
     assert_eq!(any(1 << 20), Ok(()));
+}
+
+/// A rating's lines: one model twice (two plans) in key order passes; out of
+/// order, or with quantities that do not add up to the line, is refused.
+#[test]
+fn rated_lines_are_keyed_by_model_variant_and_plan_and_add_up() {
+    use crate::engine::QuantityItem;
+    let q = |name: &str, cost: u128| QuantityItem {
+        quantity: name.into(),
+        count: 1,
+        cost_pico: Pico(cost),
+    };
+    let rated = |plan: Option<&str>, cost: u128| LineItem {
+        plan: plan.map(Into::into),
+        fee_pico: Pico(1),
+        quantities: vec![q("prompt_tokens", cost - 3), q("cached_tokens", 2)],
+        ..line("large", 1, cost)
+    };
+    let mut r = pane();
+    r.lines = vec![rated(None, 7), rated(Some("enterprise"), 5)];
+    r.requests = 2;
+    r.prompt_tokens = 20;
+    r.completion_tokens = 10;
+    assert_eq!(storable_any(&SinkRecord::Window(r.clone())), Ok(()));
+    let mut swapped = r.clone();
+    swapped.lines.reverse();
+    assert!(rejected(swapped).contains("not sorted by model, variant and plan"));
+    let mut off = r;
+    off.lines[1].quantities[1].cost_pico = Pico(3);
+    assert!(rejected(off).contains("sum to cost_pico 6, but the line says 5"));
 }
