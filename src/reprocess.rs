@@ -16,8 +16,10 @@
 
 use std::collections::HashSet;
 
-use crate::engine::{validate, AdjustmentRecord, EngineConfig, RecordIn, ResultKind, Valid};
-use crate::model::DeadLetterReason;
+use crate::engine::{
+    validate, AdjustmentRecord, EngineConfig, QuantityItem, RecordIn, ResultKind, Valid,
+};
+use crate::model::{DeadLetterReason, Pico};
 
 /// What happened to one late record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +47,7 @@ impl Reprocessor {
             ev,
             window: w,
             cost,
+            rated,
             ..
         } = match validate(cfg, rec) {
             Ok(v) => v,
@@ -66,6 +69,19 @@ impl Reprocessor {
             completion_tokens: ev.completion_tokens,
             generation: cfg.generation,
             source: source.to_string(),
+            variant: rated.as_ref().and_then(|r| r.variant.clone()),
+            plan: rated.as_ref().and_then(|r| r.plan.clone()),
+            fee_pico: rated.as_ref().map_or(Pico::ZERO, |r| r.fee),
+            quantities: rated.map_or_else(Vec::new, |r| {
+                r.lines
+                    .iter()
+                    .map(|l| QuantityItem {
+                        quantity: l.name.clone(),
+                        count: l.count,
+                        cost_pico: l.cost,
+                    })
+                    .collect()
+            }),
         })
     }
 }
@@ -148,5 +164,43 @@ mod tests {
             r.process(&c, rec("{"), "x"),
             Outcome::DeadLetter(_)
         ));
+    }
+
+    /// Under a rating an adjustment carries what a pane's line would: its plan,
+    /// variant, fee and quantities, priced at the event time.
+    #[test]
+    fn an_adjustment_under_a_rating_carries_its_plan_and_quantities() {
+        let text = include_str!("config/rating/openai.toml");
+        let c = crate::config::Config::from_toml_with_env(text, Vec::new())
+            .and_then(|c| c.engine())
+            .unwrap();
+        let ev = r#"{"request_id":"a","tenant_id":"acme","model":"o-large","completed_ts":1769904000000,"usage":{"prompt_tokens":10000,"prompt_tokens_details":{"cached_tokens":8000},"completion_tokens":500,"completion_tokens_details":{"reasoning_tokens":200}}}"#;
+        let late = RecordIn {
+            now_ms: 1_770_000_000_000,
+            ..rec(ev)
+        };
+        let out = Reprocessor::default().process(&c, late, "requests/0/3");
+        let Outcome::Adjusted(a) = out else {
+            panic!("{out:?}")
+        };
+        assert_eq!(a.cost_pico, Pico(11_000_000_000));
+        assert_eq!(
+            (a.plan.as_deref(), a.variant.as_deref()),
+            (Some("enterprise"), None)
+        );
+        let q: Vec<_> = a
+            .quantities
+            .iter()
+            .map(|q| (&*q.quantity, q.count, q.cost_pico.0))
+            .collect();
+        assert_eq!(
+            q,
+            [
+                ("prompt_tokens", 2_000, 3_000_000_000),
+                ("completion_tokens", 300, 2_400_000_000),
+                ("cached_tokens", 8_000, 4_000_000_000),
+                ("reasoning_tokens", 200, 1_600_000_000),
+            ]
+        );
     }
 }

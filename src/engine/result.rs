@@ -326,6 +326,21 @@ pub struct AdjustmentRecord {
     pub generation: u64,
     /// `topic/partition/offset` of the original event on the input topic.
     pub source: String,
+    /// Under a rating (docs/DESIGN.md §3.2): the request's variant and plan, its fee
+    /// and its quantities, as a pane's line carries them; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<Arc<str>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<Arc<str>>,
+    #[serde(
+        default,
+        skip_serializing_if = "Pico::is_zero",
+        serialize_with = "pico_as_string",
+        deserialize_with = "pico_from_string"
+    )]
+    pub fee_pico: Pico,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quantities: Vec<QuantityItem>,
 }
 
 impl AdjustmentRecord {

@@ -91,10 +91,10 @@ fn to_i64(v: u64, what: &str) -> Result<i64, SinkError> {
     i64::try_from(v).map_err(|_| SinkError::Other(format!("{what} {v} does not fit in BIGINT")))
 }
 
-/// The lines as the schema keys them, one per model: a rating's lines of one model
-/// (its variants and plans, adjacent since lines are sorted) summed. Their
-/// quantities are not stored yet (docs/DESIGN.md §3.2). No sum can overflow: each is
-/// at most the pane's total.
+/// The lines as `tenant_cost_line_partial` keys them, one per model: a rating's
+/// lines of one model (its variants and plans, adjacent since lines are sorted)
+/// summed; their quantities go to `tenant_cost_quantity_partial` (`quantities`). No
+/// sum can overflow: each is at most the pane's total.
 fn per_model(lines: &[LineItem]) -> Vec<LineItem> {
     let mut out: Vec<LineItem> = Vec::with_capacity(lines.len());
     for l in lines {
@@ -189,6 +189,7 @@ pub(crate) fn data_error(e: &tokio_postgres::Error) -> bool {
 struct Statements {
     partial: tokio_postgres::Statement,
     lines: tokio_postgres::Statement,
+    quantities: tokio_postgres::Statement,
     adjustment: tokio_postgres::Statement,
     progress: tokio_postgres::Statement,
 }
@@ -212,6 +213,7 @@ async fn apply(client: &mut Client, batch: &Batch, isolate: bool) -> Result<Appl
     let st = Statements {
         partial: tx.prepare(UPSERT_PARTIAL).await?,
         lines: tx.prepare(UPSERT_LINES).await?,
+        quantities: tx.prepare(super::quantities::UPSERT_QUANTITIES).await?,
         adjustment: tx.prepare(INSERT_ADJUSTMENT).await?,
         progress: tx.prepare(UPSERT_PROGRESS).await?,
     };
@@ -268,22 +270,28 @@ async fn apply_one(
 ) -> Result<(), SinkError> {
     let n = match &d.record {
         SinkRecord::Adjustment(a) => {
-            tx.execute(
-                &st.adjustment,
-                &[
-                    &a.request_id,
-                    &a.tenant_id,
-                    &a.window_start,
-                    &a.window_end,
-                    &a.cost_pico.to_string(),
-                    &a.prompt_tokens.to_string(),
-                    &a.completion_tokens.to_string(),
-                    &to_i64(a.generation, "generation")?,
-                    &a.source,
-                    &a.model,
-                ],
-            )
-            .await?
+            let generation = to_i64(a.generation, "generation")?;
+            let n = tx
+                .execute(
+                    &st.adjustment,
+                    &[
+                        &a.request_id,
+                        &a.tenant_id,
+                        &a.window_start,
+                        &a.window_end,
+                        &a.cost_pico.to_string(),
+                        &a.prompt_tokens.to_string(),
+                        &a.completion_tokens.to_string(),
+                        &generation,
+                        &a.source,
+                        &a.model,
+                    ],
+                )
+                .await?;
+            if n > 0 {
+                super::quantities::adjustment(tx, a, generation).await?;
+            }
+            n
         }
         SinkRecord::Window(r) => window(tx, st, r).await?,
         SinkRecord::Progress(p) => {
@@ -390,6 +398,11 @@ async fn window(
         ],
     )
     .await?;
+    let version = (
+        to_i64(r.version, "version")?,
+        to_i64(r.generation, "generation")?,
+    );
+    super::quantities::window(tx, &st.quantities, r, version).await?;
     Ok(n)
 }
 

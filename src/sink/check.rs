@@ -127,8 +127,8 @@ fn lines(w: &ResultRecord) -> Result<(), Rejection> {
         let key = (&*l.model, l.variant.as_deref(), l.plan.as_deref());
         if prev.is_some_and(|p| p >= key) {
             return Err(format!(
-                "the lines are not sorted by model, variant and plan, each once ({key:?} after \
-                 {:?})",
+                "the lines are not sorted by model, each once (then by variant and plan: {key:?} \
+                 after {:?})",
                 prev.unwrap_or_default()
             ));
         }
@@ -162,21 +162,37 @@ fn lines(w: &ResultRecord) -> Result<(), Rejection> {
 
 /// A rated line's quantities and fee add up to its cost.
 fn line_quantities(l: &crate::engine::LineItem) -> Result<(), Rejection> {
-    if l.quantities.is_empty() {
+    quantities(&l.model, &l.quantities, l.fee_pico, l.cost_pico)
+}
+
+/// Quantities (and a fee) that add up to `cost`, each quantity named once, never
+/// `fee` (the view's name for the fees, docs/DESIGN.md §6).
+fn quantities(
+    model: &str,
+    items: &[crate::engine::QuantityItem],
+    fee: Pico,
+    cost: Pico,
+) -> Result<(), Rejection> {
+    if items.is_empty() {
         return Ok(());
     }
-    let mut sum = l.fee_pico.0;
-    for q in &l.quantities {
+    let mut sum = fee.0;
+    for (i, q) in items.iter().enumerate() {
+        if &*q.quantity == "fee" || items[..i].iter().any(|o| o.quantity == q.quantity) {
+            return Err(format!(
+                "the quantity {:?} is named twice, or is `fee`",
+                &*q.quantity
+            ));
+        }
         ident("a quantity's name", &q.quantity, MAX_ID_BYTES, true)?;
         sum = sum
             .checked_add(q.cost_pico.0)
             .ok_or_else(|| "a line's quantities overflow".to_string())?;
     }
-    if sum != l.cost_pico.0 {
+    if sum != cost.0 {
         return Err(format!(
-            "the quantities and fee of the line of {:?} sum to cost_pico {sum}, but the line \
-             says {}",
-            &*l.model, l.cost_pico
+            "the quantities and fee of the line of {model:?} sum to cost_pico {sum}, but the \
+             line says {cost}"
         ));
     }
     Ok(())
@@ -186,6 +202,12 @@ fn adjustment(a: &AdjustmentRecord) -> Result<(), Rejection> {
     ident("request_id", &a.request_id, MAX_KEY_BYTES, true)?;
     ident("tenant_id", &a.tenant_id, MAX_ID_BYTES, true)?;
     ident("model", &a.model, MAX_ID_BYTES, false)?;
+    for (what, v) in [("variant", &a.variant), ("plan", &a.plan)] {
+        if let Some(v) = v {
+            ident(what, v, MAX_ID_BYTES, false)?;
+        }
+    }
+    quantities(&a.model, &a.quantities, a.fee_pico, a.cost_pico)?;
     ident("source", &a.source, MAX_KEY_BYTES, false)?;
     bounds(a.window_start, a.window_end)?;
     usd(a.cost_pico, &a.usd)?;

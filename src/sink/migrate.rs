@@ -27,6 +27,11 @@ pub(crate) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "rejected_and_unbounded_sums",
         include_str!("../../migrations/0003_rejected_and_unbounded_sums.sql"),
     ),
+    (
+        4,
+        "rated_quantities",
+        include_str!("../../migrations/0004_rated_quantities.sql"),
+    ),
 ];
 
 const LOCK_ID: i64 = 0x7461_6c6c_7921; // "tally!"

@@ -10,6 +10,7 @@ pub mod apply;
 pub(crate) mod check;
 pub mod connect;
 pub mod migrate;
+mod quantities;
 pub(crate) mod run;
 
 #[derive(Debug, thiserror::Error)]

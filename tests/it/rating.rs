@@ -279,3 +279,137 @@ fn anthropic_style_records_bill_the_worked_examples_with_long_context_tiers() {
         "{tiered:?}"
     );
 }
+
+/// On the dev broker: the worker bills the OpenAI-style records, the sink stores
+/// their quantities, and the invoice per quantity reads the worked example and sums
+/// to each minute's total.
+#[test]
+fn the_sink_stores_each_quantity_and_the_quantity_view_sums_to_the_minute() {
+    let dir = TempDir::new("rating-sink");
+    let broker = DevBroker::start(&[
+        ("requests", 2),
+        ("tenant-cost", 2),
+        ("requests.late", 1),
+        ("requests.dlq", 1),
+    ]);
+    let example = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/config/rating/openai.toml"),
+    )
+    .unwrap();
+    let d = dir.path().display();
+    let cfg = dir.path().join("rating.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[kafka]\nbootstrap_servers = \"{}\"\ngroup_id = \"rating\"\n[checkpoint]\ndir = \
+             \"{d}/checkpoints\"\n[state]\ndir = \"{d}/state\"\n{example}",
+            broker.bootstrap
+        ),
+    )
+    .unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let records = [
+        openai("r-1", "globex", "2026-01-15T10:00:00Z", None, OPENAI_USAGE),
+        openai(
+            "r-2",
+            "globex",
+            "2026-01-15T10:00:30Z",
+            Some("batch"),
+            OPENAI_USAGE,
+        ),
+        openai(
+            "r-3",
+            "globex",
+            "2026-01-15T10:00:40Z",
+            None,
+            r#"{"prompt_tokens":0,"completion_tokens":0,"web_search_calls":3}"#,
+        ),
+        openai("r-4", "acme", "2026-02-01T00:00:00Z", None, OPENAI_USAGE),
+    ];
+    produce(&broker, "requests", 0, "globex", &records[..3]);
+    produce(&broker, "requests", 1, "acme", &records[3..]);
+    tally_ok(
+        &["run", "--config", cfg, "--until-end"],
+        &[],
+        Duration::from_secs(120),
+    );
+    let db = fresh_database("rating");
+    let env = [("TALLY_SINK__DATABASE_URL", db.as_str())];
+    tally_ok(
+        &["sink", "--config", cfg, "--until-end"],
+        &env,
+        Duration::from_secs(120),
+    );
+    let rows = query(
+        &db,
+        "SELECT tenant_id, model, variant, plan, quantity, count::TEXT, cost_pico::TEXT \
+         FROM tenant_cost_minute_quantity ORDER BY 1, 2, 3, 4, 5",
+    );
+    let row = |t: &str, v: &str, p: &str, q: &str, n: u64, c: u128| {
+        [t, "o-large", v, p, q, &n.to_string(), &c.to_string()]
+            .map(|s| Some(s.to_string()))
+            .to_vec()
+    };
+    let want = vec![
+        row(
+            "acme",
+            "",
+            "enterprise",
+            "cached_tokens",
+            8_000,
+            4_000_000_000,
+        ),
+        row(
+            "acme",
+            "",
+            "enterprise",
+            "completion_tokens",
+            300,
+            2_400_000_000,
+        ),
+        row(
+            "acme",
+            "",
+            "enterprise",
+            "prompt_tokens",
+            2_000,
+            3_000_000_000,
+        ),
+        row(
+            "acme",
+            "",
+            "enterprise",
+            "reasoning_tokens",
+            200,
+            1_600_000_000,
+        ),
+        row("globex", "", "", "cached_tokens", 8_000, 4_000_000_000),
+        row("globex", "", "", "completion_tokens", 300, 2_400_000_000),
+        row("globex", "", "", "prompt_tokens", 2_000, 4_000_000_000),
+        row("globex", "", "", "reasoning_tokens", 200, 1_600_000_000),
+        row("globex", "", "", "web_search_calls", 3, 30_000_000_000),
+        row("globex", "batch", "", "cached_tokens", 8_000, 2_000_000_000),
+        row(
+            "globex",
+            "batch",
+            "",
+            "completion_tokens",
+            300,
+            1_200_000_000,
+        ),
+        row("globex", "batch", "", "prompt_tokens", 2_000, 2_000_000_000),
+        row("globex", "batch", "", "reasoning_tokens", 200, 800_000_000),
+    ];
+    assert_eq!(rows, want);
+    // Per minute, the quantities (and fees) sum to the minute's total.
+    let mismatched = query(
+        &db,
+        "SELECT m.tenant_id, m.window_end FROM tenant_cost_minute m \
+         LEFT JOIN (SELECT tenant_id, window_end, sum(cost_pico) AS c \
+                    FROM tenant_cost_minute_quantity GROUP BY 1, 2) q USING (tenant_id, window_end) \
+         WHERE q.c IS DISTINCT FROM m.cost_pico",
+    );
+    assert!(mismatched.is_empty(), "{mismatched:?}");
+    let totals = query(&db, "SELECT sum(cost_pico)::TEXT FROM tenant_cost_minute");
+    assert_eq!(totals[0][0].as_deref(), Some("59000000000"));
+}

@@ -229,6 +229,13 @@ fn quantity_set(c: &InputRatingConfig) -> Result<(QuantitySet, Vec<QuantityInput
     for (name, q) in &c.quantities {
         let key = format!("input.quantities.{name}");
         check_name(&key, name)?;
+        if name == "fee" {
+            return Err(invalid(
+                key,
+                "`fee` names a line's fees per request in the results and the sink's views; \
+                 give the quantity another name",
+            ));
+        }
         if matches!(name.as_str(), "prompt_tokens" | "completion_tokens") {
             return Err(invalid(
                 key,

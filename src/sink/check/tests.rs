@@ -47,6 +47,10 @@ fn adjustment() -> AdjustmentRecord {
         completion_tokens: 1,
         generation: 1,
         source: "requests/0/7".into(),
+        variant: None,
+        plan: None,
+        fee_pico: Pico::ZERO,
+        quantities: Vec::new(),
     }
 }
 
@@ -227,7 +231,7 @@ fn rated_lines_are_keyed_by_model_variant_and_plan_and_add_up() {
     assert_eq!(storable_any(&SinkRecord::Window(r.clone())), Ok(()));
     let mut swapped = r.clone();
     swapped.lines.reverse();
-    assert!(rejected(swapped).contains("not sorted by model, variant and plan"));
+    assert!(rejected(swapped).contains("not sorted by model, each once (then by variant and plan"));
     let mut off = r;
     off.lines[1].quantities[1].cost_pico = Pico(3);
     assert!(rejected(off).contains("sum to cost_pico 6, but the line says 5"));
