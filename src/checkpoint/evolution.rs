@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::engine::EngineConfig;
+use crate::model::rating::{changes, RateBook};
 use crate::time::utc::format_utc_ms;
 
 /// Everything that decides what tally emits (the fingerprint's input).
@@ -54,7 +55,15 @@ pub struct Semantics {
     /// after the manifest body (format 7), not in this struct's postcard layout.
     #[serde(skip)]
     pub input: String,
+    /// The rating's tables as canonical TOML (`EngineConfig::rating_source`), `""`
+    /// without one. Stored after the input mapping (format 8).
+    #[serde(skip)]
+    pub rating: String,
 }
+
+/// Reads a rating's tables (`Semantics::rating`) into its book: the config layer's
+/// parser, handed down so that this layer reads no TOML.
+pub type RatingParser = fn(&str) -> Result<RateBook, String>;
 
 /// One model's price from `effective_from_ms` on, in nano-USD per 1k tokens.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -67,10 +76,13 @@ pub struct StoredPrice {
 
 /// The running configuration's rules: its fingerprint and, when known, its
 /// semantics (tests may use an opaque fingerprint).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Rules {
     pub fingerprint: String,
     pub semantics: Option<Semantics>,
+    /// How to compare two ratings entry by entry (`compare`); without it a rating
+    /// that changed at all is refused.
+    pub parse_rating: Option<RatingParser>,
 }
 
 impl Rules {
@@ -78,6 +90,15 @@ impl Rules {
         Self {
             fingerprint: s.fingerprint(),
             semantics: Some(s),
+            parse_rating: None,
+        }
+    }
+
+    /// The same rules, comparing ratings with `parse`.
+    pub(crate) fn with_rating_parser(self, parse: RatingParser) -> Self {
+        Self {
+            parse_rating: Some(parse),
+            ..self
         }
     }
 
@@ -86,6 +107,7 @@ impl Rules {
         Self {
             fingerprint: fingerprint.into(),
             semantics: None,
+            parse_rating: None,
         }
     }
 }
@@ -117,7 +139,8 @@ impl Semantics {
             generation: e.generation,
             max_lead_ms: e.max_lead_ms,
             prices,
-            input: describe_input(e),
+            input: e.input.describe(),
+            rating: e.rating_source.clone(),
         }
     }
 
@@ -154,19 +177,19 @@ impl Semantics {
         if let Some(lead) = self.max_lead_ms {
             text.push_str(&format!("|lead={lead}"));
         }
-        // Likewise the input mapping, only when it is not the default.
+        // Likewise the input mapping, only when it is not the default, and a rating.
         if !self.input.is_empty() {
             text.push_str(&format!("|input={}", self.input));
+        }
+        if !self.rating.is_empty() {
+            let digest = super::hex(&Sha256::digest(self.rating.as_bytes()));
+            text.push_str(&format!("|rating={digest}"));
         }
         super::hex(&Sha256::digest(text.as_bytes()))
     }
 
     /// The non-price settings, by config key, as text.
-    fn settings(&self) -> [(&'static str, String); 14] {
-        let (input, rating) = match self.input.split_once(RATING) {
-            Some((input, digest)) => (input, format!("the rating schema, sha256 {digest}")),
-            None => (self.input.as_str(), "today's table".into()),
-        };
+    fn settings(&self) -> [(&'static str, String); 13] {
         let ms = |v: Option<i64>| v.map_or("off".into(), |v| format!("{v} ms"));
         [
             ("topics.input", self.topic.clone()),
@@ -189,30 +212,13 @@ impl Semantics {
             ("watermark.max_lead", ms(self.max_lead_ms)),
             (
                 "input",
-                match input {
+                match self.input.as_str() {
                     "" => "the default mapping".into(),
                     m => m.into(),
                 },
             ),
-            // Not yet compared entry by entry (issue 36): any change is refused.
-            ("prices", rating),
         ]
     }
-}
-
-/// What joins a rating's digest to the input mapping in `Semantics::input`.
-const RATING: &str = "\nrating sha256=";
-
-/// The input mapping's text and, under a rating (issue 36), the sha256 of its
-/// tables: a rating that changes at all changes the fingerprint and is refused
-/// at a restore, naming `prices`, until its changes are compared entry by entry.
-fn describe_input(e: &EngineConfig) -> String {
-    let mut text = e.input.describe();
-    if !e.rating_source.is_empty() {
-        text.push_str(RATING);
-        text.push_str(&super::hex(&Sha256::digest(e.rating_source.as_bytes())));
-    }
-    text
 }
 
 /// Whether a partition checkpointed under `old` may restore under `new`, given its
@@ -222,6 +228,7 @@ pub(crate) fn compare(
     old: &Semantics,
     new: &Semantics,
     high_water: Option<i64>,
+    parse_rating: Option<RatingParser>,
 ) -> Result<Vec<String>, String> {
     for ((key, was), (_, now)) in old.settings().into_iter().zip(new.settings()) {
         if was != now {
@@ -271,7 +278,50 @@ pub(crate) fn compare(
             check(o, "removed")?;
         }
     }
+    if old.rating != new.rating {
+        changes.extend(compare_ratings(old, new, high_water, parse_rating)?);
+    }
     Ok(changes)
+}
+
+/// The rule above for two ratings (docs/DESIGN.md §3.2): every entry that differs
+/// (`model::rating::changes`, named by its config key) takes effect after the
+/// high-water time. Switching between today's table and a rating is refused.
+fn compare_ratings(
+    old: &Semantics,
+    new: &Semantics,
+    high_water: Option<i64>,
+    parse: Option<RatingParser>,
+) -> Result<Vec<String>, String> {
+    if old.rating.is_empty() || new.rating.is_empty() {
+        return Err(
+            "`prices` changed between a price table and the rating schema (or \
+                    `input.quantities`/`input.variant` came or went); restoring state computed \
+                    under the other would mix two sets of rules: re-bill under a new \
+                    `job.generation` from the log start instead"
+                .into(),
+        );
+    }
+    let parse = parse.ok_or("the rating changed, and these rules cannot compare ratings")?;
+    let (was, now) = (parse(&old.rating)?, parse(&new.rating)?);
+    let mut out = Vec::new();
+    for c in changes(&was, &now) {
+        let what = format!("{:?}", c.what).to_lowercase();
+        let from = match c.effective_from_ms {
+            i64::MIN => "always (no effective_from)".to_string(),
+            ms => format_utc_ms(ms),
+        };
+        let entry = format!("`{}` effective_from {from}", c.key);
+        if high_water.is_some_and(|h| c.effective_from_ms <= h) {
+            let hw = high_water.map_or("-".into(), format_utc_ms);
+            return Err(format!(
+                "{entry} was {what}, but the partition has already priced records up to {hw}: \
+                 a rating change must take effect after every record already billed"
+            ));
+        }
+        out.push(format!("{entry} {what}"));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -25,9 +25,10 @@
 //!
 //! ## Compatibility
 //! - Format 8 appends a rated window's lines to its value (issue 36,
-//!   `state::stored::StoredRatedLine`), only when it has any; its manifest is
-//!   format 7's (the rating's digest rides in `Semantics::input`). Format 7 is
-//!   still read: its parts are format-8 parts without rated windows.
+//!   `state::stored::StoredRatedLine`), only when it has any, and the rating's
+//!   tables as canonical TOML (`Semantics::rating`, a postcard string, `""` without
+//!   a rating) after the manifest's input mapping. Format 7 is still read, with no
+//!   rating: its parts are format-8 parts without rated windows.
 //! - Format 7 appends the input mapping (`Semantics::input`, a postcard string,
 //!   `""` for the default mapping) after the body; its parts are format 6's.
 //!   Formats 5 and 6 are still read, with the default mapping (they had no other).
@@ -283,6 +284,8 @@ pub fn encode_manifest(m: &Manifest) -> Vec<u8> {
     let mut bytes = crate::state::stored::encode(&body);
     let input = m.semantics.as_ref().map_or("", |s| s.input.as_str());
     bytes.extend_from_slice(&crate::state::stored::encode(&input));
+    let rating = m.semantics.as_ref().map_or("", |s| s.rating.as_str());
+    bytes.extend_from_slice(&crate::state::stored::encode(&rating));
     seal(&bytes)
 }
 
@@ -329,10 +332,19 @@ pub fn decode_manifest(buf: &[u8]) -> Result<Manifest, Unreadable> {
             postcard::from_bytes::<older::ManifestBodyV4>(body).map(older::ManifestBodyV4::upgrade)
         }
         5 | 6 => postcard::from_bytes::<ManifestBody>(body),
-        _ => postcard::take_from_bytes::<ManifestBody>(body).and_then(|(mut b, rest)| {
+        7 => postcard::take_from_bytes::<ManifestBody>(body).and_then(|(mut b, rest)| {
             let input: String = postcard::from_bytes(rest)?;
             if let Some(s) = &mut b.semantics {
                 s.input = input;
+            }
+            Ok(b)
+        }),
+        _ => postcard::take_from_bytes::<ManifestBody>(body).and_then(|(mut b, rest)| {
+            let (input, rest) = postcard::take_from_bytes::<String>(rest)?;
+            let rating: String = postcard::from_bytes(rest)?;
+            if let Some(s) = &mut b.semantics {
+                s.input = input;
+                s.rating = rating;
             }
             Ok(b)
         }),

@@ -261,10 +261,13 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 /// The rules of a running configuration: everything that decides what tally
 /// emits (`evolution::Semantics`) and its fingerprint. A checkpoint written under
 /// other rules restores only when the change is compatible (`evolution::compare`).
+/// `parse_rating` compares a rating entry by entry (`config::rating::from_source`).
 pub(crate) fn rules(
     topic: &str,
     e: &EngineConfig,
     idle_timeout_ms: Option<i64>,
+    parse_rating: evolution::RatingParser,
 ) -> evolution::Rules {
     evolution::Rules::of(evolution::Semantics::of(topic, e, idle_timeout_ms))
+        .with_rating_parser(parse_rating)
 }

@@ -167,7 +167,7 @@ fn compatible(m: &Manifest, entry: &PartitionEntry, rules: &Rules) -> Result<Vec
         return Err(UNKNOWN.into());
     };
     match &m.semantics {
-        Some(was) => evolution::compare(was, now, entry.high_water),
+        Some(was) => evolution::compare(was, now, entry.high_water, rules.parse_rating),
         None => {
             // Format 4 had no lead limit: the same rules without one?
             let without = Semantics {

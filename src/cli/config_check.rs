@@ -61,6 +61,7 @@ pub fn run(c: ConfigCmd) -> anyhow::Result<()> {
         &cfg.topics.input,
         &engine,
         cfg.watermark.idle_timeout.0.map(|m| m.0),
+        crate::config::rating::from_source,
     );
     let store = CheckpointStore::open_existing(&cfg.checkpoint, &cfg.kafka.group_id)?;
     let listed = store.list()?;

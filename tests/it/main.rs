@@ -25,6 +25,7 @@ mod pipeline;
 mod poison;
 mod producer;
 mod rating;
+mod rating_evolution;
 mod recovery;
 mod s3_proxy;
 mod scaleout;

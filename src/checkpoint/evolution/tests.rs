@@ -30,6 +30,7 @@ fn semantics(prices: Vec<StoredPrice>) -> Semantics {
         max_lead_ms: Some(5 * MIN),
         prices,
         input: String::new(),
+        rating: String::new(),
     }
 }
 
@@ -52,7 +53,7 @@ fn an_input_mapping_change_is_refused_by_key_and_the_default_adds_nothing() {
         new.input
     );
     assert_ne!(old.fingerprint(), new.fingerprint());
-    let e = compare(&old, &new, None).unwrap_err();
+    let e = compare(&old, &new, None, None).unwrap_err();
     assert!(
         e.starts_with("`input` changed (the default mapping → Cloudevents"),
         "{e}"
@@ -63,7 +64,7 @@ fn an_input_mapping_change_is_refused_by_key_and_the_default_adds_nothing() {
 fn prices_after_the_high_water_time_are_compatible() {
     let old = semantics(vec![price("small", i64::MIN, 150_000)]);
     let hw = Some(T0 + 10 * MIN);
-    assert_eq!(compare(&old, &old, hw), Ok(Vec::new()));
+    assert_eq!(compare(&old, &old, hw, None), Ok(Vec::new()));
     // A new model and a new schedule entry, both effective after the high water.
     let new = semantics(vec![
         price("small", i64::MIN, 150_000),
@@ -71,19 +72,19 @@ fn prices_after_the_high_water_time_are_compatible() {
         price("newmodel", T0 + 365 * 24 * 60 * MIN, 1),
     ]);
     assert_ne!(old.fingerprint(), new.fingerprint());
-    let changes = compare(&old, &new, hw).unwrap();
+    let changes = compare(&old, &new, hw, None).unwrap();
     assert_eq!(changes.len(), 2, "{changes:?}");
     assert!(changes
         .iter()
         .any(|c| c.contains("`prices.newmodel`") && c.ends_with("added")));
     // Changing or removing that future entry again is just as compatible.
-    assert!(compare(&new, &old, hw)
+    assert!(compare(&new, &old, hw, None)
         .unwrap()
         .iter()
         .all(|c| c.ends_with("removed")));
     // A partition that priced nothing takes any price change.
     let retro = semantics(vec![price("small", i64::MIN, 1)]);
-    assert_eq!(compare(&old, &retro, None).unwrap().len(), 1);
+    assert_eq!(compare(&old, &retro, None, None).unwrap().len(), 1);
 }
 
 #[test]
@@ -115,7 +116,7 @@ fn retroactive_price_changes_are_refused_naming_the_key() {
             "`prices.small` effective_from always (no effective_from) was removed",
         ),
     ] {
-        let e = compare(&old, &semantics(new), hw).unwrap_err();
+        let e = compare(&old, &semantics(new), hw, None).unwrap_err();
         assert!(
             e.contains(key) && e.contains("2026-01-01T00:10:00.000Z"),
             "{e}"
@@ -129,6 +130,7 @@ fn retroactive_price_changes_are_refused_naming_the_key() {
             price("x", T0 + 999 * MIN, 1),
         ]),
         Some(i64::MAX),
+        None,
     )
     .unwrap_err();
     assert!(e.contains("unknown"), "{e}");
@@ -151,7 +153,7 @@ fn other_semantic_changes_are_refused_naming_the_key() {
     s.time_source = "KafkaTimestamp".into();
     cases.push((s, "`watermark.time_source`"));
     for (new, want) in cases {
-        let e = compare(&old, &new, None).unwrap_err();
+        let e = compare(&old, &new, None, None).unwrap_err();
         assert!(e.contains(want), "{e}");
     }
 }
@@ -175,4 +177,58 @@ fn the_fingerprint_without_a_lead_limit_is_format_4s() {
         ..s.clone()
     };
     assert_ne!(with.fingerprint(), s.fingerprint());
+}
+
+/// Ratings are compared entry by entry: a future plan assignment and a new quantity
+/// from a future time restore; the same after the high-water time, or a
+/// retroactive one, is refused naming its key; a switch to or from today's table is
+/// refused.
+#[test]
+fn a_rating_changes_compatibly_only_after_the_high_water_time() {
+    let base = include_str!("../../config/rating/openai.toml");
+    let with = |rating: String| Semantics {
+        rating,
+        ..semantics(Vec::new())
+    };
+    let old = with(base.to_string());
+    let future = format!(
+        "{base}\n[[prices.assignments]]\ntenant = \"umbrella\"\nplan = \"enterprise\"\n\
+         effective_from = \"2027-06-01T00:00:00Z\"\n"
+    )
+    .replace(
+        "[input.quantities.web_search_calls]",
+        "[input.quantities.image_count]\neffective_from = \"2027-06-01T00:00:00Z\"\n\n\
+         [input.quantities.web_search_calls]",
+    )
+        + "[[prices.models.o-large.schedule]]\neffective_from = \"2027-06-01T00:00:00Z\"\n\
+       rates = { prompt_tokens = \"0.002\", cached_tokens = \"0.0005\", completion_tokens = \
+       \"0.008\", reasoning_tokens = \"0.008\", web_search_calls = { per_unit = \"0.01\" }, \
+       image_count = { per_unit = \"0.02\" } }\n";
+    let parse = Some(crate::config::rating::from_source as RatingParser);
+    let early = Some(T0);
+    let changes = compare(&old, &with(future.clone()), early, parse).unwrap();
+    assert!(
+        changes.iter().any(|c| c.contains("umbrella"))
+            && changes.iter().any(|c| c.contains("image_count")),
+        "{changes:?}"
+    );
+    let late = Some(crate::time::utc::parse_utc_ms("2027-07-01T00:00:00Z").unwrap());
+    let e = compare(&old, &with(future), late, parse).unwrap_err();
+    assert!(e.contains("image_count") || e.contains("umbrella"), "{e}");
+    let retro = format!(
+        "{base}\n[[prices.assignments]]\ntenant = \"umbrella\"\nplan = \"startup\"\n\
+         effective_from = \"2026-01-01T00:00:00Z\"\n"
+    );
+    let e = compare(&old, &with(retro), early, parse).unwrap_err();
+    assert!(
+        e.contains("prices.assignments (tenant \"umbrella\")"),
+        "{e}"
+    );
+    let e = compare(&old, &with(String::new()), early, parse).unwrap_err();
+    assert!(
+        e.contains("between a price table and the rating schema"),
+        "{e}"
+    );
+    // Without a parser a changed rating cannot be judged: refused.
+    assert!(compare(&old, &with(format!("{base}\n")), early, None).is_err());
 }

@@ -31,6 +31,7 @@ pub(crate) fn sample() -> Manifest {
             generation: 1,
             max_lead_ms: Some(300_000),
             input: "Json: tenant_id=/customer/id".into(),
+            rating: "[prices.models.m.rates]\nprompt_tokens = \"1\"\n".into(),
             prices: vec![crate::checkpoint::evolution::StoredPrice {
                 model: "m".into(),
                 effective_from_ms: i64::MIN,

@@ -74,6 +74,21 @@ pub fn from_toml(text: &str) -> Result<Rating, ConfigError> {
     parse(&table("input")?, &table("prices")?)
 }
 
+/// The book of a rating's tables as `Config::rating_source` writes them (a checkpoint
+/// keeps them: `checkpoint::evolution::RatingParser`).
+pub(crate) fn from_source(text: &str) -> Result<RateBook, String> {
+    let file: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| e.message().to_string())?;
+    let table = |k: &str| match file.get(k) {
+        Some(toml::Value::Table(t)) => t.clone(),
+        _ => toml::Table::new(),
+    };
+    parse(&table("input"), &table("prices"))
+        .map(|r| r.book)
+        .map_err(|e| e.to_string())
+}
+
 /// Sets the rating's tables apart from a config file's `root` (before `Config`
 /// reads the rest): `[input.quantities]` and `[input.variant]`, and `[prices]` when
 /// it is in the rating schema (module header). `None` when there are none; then

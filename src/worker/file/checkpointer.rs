@@ -47,7 +47,12 @@ impl Checkpointer {
         let checkpoints = Arc::new(CheckpointStore::open(&cfg.checkpoint, &group, &worker)?);
         let engine = cfg.engine()?;
         let topic = format!("file:{}", input.display());
-        let rules = Arc::new(crate::checkpoint::rules(&topic, &engine, None));
+        let rules = Arc::new(crate::checkpoint::rules(
+            &topic,
+            &engine,
+            None,
+            crate::config::rating::from_source,
+        ));
         let job = JobIdentity {
             worker,
             group,

@@ -100,6 +100,7 @@ fn worker(cfg: &Config, opts: &RunOptions) -> Result<Worker, WorkerError> {
             &cfg.topics.input,
             &engine,
             cfg.watermark.idle_timeout.0.map(|m| m.0),
+            crate::config::rating::from_source,
         )),
         topic: cfg.topics.input.clone(),
         group: cfg.kafka.group_id.clone(),

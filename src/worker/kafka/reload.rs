@@ -19,6 +19,7 @@ use tracing::{error, info, warn};
 
 use super::worker::Worker;
 use crate::checkpoint::evolution::{compare, Rules, Semantics};
+use crate::config::rating::from_source;
 use crate::config::Config;
 
 impl Worker {
@@ -50,10 +51,11 @@ impl Worker {
         };
         let mut changes = BTreeSet::new();
         if self.parts.is_empty() {
-            changes.extend(compare(now, &new, None)?);
+            changes.extend(compare(now, &new, None, Some(from_source))?);
         }
         for (p, hw) in self.parts.high_waters() {
-            let found = compare(now, &new, hw).map_err(|why| format!("partition {p}: {why}"))?;
+            let found = compare(now, &new, hw, Some(from_source))
+                .map_err(|why| format!("partition {p}: {why}"))?;
             changes.extend(found);
         }
         if changes.is_empty() {
@@ -66,7 +68,7 @@ impl Worker {
             *shared = engine.clone();
         }
         self.parts.set_engine(engine);
-        let rules = Arc::new(Rules::of(new));
+        let rules = Arc::new(Rules::of(new).with_rating_parser(from_source));
         self.job.rules = rules.clone();
         self.coord.set_rules(rules);
         Ok(Some(changes.len()))
