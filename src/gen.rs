@@ -18,6 +18,8 @@
 
 use std::collections::BTreeMap;
 
+pub mod rated;
+
 use serde::{Deserialize, Serialize};
 
 use crate::model::input::render::{Fields, GEN_SOURCE};

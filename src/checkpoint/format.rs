@@ -289,6 +289,34 @@ pub fn encode_manifest(m: &Manifest) -> Vec<u8> {
     seal(&bytes)
 }
 
+/// A manifest's body by its format (the header's compatibility notes): the input
+/// mapping follows it from format 7 on, the rating from format 8 on.
+fn body_of(version: u16, body: &[u8]) -> Result<ManifestBody, postcard::Error> {
+    match version {
+        3 => postcard::from_bytes::<older::ManifestBodyV3>(body).map(|b| b.upgrade().upgrade()),
+        4 => {
+            postcard::from_bytes::<older::ManifestBodyV4>(body).map(older::ManifestBodyV4::upgrade)
+        }
+        5 | 6 => postcard::from_bytes::<ManifestBody>(body),
+        7 => postcard::take_from_bytes::<ManifestBody>(body).and_then(|(mut b, rest)| {
+            let input: String = postcard::from_bytes(rest)?;
+            if let Some(s) = &mut b.semantics {
+                s.input = input;
+            }
+            Ok(b)
+        }),
+        _ => postcard::take_from_bytes::<ManifestBody>(body).and_then(|(mut b, rest)| {
+            let (input, rest) = postcard::take_from_bytes::<String>(rest)?;
+            let rating: String = postcard::from_bytes(rest)?;
+            if let Some(s) = &mut b.semantics {
+                s.input = input;
+                s.rating = rating;
+            }
+            Ok(b)
+        }),
+    }
+}
+
 /// A manifest object around an encoded body: framing, body, sha256 of both.
 pub(crate) fn seal(body: &[u8]) -> Vec<u8> {
     let mut out = header(MANIFEST_MAGIC).to_vec();
@@ -325,31 +353,7 @@ pub fn decode_manifest(buf: &[u8]) -> Result<Manifest, Unreadable> {
     if Sha256::digest(framed).as_slice() != sum {
         return Err(String::from("manifest checksum mismatch").into());
     }
-    let body = &framed[HEADER..];
-    let decoded = match version {
-        3 => postcard::from_bytes::<older::ManifestBodyV3>(body).map(|b| b.upgrade().upgrade()),
-        4 => {
-            postcard::from_bytes::<older::ManifestBodyV4>(body).map(older::ManifestBodyV4::upgrade)
-        }
-        5 | 6 => postcard::from_bytes::<ManifestBody>(body),
-        7 => postcard::take_from_bytes::<ManifestBody>(body).and_then(|(mut b, rest)| {
-            let input: String = postcard::from_bytes(rest)?;
-            if let Some(s) = &mut b.semantics {
-                s.input = input;
-            }
-            Ok(b)
-        }),
-        _ => postcard::take_from_bytes::<ManifestBody>(body).and_then(|(mut b, rest)| {
-            let (input, rest) = postcard::take_from_bytes::<String>(rest)?;
-            let rating: String = postcard::from_bytes(rest)?;
-            if let Some(s) = &mut b.semantics {
-                s.input = input;
-                s.rating = rating;
-            }
-            Ok(b)
-        }),
-    };
-    let b = decoded.map_err(|e| e.to_string())?;
+    let b = body_of(version, &framed[HEADER..]).map_err(|e| e.to_string())?;
     let m = Manifest {
         format: version,
         id: CheckpointId(b.id),

@@ -27,6 +27,8 @@ pub struct RatedLine {
     pub completion_tokens: u64,
     /// The fees per request, summed (zero when the price has none).
     pub fee: Pico,
+    /// The requests charged a fee (a tier or a plan may charge none).
+    pub fee_requests: u64,
     /// `sum(items' cost) + fee`.
     pub cost: Pico,
     pub items: Vec<QuantityLine>,
@@ -79,6 +81,7 @@ pub(crate) fn fold(lines: &mut Vec<RatedLine>, r: &Rated, tokens: (u64, u64)) ->
                     prompt_tokens: 0,
                     completion_tokens: 0,
                     fee: Pico::ZERO,
+                    fee_requests: 0,
                     cost: Pico::ZERO,
                     items: Vec::new(),
                 },
@@ -114,6 +117,7 @@ pub(crate) fn fold(lines: &mut Vec<RatedLine>, r: &Rated, tokens: (u64, u64)) ->
     line.prompt_tokens += tokens.0;
     line.completion_tokens += tokens.1;
     line.fee = Pico(line.fee.0 + r.fee.0);
+    line.fee_requests += u64::from(!r.fee.is_zero());
     line.cost = Pico(line.cost.0 + r.total.0);
     for item in &r.lines {
         match line

@@ -58,6 +58,9 @@ pub struct LineItem {
         deserialize_with = "pico_from_string"
     )]
     pub fee_pico: Pico,
+    /// The requests charged a fee (absent: none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub fee_requests: u64,
     /// Per quantity billed, by quantity id: `cost_pico` is their cost plus the fee.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub quantities: Vec<QuantityItem>,
@@ -97,6 +100,7 @@ impl LineItem {
             completion_tokens: l.completion_tokens,
             cost_pico: l.cost,
             fee_pico: l.fee,
+            fee_requests: l.fee_requests,
             quantities: l
                 .items
                 .iter()
@@ -230,6 +234,9 @@ impl ResultRecord {
                 buf.extend_from_slice(b",\"fee_pico\":");
                 json_pico(buf, l.fee_pico);
             }
+            if l.fee_requests != 0 {
+                int(buf, b",\"fee_requests\":", Int::U(l.fee_requests));
+            }
             if !l.quantities.is_empty() {
                 buf.extend_from_slice(b",\"quantities\":[");
                 for (j, q) in l.quantities.iter().enumerate() {
@@ -250,6 +257,10 @@ impl ResultRecord {
         }
         buf.extend_from_slice(b"]}");
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// An integer member: formatted in 64 bits, as serde_json does (never `i128`,
@@ -460,6 +471,7 @@ mod tests {
                         completion_tokens: num(&mut rng),
                         cost_pico: Pico(u128::from(num(&mut rng)) * u128::from(num(&mut rng))),
                         fee_pico: Pico(u128::from(num(&mut rng) % 3)),
+                        fee_requests: num(&mut rng) % 2,
                         quantities: (0..rng.below(3))
                             .map(|_| QuantityItem {
                                 quantity: text(&mut rng).into(),

@@ -1,7 +1,7 @@
 //! The rated line items of results in PostgreSQL (migration 0004, docs/DESIGN.md
 //! §3.2 and §6): one row per `(model, variant, plan, quantity)` of a pane, and per
-//! quantity of an adjustment; a line's fees are the quantity `fee`, counting its
-//! requests.
+//! quantity of an adjustment; a line's fees are the quantity `fee`, counting the
+//! requests charged one.
 //!
 //! Invariants: rows are written only for results a rating priced (a line with
 //! quantities); a pane's rows carry its `(generation, version)` and are written in
@@ -93,7 +93,7 @@ pub(super) async fn window(
             l.variant.as_deref().unwrap_or(""),
             l.plan.as_deref().unwrap_or(""),
         );
-        rows.line(key, &l.quantities, l.fee_pico, l.requests);
+        rows.line(key, &l.quantities, l.fee_pico, l.fee_requests);
     }
     if rows.model.is_empty() {
         return Ok(());

@@ -129,6 +129,7 @@ pub(crate) struct StoredRatedLine {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub fee_pico: u128,
+    pub fee_requests: u64,
     pub cost_pico: u128,
     /// By quantity id.
     pub items: Vec<StoredQuantityLine>,
@@ -231,6 +232,7 @@ impl StoredRatedLine {
             prompt_tokens: l.prompt_tokens,
             completion_tokens: l.completion_tokens,
             fee_pico: l.fee.0,
+            fee_requests: l.fee_requests,
             cost_pico: l.cost.0,
             items: l
                 .items
@@ -254,6 +256,7 @@ impl StoredRatedLine {
             prompt_tokens: self.prompt_tokens,
             completion_tokens: self.completion_tokens,
             fee: Pico(self.fee_pico),
+            fee_requests: self.fee_requests,
             cost: Pico(self.cost_pico),
             items: self
                 .items
@@ -427,6 +430,7 @@ mod tests {
             prompt_tokens: 10,
             completion_tokens: u64::MAX,
             fee: Pico(7),
+            fee_requests: 2,
             cost: Pico(u128::MAX),
             items: vec![QuantityLine {
                 quantity: QuantityId(q),

@@ -301,12 +301,13 @@ pub fn results(broker: &DevBroker, topic: &str) -> Vec<tally::engine::ResultReco
         .collect()
 }
 
-/// The payloads of the window results on `topic`, in partition then offset order.
+/// The payloads of the window results on `topic`, in partition then offset order
+/// (progress records and `reprocess-late`'s adjustments left out).
 pub fn window_payloads(broker: &DevBroker, topic: &str) -> Vec<Vec<u8>> {
     tally::kafka::read::read_topic(&broker.kafka(), topic)
         .unwrap()
         .into_iter()
-        .filter(|r| !is_progress(&r.payload))
+        .filter(|r| !is_progress(&r.payload) && !r.payload.starts_with(br#"{"kind":"adjustment""#))
         .map(|r| r.payload)
         .collect()
 }

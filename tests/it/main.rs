@@ -26,6 +26,7 @@ mod poison;
 mod producer;
 mod rating;
 mod rating_evolution;
+mod rating_stream;
 mod recovery;
 mod s3_proxy;
 mod scaleout;
