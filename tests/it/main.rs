@@ -7,6 +7,7 @@ mod api_csv;
 mod api_http;
 mod api_keys;
 mod api_limits;
+mod api_queries;
 mod codebase;
 mod common;
 mod crafted;
