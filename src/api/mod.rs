@@ -276,7 +276,12 @@ fn not_acceptable() -> Response<Body> {
 /// Routes one request; returns the route's name (for metrics) and the answer.
 async fn route(api: &Api, req: Request<hyper::body::Incoming>) -> (&'static str, Response<Body>) {
     if req.method() != hyper::Method::GET && req.method() != hyper::Method::HEAD {
-        return ("other", error(405, None, "only GET"));
+        let mut resp = error(405, None, "only GET");
+        resp.headers_mut().insert(
+            hyper::header::ALLOW,
+            hyper::header::HeaderValue::from_static("GET, HEAD"),
+        );
+        return ("other", resp);
     }
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
