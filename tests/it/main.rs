@@ -9,6 +9,7 @@ mod api_keys;
 mod api_limits;
 mod api_openapi;
 mod api_queries;
+mod api_stream;
 mod codebase;
 mod common;
 mod crafted;
