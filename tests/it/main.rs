@@ -14,6 +14,7 @@ mod codebase;
 mod common;
 mod crafted;
 mod defaults;
+mod demo;
 mod endpoints;
 mod evolution;
 mod exit_codes;
