@@ -12,6 +12,7 @@ mod api_queries;
 mod api_stream;
 mod codebase;
 mod common;
+mod compose;
 mod crafted;
 mod defaults;
 mod demo;
