@@ -22,7 +22,7 @@ use prometheus_client::registry::Registry;
 use tracing::{error, info, warn};
 
 use super::keys::{Keys, Refused, Scope};
-use super::params::{ParamError, UsageQuery};
+use super::params::UsageQuery;
 use super::{error, Body};
 use crate::config::{ApiConfig, ConfigError};
 
@@ -199,24 +199,19 @@ pub(crate) fn unauthorized(why: Refused) -> Response<Body> {
     resp
 }
 
-/// A usage query under `scope`: a key of one tenant reads that tenant when
-/// `tenant_id` is not given; a key of several must name one.
-pub(crate) fn scoped_usage(scope: &Scope, mut q: UsageQuery) -> Result<UsageQuery, ParamError> {
-    if let (Scope::Tenants(t), None) = (scope, &q.tenant_id) {
-        match t.iter().next() {
-            Some(only) if t.len() == 1 => q.tenant_id = Some(only.clone()),
-            _ => {
-                return Err(ParamError {
-                    parameter: "tenant_id".into(),
-                    message: format!(
-                        "this key reads {} tenants: name one with tenant_id",
-                        t.len()
-                    ),
-                })
-            }
+/// A usage query under `scope`: a tenant key that names no tenant reads every
+/// tenant of its scope; one that names a tenant outside it is answered as if
+/// that tenant were unknown (`Err`: the first such tenant, by bytes).
+pub(crate) fn scoped_usage(scope: &Scope, mut q: UsageQuery) -> Result<UsageQuery, String> {
+    if let Scope::Tenants(t) = scope {
+        if q.tenants.is_empty() {
+            q.tenants = t.iter().cloned().collect();
         }
     }
-    Ok(q)
+    match q.tenants.iter().find(|t| !scope.allows(t)) {
+        Some(outside) => Err(outside.clone()),
+        None => Ok(q),
+    }
 }
 
 /// The answer for a tenant the key may not read — the same whether or not it

@@ -2,9 +2,10 @@
 //! docs/openapi.yaml), on `api.listen`.
 //!
 //! - `GET /v1/usage` — rows per window (minute) or calendar bucket (hour, day,
-//!   month in an IANA zone), per tenant and optionally per model, paged; CSV with
-//!   `Accept: text/csv` (the whole range, streamed);
+//!   month in an IANA zone), grouped by tenant and/or model, for some tenants and
+//!   models, paged; CSV with `Accept: text/csv` (the whole range, streamed);
 //! - `GET /v1/invoices/{tenant_id}?period=YYYY-MM&tz=` — a month's lines per model;
+//! - `GET /v1/tenants` — the tenants the database knows (of the key's scope);
 //! - `/healthz` (the process serves), `/readyz` (the database answers and has the
 //!   schema), `/metrics` (requests by route and status).
 //!
@@ -20,6 +21,7 @@ pub(crate) mod limits;
 pub(crate) mod negotiate;
 pub(crate) mod params;
 pub(crate) mod pool;
+mod routes;
 mod server;
 pub(crate) mod tls;
 
@@ -33,9 +35,8 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
-use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
-use hyper::body::{Bytes, Frame};
+use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use hyper::body::Bytes;
 use hyper::{Request, Response};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -275,7 +276,12 @@ fn not_acceptable() -> Response<Body> {
 /// Routes one request; returns the route's name (for metrics) and the answer.
 async fn route(api: &Api, req: Request<hyper::body::Incoming>) -> (&'static str, Response<Body>) {
     if req.method() != hyper::Method::GET && req.method() != hyper::Method::HEAD {
-        return ("other", error(405, None, "only GET"));
+        let mut resp = error(405, None, "only GET");
+        resp.headers_mut().insert(
+            hyper::header::ALLOW,
+            hyper::header::HeaderValue::from_static("GET, HEAD"),
+        );
+        return ("other", resp);
     }
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
@@ -287,7 +293,7 @@ async fn route(api: &Api, req: Request<hyper::body::Incoming>) -> (&'static str,
         },
     };
     // The routes that query: bounded in flight and per key.
-    let data = path == "/v1/usage" || path.starts_with("/v1/invoices/");
+    let data = path == "/v1/usage" || path == "/v1/tenants" || path.starts_with("/v1/invoices/");
     let permit = if data {
         if let Some(key) = &key {
             if let Err(after) = api
@@ -335,7 +341,8 @@ async fn route(api: &Api, req: Request<hyper::body::Incoming>) -> (&'static str,
         "/v1/usage" => match negotiated(&req, &[negotiate::Offer::Json, negotiate::Offer::Csv]) {
             Some(offer) => (
                 "usage",
-                usage_route(api, &scope, &query, offer == negotiate::Offer::Csv, permit).await,
+                routes::get_usage(api, &scope, &query, offer == negotiate::Offer::Csv, permit)
+                    .await,
             ),
             None => ("usage", not_acceptable()),
         },
@@ -347,123 +354,15 @@ async fn route(api: &Api, req: Request<hyper::body::Incoming>) -> (&'static str,
             if negotiated(&req, &[negotiate::Offer::Json]).is_none() {
                 return ("invoices", not_acceptable());
             }
-            ("invoices", invoice_route(api, &scope, tenant, &query).await)
+            (
+                "invoices",
+                routes::get_invoice(api, &scope, tenant, &query).await,
+            )
         }
+        "/v1/tenants" => match negotiated(&req, &[negotiate::Offer::Json]) {
+            Some(_) => ("tenants", routes::get_tenants(api, &scope, &query).await),
+            None => ("tenants", not_acceptable()),
+        },
         _ => ("other", error(404, None, "not found")),
-    }
-}
-
-/// The connection, once the zone is known to the database's tzdata: else 503
-/// (no database) or 400 naming `tz`.
-async fn client_for(api: &Api, tz: &str) -> Result<pool::Conn, Response<Body>> {
-    let client = api
-        .pool
-        .get()
-        .await
-        .map_err(|e| error(503, None, &format!("database unavailable: {e}")))?;
-    match api.known_zone(&client, tz).await {
-        Ok(true) => Ok(client),
-        Ok(false) => Err(error(
-            400,
-            Some("tz"),
-            &format!("{tz:?} is not a time zone of the IANA database"),
-        )),
-        Err(e) => Err(read_error(e)),
-    }
-}
-
-async fn usage_route(
-    api: &Api,
-    scope: &keys::Scope,
-    query: &str,
-    csv: bool,
-    permit: Option<tokio::sync::OwnedSemaphorePermit>,
-) -> Response<Body> {
-    let q = match params::usage(query).and_then(|q| access::scoped_usage(scope, q)) {
-        Ok(q) => q,
-        Err(e) => return param_error(e),
-    };
-    if q.to_ms - q.from_ms > api.limits.max_range_ms {
-        return error(
-            400,
-            Some("to"),
-            &format!(
-                "from and to span {} days, more than api.max_range ({} days): ask in parts",
-                (q.to_ms - q.from_ms) / 86_400_000,
-                api.limits.max_range_ms / 86_400_000
-            ),
-        );
-    }
-    if let Some(t) = q.tenant_id.as_deref().filter(|t| !scope.allows(t)) {
-        return access::unknown_tenant(t);
-    }
-    let client = match client_for(api, &q.tz).await {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
-    if !csv {
-        return match tokio::time::timeout(api.query_timeout + QUERY_SLACK, usage::page(&client, &q))
-            .await
-        {
-            Ok(Ok(page)) => reply(200, JSON, serde_json::to_vec(&page).unwrap_or_default()),
-            Ok(Err(e)) => read_error(e),
-            Err(_) => error(
-                503,
-                None,
-                "the query did not finish within api.query_timeout",
-            ),
-        };
-    }
-    let rows = match usage::all(&client, &q).await {
-        Ok(rows) => rows,
-        Err(e) => return read_error(e),
-    };
-    let by_model = q.by_model;
-    let header =
-        futures_util::stream::once(
-            async move { Ok(Frame::data(Bytes::from(usage::csv_header(&q)))) },
-        );
-    // The connection and the place in flight are held until the stream ends.
-    let held = (client, permit);
-    let lines = rows.map(move |r| {
-        let _ = &held;
-        r.map_err(|e| std::io::Error::other(e.to_string()))
-            .and_then(|r| {
-                usage::csv_line(&r, by_model).map_err(|e| std::io::Error::other(format!("{e:?}")))
-            })
-            .map(|line| Frame::data(Bytes::from(line)))
-    });
-    Response::builder()
-        .status(200)
-        .header("content-type", CSV)
-        .body(BodyExt::boxed(StreamBody::new(header.chain(lines))))
-        .expect("a valid status and header")
-}
-
-async fn invoice_route(
-    api: &Api,
-    scope: &keys::Scope,
-    tenant: &str,
-    query: &str,
-) -> Response<Body> {
-    let q = match params::invoice(tenant, query) {
-        Ok(q) => q,
-        Err(e) => return param_error(e),
-    };
-    if !scope.allows(&q.tenant_id) {
-        return access::unknown_tenant(&q.tenant_id);
-    }
-    let client = match client_for(api, &q.tz).await {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
-    match tokio::time::timeout(api.query_timeout + QUERY_SLACK, usage::invoice(&client, &q)).await {
-        Ok(Ok(inv)) => reply(200, JSON, serde_json::to_vec(&inv).unwrap_or_default()),
-        Ok(Err(e)) => read_error(e),
-        Err(_) => error(
-            503,
-            None,
-            "the query did not finish within api.query_timeout",
-        ),
     }
 }

@@ -51,26 +51,45 @@ impl Unit {
 pub(crate) const DEFAULT_LIMIT: usize = 1_000;
 pub(crate) const MAX_LIMIT: usize = 100_000;
 
+/// What the rows of `/v1/usage` are grouped by, besides the bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Group {
+    pub tenant: bool,
+    pub model: bool,
+}
+
 /// `GET /v1/usage`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct UsageQuery {
-    pub tenant_id: Option<String>,
+    /// The tenants to read, sorted by bytes and without repeats; empty: every
+    /// tenant the key may read (`access::scoped_usage` fills a tenant key's).
+    pub tenants: Vec<String>,
+    /// Only these models' lines (sorted, no repeats); empty: every model.
+    pub models: Vec<String>,
     pub from_ms: i64,
     pub to_ms: i64,
     pub unit: Unit,
     pub tz: String,
-    pub by_model: bool,
+    pub group: Group,
     pub limit: usize,
     /// Rows after this one (from `page`).
     pub after: Option<Cursor>,
 }
 
-/// Where a page ended: the last row's `(window_start, tenant_id, model)`.
+impl UsageQuery {
+    /// Whether the rows come from the per-model lines (grouped or filtered by
+    /// model) rather than the windows' totals.
+    pub(crate) fn by_model(&self) -> bool {
+        self.group.model || !self.models.is_empty()
+    }
+}
+
+/// Where a page ended: the last row's `(window_start, tenant_id, model)`
+/// (`""` for a dimension the rows are not grouped by).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Cursor {
     pub window_start: i64,
     pub tenant_id: String,
-    /// `""` when not grouped by model.
     pub model: String,
 }
 
@@ -133,25 +152,42 @@ fn time(name: &str, v: &str) -> Result<i64, ParamError> {
     parse_utc_ms(v).map_err(|e| bad(name, e))
 }
 
-/// Parses the query string of `/v1/usage`.
+const USAGE_PARAMETERS: &str = "tenant_id, model, from, to, window, tz, group_by, limit, page";
+
+/// Parses the query string of `/v1/usage`. `tenant_id`, `model` and `group_by`
+/// may be repeated (OpenMeter's convention: `group_by=tenant&group_by=model`);
+/// every other parameter is given at most once.
 pub(crate) fn usage(query: &str) -> Result<UsageQuery, ParamError> {
-    let mut tenant_id = None;
-    let (mut from, mut to, mut window, mut tz, mut group_by, mut limit, mut page) =
-        (None, None, None, None, None, None, None);
+    let (mut tenants, mut models, mut dimensions) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut from, mut to, mut window, mut tz, mut limit, mut page) =
+        (None, None, None, None, None, None);
     for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        let list = match &*k {
+            "tenant_id" => Some(&mut tenants),
+            "model" => Some(&mut models),
+            "group_by" => Some(&mut dimensions),
+            _ => None,
+        };
+        if let Some(list) = list {
+            if v.is_empty() {
+                return Err(bad(&k, "empty"));
+            }
+            list.push(v.into_owned());
+            continue;
+        }
         let slot = match &*k {
-            "tenant_id" => &mut tenant_id,
             "from" => &mut from,
             "to" => &mut to,
             "window" => &mut window,
             "tz" => &mut tz,
-            "group_by" => &mut group_by,
             "limit" => &mut limit,
             "page" => &mut page,
-            other => return Err(bad(
-                other,
-                "unknown parameter (known: tenant_id, from, to, window, tz, group_by, limit, page)",
-            )),
+            other => {
+                return Err(bad(
+                    other,
+                    format!("unknown parameter (known: {USAGE_PARAMETERS})"),
+                ))
+            }
         };
         if slot.replace(v.into_owned()).is_some() {
             return Err(bad(&k, "given more than once"));
@@ -179,74 +215,147 @@ pub(crate) fn usage(query: &str) -> Result<UsageQuery, ParamError> {
     };
     let tz = tz.unwrap_or_else(|| "UTC".into());
     check_tz(&tz)?;
-    let by_model = match group_by.as_deref() {
-        None => false,
-        Some("model") => true,
-        Some(other) => {
-            return Err(bad(
-                "group_by",
-                format!("{other:?}: the only grouping is \"model\""),
-            ))
-        }
-    };
-    let limit = match limit.as_deref() {
-        None => DEFAULT_LIMIT,
-        Some(l) => match l.parse::<usize>() {
-            Ok(n) if (1..=MAX_LIMIT).contains(&n) => n,
-            _ => {
-                return Err(bad(
-                    "limit",
-                    format!("{l:?} is not a whole number from 1 to {MAX_LIMIT}"),
-                ))
-            }
-        },
-    };
-    if let Some(t) = &tenant_id {
-        if t.is_empty() {
-            return Err(bad("tenant_id", "empty"));
-        }
-    }
+    let group = group(&dimensions)?;
+    let limit = limit_of(limit.as_deref())?;
+    tenants.sort();
+    tenants.dedup();
+    models.sort();
+    models.dedup();
     let mut q = UsageQuery {
-        tenant_id,
+        tenants,
+        models,
         from_ms,
         to_ms,
         unit,
         tz,
-        by_model,
+        group,
         limit,
         after: None,
     };
     if let Some(p) = page {
-        q.after = Some(decode_token(&p, &q)?);
+        q.after = Some(decode_token(&p, &fingerprint(&q))?);
     }
     Ok(q)
+}
+
+/// The dimensions of `group_by` (each given as its own parameter); none given:
+/// by tenant, as the first version of the API grouped.
+fn group(dimensions: &[String]) -> Result<Group, ParamError> {
+    if dimensions.is_empty() {
+        return Ok(Group {
+            tenant: true,
+            model: false,
+        });
+    }
+    let mut g = Group {
+        tenant: false,
+        model: false,
+    };
+    for d in dimensions {
+        match d.as_str() {
+            "tenant" => g.tenant = true,
+            "model" => g.model = true,
+            other if other.contains(',') => {
+                return Err(bad(
+                    "group_by",
+                    format!("{other:?}: repeat the parameter for each dimension (group_by=tenant&group_by=model)"),
+                ))
+            }
+            other => {
+                return Err(bad(
+                    "group_by",
+                    format!("{other:?} is not a dimension: tenant or model"),
+                ))
+            }
+        }
+    }
+    Ok(g)
+}
+
+/// `limit`: rows per page.
+fn limit_of(limit: Option<&str>) -> Result<usize, ParamError> {
+    match limit {
+        None => Ok(DEFAULT_LIMIT),
+        Some(l) => match l.parse::<usize>() {
+            Ok(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
+            _ => Err(bad(
+                "limit",
+                format!("{l:?} is not a whole number from 1 to {MAX_LIMIT}"),
+            )),
+        },
+    }
+}
+
+/// `GET /v1/tenants`: a page of the tenant ids the database knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TenantsQuery {
+    pub limit: usize,
+    /// Ids after this one (from `page`).
+    pub after: Option<String>,
+}
+
+/// The fingerprint of the tenants listing's pages.
+const TENANTS: &str = "tenants";
+
+/// Parses the query string of `/v1/tenants`.
+pub(crate) fn tenants(query: &str) -> Result<TenantsQuery, ParamError> {
+    let (mut limit, mut page) = (None, None);
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        let slot = match &*k {
+            "limit" => &mut limit,
+            "page" => &mut page,
+            other => return Err(bad(other, "unknown parameter (known: limit, page)")),
+        };
+        if slot.replace(v.into_owned()).is_some() {
+            return Err(bad(&k, "given more than once"));
+        }
+    }
+    let limit = limit_of(limit.as_deref())?;
+    let after = match page {
+        Some(p) => Some(decode_token(&p, TENANTS)?.tenant_id),
+        None => None,
+    };
+    Ok(TenantsQuery { limit, after })
+}
+
+/// The `next_page` token of the tenants listing after `last`.
+pub(crate) fn next_tenants_page(last: &str) -> String {
+    token(
+        TENANTS.into(),
+        Cursor {
+            window_start: 0,
+            tenant_id: last.to_string(),
+            model: String::new(),
+        },
+    )
 }
 
 /// What a page token must match: every parameter but `limit` and `page`.
 fn fingerprint(q: &UsageQuery) -> String {
     let text = format!(
-        "{:?}|{}|{}|{}|{}|{}",
-        q.tenant_id,
+        "{:?}|{:?}|{}|{}|{}|{}|{:?}",
+        q.tenants,
+        q.models,
         q.from_ms,
         q.to_ms,
         q.unit.sql(),
         q.tz,
-        q.by_model
+        q.group
     );
     let d = Sha256::digest(text.as_bytes());
     URL_SAFE_NO_PAD.encode(&d[..9])
 }
 
-/// The `next_page` token after `last`.
-pub(crate) fn next_page(q: &UsageQuery, last: Cursor) -> String {
-    let t = Token {
-        q: fingerprint(q),
-        c: last,
-    };
-    URL_SAFE_NO_PAD.encode(serde_json::to_vec(&t).unwrap_or_default())
+fn token(q: String, c: Cursor) -> String {
+    URL_SAFE_NO_PAD.encode(serde_json::to_vec(&Token { q, c }).unwrap_or_default())
 }
 
-fn decode_token(p: &str, q: &UsageQuery) -> Result<Cursor, ParamError> {
+/// The `next_page` token after `last`.
+pub(crate) fn next_page(q: &UsageQuery, last: Cursor) -> String {
+    token(fingerprint(q), last)
+}
+
+fn decode_token(p: &str, fingerprint: &str) -> Result<Cursor, ParamError> {
     let t: Token = URL_SAFE_NO_PAD
         .decode(p)
         .ok()
@@ -257,7 +366,7 @@ fn decode_token(p: &str, q: &UsageQuery) -> Result<Cursor, ParamError> {
                 "not a page token of this API (use `next_page` as given)",
             )
         })?;
-    if t.q != fingerprint(q) {
+    if t.q != fingerprint {
         return Err(bad(
             "page",
             "the token belongs to a query with other parameters: repeat the request that gave it, adding only `page`",
@@ -315,23 +424,117 @@ mod tests {
     fn a_usage_query_parses_with_its_defaults() {
         let q = usage(Q).unwrap();
         assert_eq!((q.from_ms, q.to_ms), (1_767_225_600_000, 1_767_308_400_000));
+        let by_tenant = Group {
+            tenant: true,
+            model: false,
+        };
         assert_eq!(
-            (q.unit, q.tz.as_str(), q.by_model),
-            (Unit::Minute, "UTC", false)
+            (q.unit, q.tz.as_str(), q.group),
+            (Unit::Minute, "UTC", by_tenant)
         );
-        assert_eq!((q.limit, q.tenant_id, q.after), (DEFAULT_LIMIT, None, None));
+        assert_eq!((q.limit, q.after.as_ref()), (DEFAULT_LIMIT, None));
+        assert!(q.tenants.is_empty() && q.models.is_empty() && !q.by_model());
         let q = usage(&format!(
             "{Q}&window=month&tz=Asia/Kolkata&group_by=model&tenant_id=a%20b&limit=7"
         ))
         .unwrap();
+        let by_model = Group {
+            tenant: false,
+            model: true,
+        };
         assert_eq!(
-            (q.unit, q.tz.as_str(), q.by_model, q.limit),
-            (Unit::Month, "Asia/Kolkata", true, 7)
+            (q.unit, q.tz.as_str(), q.group, q.limit),
+            (Unit::Month, "Asia/Kolkata", by_model, 7)
         );
-        assert_eq!(q.tenant_id.as_deref(), Some("a b"));
+        assert_eq!(q.tenants, ["a b"]);
         // An unencoded `+` of an offset (a space once decoded) is read as `+`.
         let q = usage("from=2026-01-01T01:00:00+01:00&to=2026-01-02T00:00:00Z").unwrap();
         assert_eq!(q.from_ms, 1_767_225_600_000);
+    }
+
+    #[test]
+    fn tenants_models_and_dimensions_repeat_as_sets() {
+        let q = usage(&format!(
+            "{Q}&tenant_id=b&tenant_id=a&tenant_id=b&model=m2&model=m1&group_by=model&group_by=tenant&group_by=model"
+        ))
+        .unwrap();
+        assert_eq!(
+            (q.tenants, q.models),
+            (
+                vec!["a".to_string(), "b".into()],
+                vec!["m1".to_string(), "m2".into()]
+            )
+        );
+        assert_eq!(
+            q.group,
+            Group {
+                tenant: true,
+                model: true
+            }
+        );
+        // A filter by model alone reads the lines, summed over the models.
+        let q = usage(&format!("{Q}&model=m1")).unwrap();
+        assert!(q.by_model() && !q.group.model);
+        // The same sets in another order are the same query: one page token.
+        let a = usage(&format!(
+            "{Q}&tenant_id=a&tenant_id=b&group_by=tenant&group_by=model"
+        ))
+        .unwrap();
+        let t = next_page(
+            &a,
+            Cursor {
+                window_start: 1,
+                tenant_id: "a".into(),
+                model: "m".into(),
+            },
+        );
+        assert!(usage(&format!(
+            "{Q}&group_by=model&group_by=tenant&tenant_id=b&tenant_id=a&page={t}"
+        ))
+        .is_ok());
+        assert_eq!(
+            usage(&format!(
+                "{Q}&tenant_id=a&group_by=tenant&group_by=model&page={t}"
+            ))
+            .unwrap_err()
+            .parameter,
+            "page"
+        );
+    }
+
+    #[test]
+    fn a_tenants_listing_pages_by_its_own_tokens() {
+        assert_eq!(
+            tenants("").unwrap(),
+            TenantsQuery {
+                limit: DEFAULT_LIMIT,
+                after: None
+            }
+        );
+        let t = next_tenants_page("acme");
+        assert_eq!(
+            tenants(&format!("limit=2&page={t}"))
+                .unwrap()
+                .after
+                .as_deref(),
+            Some("acme")
+        );
+        let usage_token = next_page(
+            &usage(Q).unwrap(),
+            Cursor {
+                window_start: 0,
+                tenant_id: "acme".into(),
+                model: String::new(),
+            },
+        );
+        for (query, parameter) in [
+            ("limit=0", "limit"),
+            ("tenant_id=acme", "tenant_id"),
+            ("limit=1&limit=2", "limit"),
+            (&format!("page={usage_token}") as &str, "page"),
+        ] {
+            assert_eq!(tenants(query).unwrap_err().parameter, parameter, "{query}");
+        }
     }
 
     #[test]
@@ -348,7 +551,11 @@ mod tests {
             (&format!("{Q}&window=week"), "window"),
             (&format!("{Q}&tz=Mars/Olympus%20Mons"), "tz"),
             (&format!("{Q}&tz=%2B05:30"), "tz"),
-            (&format!("{Q}&group_by=tenant"), "group_by"),
+            (&format!("{Q}&group_by=plan"), "group_by"),
+            (&format!("{Q}&group_by=tenant,model"), "group_by"),
+            (&format!("{Q}&group_by="), "group_by"),
+            (&format!("{Q}&tenant_id="), "tenant_id"),
+            (&format!("{Q}&model="), "model"),
             (&format!("{Q}&limit=0"), "limit"),
             (&format!("{Q}&limit=-1"), "limit"),
             (&format!("{Q}&limit=100001"), "limit"),
@@ -364,7 +571,7 @@ mod tests {
 
     #[test]
     fn a_page_token_resumes_only_its_own_query() {
-        let q = usage(&format!("{Q}&group_by=model&limit=2")).unwrap();
+        let q = usage(&format!("{Q}&group_by=tenant&group_by=model&limit=2")).unwrap();
         let last = Cursor {
             window_start: 5,
             tenant_id: "acme".into(),
@@ -372,7 +579,10 @@ mod tests {
         };
         let token = next_page(&q, last.clone());
         // Same query (limit may differ): resumes after `last`.
-        let again = usage(&format!("{Q}&group_by=model&limit=9&page={token}")).unwrap();
+        let again = usage(&format!(
+            "{Q}&group_by=tenant&group_by=model&limit=9&page={token}"
+        ))
+        .unwrap();
         assert_eq!(again.after, Some(last));
         // Another query: refused, naming `page`.
         let e = usage(&format!("{Q}&page={token}")).unwrap_err();

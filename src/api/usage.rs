@@ -1,5 +1,6 @@
 //! The usage API's reads: rows of `tally_usage` (migration 2) as JSON pages or a
-//! CSV stream, and a month's invoice.
+//! CSV stream, grouped by the dimensions asked for and filtered by tenants and
+//! models; a month's invoice; the tenants listing.
 //!
 //! Invariants: money and counts are read as text and kept whole numbers of any size
 //! (`Whole`: a month of sums can pass `u64` and `u128`) to the output — `cost_pico` a
@@ -11,7 +12,9 @@
 use serde::Serialize;
 use tokio_postgres::{Client, Row};
 
-use super::params::{next_page, Cursor, InvoiceQuery, UsageQuery};
+use super::params::{
+    next_page, next_tenants_page, Cursor, Group, InvoiceQuery, TenantsQuery, UsageQuery,
+};
 use super::whole::Whole;
 use super::ReadError;
 use crate::time::utc::format_rfc3339_ms;
@@ -19,7 +22,8 @@ use crate::time::utc::format_rfc3339_ms;
 /// One row of `/v1/usage`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct UsageRow {
-    pub tenant_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant_id: Option<String>,
     pub window_start: String,
     pub window_end: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -42,19 +46,46 @@ pub(crate) struct Page {
     pub next_page: Option<String>,
 }
 
+/// The rows of a usage query, `$1`–`$10`: `tally_usage`'s six arguments, the
+/// tenants (`TEXT[]`, or NULL: every tenant), the models (likewise), and whether
+/// to keep the tenant and the model as dimensions. `tally_usage` groups by
+/// tenant (and model); a dimension left out is summed over here. A bucket's
+/// clipped bounds and `final` depend on the bucket alone, so the rows summed
+/// into one agree on them.
+const ROWS: &str = "
+WITH r AS (
+    SELECT u.window_start, u.window_end,
+           CASE WHEN $9 THEN u.tenant_id END AS tenant_id,
+           CASE WHEN $10 THEN u.model END AS model,
+           sum(u.cost_pico) AS cost_pico, sum(u.requests) AS requests,
+           sum(u.prompt_tokens) AS prompt_tokens, sum(u.completion_tokens) AS completion_tokens,
+           bool_and(u.final) AS final, bool_and(u.aligned) AS aligned
+    FROM tally_usage($1, $2, $3, $4, $5, $6) u
+    WHERE ($7::TEXT[] IS NULL OR u.tenant_id = ANY($7))
+      AND ($8::TEXT[] IS NULL OR u.model = ANY($8))
+    GROUP BY 1, 2, 3, 4
+)";
+
 const SELECT: &str = "
 SELECT window_start, window_end, tenant_id, model, cost_pico::TEXT, requests::TEXT,
        prompt_tokens::TEXT, completion_tokens::TEXT, final, aligned
-FROM tally_usage($1, $2, $3, $4, $5, $6)";
+FROM r";
 
 const PAGE: &str = "
-WHERE $7::BIGINT IS NULL
-   OR (window_start, tenant_id COLLATE \"C\", coalesce(model, '') COLLATE \"C\") > ($7, $8, $9)
+WHERE $11::BIGINT IS NULL
+   OR (window_start, coalesce(tenant_id, '') COLLATE \"C\", coalesce(model, '') COLLATE \"C\") > ($11, $12, $13)
 ORDER BY window_start, tenant_id COLLATE \"C\", model COLLATE \"C\"
-LIMIT $10";
+LIMIT $14";
 
 /// Byte order of the ids (the "C" collation), whatever the database's locale.
 const ORDER: &str = r#"ORDER BY window_start, tenant_id COLLATE "C", model COLLATE "C""#;
+
+/// A month's lines per model of one tenant (the invoice).
+const INVOICE_LINES: &str = r#"
+SELECT window_start, window_end, tenant_id, model, cost_pico::TEXT, requests::TEXT,
+       prompt_tokens::TEXT, completion_tokens::TEXT, final, aligned
+FROM tally_usage('month', $1, $2, $3, true, $4)
+ORDER BY model COLLATE "C""#;
 
 fn unaligned(q: &UsageQuery) -> ReadError {
     ReadError::Unaligned(format!(
@@ -88,20 +119,59 @@ fn row(r: &Row) -> Result<(UsageRow, bool), ReadError> {
 
 type Param<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
 
-/// The six arguments of `tally_usage` for `q` (`unit` is `q.unit.sql()`).
-fn usage_args<'a>(q: &'a UsageQuery, unit: &'a &'static str) -> [Param<'a>; 6] {
-    [unit, &q.tz, &q.from_ms, &q.to_ms, &q.by_model, &q.tenant_id]
+/// The values of `ROWS`'s ten parameters for `q`.
+struct Args<'a> {
+    unit: &'static str,
+    /// One tenant goes to `tally_usage` itself (its first version's path).
+    one: Option<&'a str>,
+    tenants: Option<&'a [String]>,
+    models: Option<&'a [String]>,
+    by_model: bool,
+    q: &'a UsageQuery,
+}
+
+impl<'a> Args<'a> {
+    fn of(q: &'a UsageQuery) -> Self {
+        let list = |v: &'a [String]| (!v.is_empty()).then_some(v);
+        Args {
+            unit: q.unit.sql(),
+            one: match q.tenants.as_slice() {
+                [one] => Some(one.as_str()),
+                _ => None,
+            },
+            tenants: list(&q.tenants),
+            models: list(&q.models),
+            by_model: q.by_model(),
+            q,
+        }
+    }
+
+    fn params(&'a self) -> [Param<'a>; 10] {
+        let q = self.q;
+        [
+            &self.unit,
+            &q.tz,
+            &q.from_ms,
+            &q.to_ms,
+            &self.by_model,
+            &self.one,
+            &self.tenants,
+            &self.models,
+            &q.group.tenant,
+            &q.group.model,
+        ]
+    }
 }
 
 /// One page of `q`.
 pub(crate) async fn page(client: &Client, q: &UsageQuery) -> Result<Page, ReadError> {
     let after = q.after.as_ref();
     let limit = (q.limit + 1) as i64;
-    let unit = q.unit.sql();
-    let [a1, a2, a3, a4, a5, a6] = usage_args(q, &unit);
+    let args = Args::of(q);
+    let [a1, a2, a3, a4, a5, a6, a7, a8, a9, a10] = args.params();
     let rows = client
         .query(
-            &format!("{SELECT} {PAGE}"),
+            &format!("{ROWS} {SELECT} {PAGE}"),
             &[
                 a1,
                 a2,
@@ -109,6 +179,10 @@ pub(crate) async fn page(client: &Client, q: &UsageQuery) -> Result<Page, ReadEr
                 a4,
                 a5,
                 a6,
+                a7,
+                a8,
+                a9,
+                a10,
                 &after.map(|c| c.window_start),
                 &after.map(|c| c.tenant_id.as_str()),
                 &after.map(|c| c.model.as_str()),
@@ -129,7 +203,7 @@ pub(crate) async fn page(client: &Client, q: &UsageQuery) -> Result<Page, ReadEr
         data.last().map(|last| {
             let c = Cursor {
                 window_start: last.start_ms,
-                tenant_id: last.tenant_id.clone(),
+                tenant_id: last.tenant_id.clone().unwrap_or_default(),
                 model: last.model.clone().unwrap_or_default(),
             };
             next_page(q, c)
@@ -146,41 +220,48 @@ pub(crate) async fn all(
     client: &Client,
     q: &UsageQuery,
 ) -> Result<tokio_postgres::RowStream, ReadError> {
-    let unit = q.unit.sql();
-    let args = usage_args(q, &unit);
+    let args = Args::of(q);
+    let params = args.params();
     let aligned: Option<bool> = client
-        .query_one(
-            "SELECT bool_and(aligned) FROM tally_usage($1, $2, $3, $4, $5, $6)",
-            &args,
-        )
+        .query_one(&format!("{ROWS} SELECT bool_and(aligned) FROM r"), &params)
         .await?
         .get(0);
     if aligned == Some(false) {
         return Err(unaligned(q));
     }
-    let sql = format!("{SELECT} {ORDER}");
-    Ok(client.query_raw(&sql, args).await?)
+    let sql = format!("{ROWS} {SELECT} {ORDER}");
+    Ok(client.query_raw(&sql, params).await?)
 }
 
 /// The CSV header of `q`'s rows.
 pub(crate) fn csv_header(q: &UsageQuery) -> String {
-    let model = if q.by_model { "model," } else { "" };
-    format!("tenant_id,window_start,window_end,{model}cost_pico,usd,requests,prompt_tokens,completion_tokens,final\r\n")
+    let tenant = if q.group.tenant { "tenant_id," } else { "" };
+    let model = if q.group.model { "model," } else { "" };
+    format!("{tenant}window_start,window_end,{model}cost_pico,usd,requests,prompt_tokens,completion_tokens,final\r\n")
 }
 
 /// One CSV line (RFC 4180: fields with a comma, quote or line break are quoted;
 /// text that would start a formula is neutralised, `negotiate::csv_text`).
-pub(crate) fn csv_line(r: &Row, by_model: bool) -> Result<String, ReadError> {
+pub(crate) fn csv_line(r: &Row, group: Group) -> Result<String, ReadError> {
     let (u, _) = row(r)?;
-    let field = super::negotiate::csv_text;
-    let model = match (by_model, &u.model) {
-        (true, Some(m)) => format!("{},", field(m)),
-        (true, None) => ",".to_string(),
-        (false, _) => String::new(),
+    let field = |v: &Option<String>| {
+        format!(
+            "{},",
+            super::negotiate::csv_text(v.as_deref().unwrap_or(""))
+        )
+    };
+    let tenant = if group.tenant {
+        field(&u.tenant_id)
+    } else {
+        String::new()
+    };
+    let model = if group.model {
+        field(&u.model)
+    } else {
+        String::new()
     };
     Ok(format!(
-        "{},{},{},{model}{},{},{},{},{},{}\r\n",
-        field(&u.tenant_id),
+        "{tenant}{},{},{model}{},{},{},{},{},{}\r\n",
         u.window_start,
         u.window_end,
         u.cost_pico,
@@ -238,10 +319,7 @@ pub(crate) async fn invoice(client: &Client, q: &InvoiceQuery) -> Result<Invoice
         .await?;
     let (from, to, is_final): (i64, i64, bool) = (bounds.get(0), bounds.get(1), bounds.get(2));
     let rows = client
-        .query(
-            &format!("{SELECT} ORDER BY model COLLATE \"C\""),
-            &[&"month", &q.tz, &from, &to, &true, &q.tenant_id],
-        )
+        .query(INVOICE_LINES, &[&q.tz, &from, &to, &q.tenant_id])
         .await?;
     let mut lines = Vec::with_capacity(rows.len());
     let (mut requests, mut cost) = (Whole::zero(), Whole::zero());
@@ -276,4 +354,54 @@ pub(crate) async fn invoice(client: &Client, q: &InvoiceQuery) -> Result<Invoice
         },
         is_final,
     })
+}
+
+/// A page of `/v1/tenants`.
+#[derive(Debug, Serialize)]
+pub(crate) struct TenantsPage {
+    pub data: Vec<TenantEntry>,
+    pub next_page: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct TenantEntry {
+    pub tenant_id: String,
+}
+
+/// The tenants with stored windows or adjustments, by bytes, after `q.after`;
+/// only those of `scope` (`None`: every tenant).
+pub(crate) async fn tenants(
+    client: &Client,
+    q: &TenantsQuery,
+    scope: Option<&[String]>,
+) -> Result<TenantsPage, ReadError> {
+    let limit = (q.limit + 1) as i64;
+    let rows = client
+        .query(
+            r#"
+SELECT tenant_id FROM (
+    SELECT tenant_id FROM tenant_cost_partial
+    UNION
+    SELECT tenant_id FROM tenant_cost_adjustment
+) t
+WHERE ($1::TEXT IS NULL OR tenant_id COLLATE "C" > $1)
+  AND ($2::TEXT[] IS NULL OR tenant_id = ANY($2))
+ORDER BY tenant_id COLLATE "C"
+LIMIT $3"#,
+            &[&q.after, &scope, &limit],
+        )
+        .await?;
+    let mut data: Vec<TenantEntry> = rows
+        .iter()
+        .map(|r| TenantEntry {
+            tenant_id: r.get(0),
+        })
+        .collect();
+    let next_page = if data.len() > q.limit {
+        data.truncate(q.limit);
+        data.last().map(|t| next_tenants_page(&t.tenant_id))
+    } else {
+        None
+    };
+    Ok(TenantsPage { data, next_page })
 }

@@ -365,7 +365,7 @@ fn show_usage_api(rt: &tokio::runtime::Runtime, url: &str) -> anyhow::Result<()>
         })
     };
     let (path, usage, _) = get(
-        "/v1/usage?from=2026-01-01T00:00:00Z&to=2026-01-02T00:00:00Z&window=hour&tz=Europe/Berlin&group_by=model"
+        "/v1/usage?from=2026-01-01T00:00:00Z&to=2026-01-02T00:00:00Z&window=hour&tz=Europe/Berlin&group_by=tenant&group_by=model"
             .into(),
         &admin_key,
     )?;

@@ -24,13 +24,13 @@ fn get(addr: &str, key: &str, path: &str) -> (u16, String, String) {
 
 /// A session holding an exclusive lock on the sink's table until dropped: every
 /// usage query waits on it.
-struct Lock {
+pub(crate) struct Lock {
     rt: tokio::runtime::Runtime,
     client: tokio_postgres::Client,
 }
 
 impl Lock {
-    fn take(db: &str) -> Lock {
+    pub(crate) fn take(db: &str) -> Lock {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -49,7 +49,7 @@ impl Lock {
         Lock { rt, client }
     }
 
-    fn release(self) {
+    pub(crate) fn release(self) {
         self.rt
             .block_on(self.client.batch_execute("ROLLBACK"))
             .unwrap();

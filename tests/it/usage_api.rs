@@ -462,7 +462,7 @@ fn line_items_rollups_and_the_usage_api_match_an_independent_oracle() {
                 for who in [None, Some(tenant.as_str()), Some("no-such-tenant")] {
                     let mut q = format!("from={FROM}&to={TO}&window={unit}&tz={tz}");
                     if by_model {
-                        q += "&group_by=model";
+                        q += "&group_by=tenant&group_by=model";
                     }
                     if let Some(t) = who {
                         q += &format!("&tenant_id={t}");
@@ -490,7 +490,8 @@ fn line_items_rollups_and_the_usage_api_match_an_independent_oracle() {
     assert_eq!(checked, 72);
 
     // Pages of 7: complete, in order, without duplicates.
-    let q = format!("from={FROM}&to={TO}&window=hour&tz=Asia/Kolkata&group_by=model");
+    let q =
+        format!("from={FROM}&to={TO}&window=hour&tz=Asia/Kolkata&group_by=tenant&group_by=model");
     let small = api.all_pages(&q, 7, true);
     let whole = api.all_pages(&q, 100_000, true);
     assert!(small.len() > 70 && small == whole);
@@ -591,7 +592,7 @@ fn line_items_rollups_and_the_usage_api_match_an_independent_oracle() {
         (format!("/v1/usage?{q}&window=week"), "window"),
         (format!("/v1/usage?{q}&tz=Mars/Olympus"), "tz"),
         (format!("/v1/usage?{q}&limit=0"), "limit"),
-        (format!("/v1/usage?{q}&group_by=tenant"), "group_by"),
+        (format!("/v1/usage?{q}&group_by=plan"), "group_by"),
         (format!("/v1/usage?{q}&colour=red"), "colour"),
         (format!("/v1/usage?{q}&page=not-a-token"), "page"),
         (format!("/v1/usage?from={TO}&to={FROM}"), "to"),
