@@ -8,7 +8,8 @@
 #   BENCH_BUDGET        state.memory_budget for the state benchmark (default 64MiB)
 #   BENCH_DIR           scratch directory (default /tmp/tally-bench; generated files are reused)
 #   BENCH_MAPPED_EVENTS events per file of the input-mapping section (default 2,000,000)
-#   BENCH_ONLY          run one section: engine, mapped, flink, kafka, state, checkpoint or budget
+#   BENCH_RATED_EVENTS  records per shape of the rating section (default 2,000,000)
+#   BENCH_ONLY          run one section: engine, mapped, rated, flink, kafka, state, checkpoint or budget
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -114,6 +115,98 @@ TOML
     echo "| $shape | ${one[$shape]} | $(ratio "${one[$shape]}" "${one[bench]}") | $(ratio "${one[$shape]}" "${base[$shape]}") | ${two[$shape]} | $(ratio "${two[$shape]}" "${two[bench]}") |"
   done
   rm -f "$work/mapped-out.jsonl"*
+  echo
+fi
+
+if section rated; then
+  # Rating (docs/reference/rating.md): the default two-quantity shape against an
+  # OpenAI-style (five quantities, two parts, a per-call rate, a batch variant, a
+  # plan) and an Anthropic-style (four quantities, a long-context tier, a fee) shape.
+  revents=${BENCH_RATED_EVENTS:-2000000}
+  common_input='prompt_tokens = "/usage/prompt_tokens"
+completion_tokens = "/usage/completion_tokens"'
+  head -n 6 "$work/bench.toml" >"$work/openai5.toml"
+  cat >>"$work/openai5.toml" <<TOML
+[input]
+$common_input
+[input.quantities.cached_tokens]
+part_of = "prompt_tokens"
+pointer = "/usage/cached_tokens"
+[input.quantities.reasoning_tokens]
+part_of = "completion_tokens"
+pointer = "/usage/reasoning_tokens"
+[input.quantities.web_search_calls]
+pointer = "/usage/web_search_calls"
+[input.variant]
+name = "service_tier"
+values = ["default", "batch"]
+default = "default"
+[prices.models.o-large.rates]
+prompt_tokens = "0.002"
+cached_tokens = "0.0005"
+completion_tokens = "0.008"
+reasoning_tokens = "0.008"
+web_search_calls = { per_unit = "0.01" }
+[prices.models.o-large.variants.batch.rates]
+prompt_tokens = "0.001"
+cached_tokens = "0.00025"
+completion_tokens = "0.004"
+reasoning_tokens = "0.004"
+web_search_calls = { per_1k = "5" }
+[prices.plans.enterprise.models.o-large.rates]
+prompt_tokens = "0.0015"
+[[prices.assignments]]
+tenant = "tenant-1"
+plan = "enterprise"
+TOML
+  head -n 6 "$work/bench.toml" >"$work/anthropic4.toml"
+  cat >>"$work/anthropic4.toml" <<TOML
+[input]
+$common_input
+[input.quantities.cache_read_input_tokens]
+pointer = "/usage/cache_read_input_tokens"
+[input.quantities.cache_creation_input_tokens]
+pointer = "/usage/cache_creation_input_tokens"
+[prices.models.c-sonnet]
+fee = "0.0001"
+[prices.models.c-sonnet.rates]
+prompt_tokens = "0.003"
+cache_read_input_tokens = "0.0003"
+cache_creation_input_tokens = "0.00375"
+completion_tokens = "0.015"
+[[prices.models.c-sonnet.tiers]]
+above = 200000
+on = ["prompt_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"]
+rates = { prompt_tokens = "0.006", cache_read_input_tokens = "0.0006", cache_creation_input_tokens = "0.0075", completion_tokens = "0.0225" }
+TOML
+  echo "### Rating: the default shape against five- and four-quantity shapes ($revents records each)"
+  echo
+  echo "One core: \`bench-engine --rounds 1\` under taskset -c 0, shapes alternating, three rounds, each"
+  echo "shape's best."
+  echo
+  shapes="bench openai5 anthropic4"
+  for shape in $shapes; do
+    f="$work/rated-$shape-$revents.jsonl"
+    [ -s "$f" ] || "$bin" gen --config "$work/$shape.toml" --count "$revents" --tenants 100 --skew 1.0 \
+      --partitions 1 --output-file "$f" 2>/dev/null
+  done
+  declare -A rone rbase
+  best() { awk -v a="${1:-0}" -v b="$2" 'BEGIN {print (b > a) ? b : a}'; }
+  for _ in 1 2 3; do
+    for shape in $shapes; do
+      rm -rf "$work/state" "$work/checkpoints"
+      table=$(TALLY_LOG=warn taskset -c 0 "$dev" bench-engine --config "$work/$shape.toml" \
+        --input-file "$work/rated-$shape-$revents.jsonl" --rounds 1)
+      rone[$shape]=$(best "${rone[$shape]:-}" "$(echo "$table" | grep '^| tally run' | awk -F'|' '{gsub(/ /,"",$5); print $5}')")
+      rbase[$shape]=$(best "${rbase[$shape]:-}" "$(echo "$table" | grep '^| parse-only' | awk -F'|' '{gsub(/ /,"",$5); print $5}')")
+    done
+  done
+  ratio() { awk -v r="$1" -v b="$2" 'BEGIN {printf "%.2f", r / b}'; }
+  echo "| shape | engine events/s | ratio to the default shape | engine / its parse-only baseline |"
+  echo "|---|---:|---:|---:|"
+  for shape in $shapes; do
+    echo "| $shape | ${rone[$shape]} | $(ratio "${rone[$shape]}" "${rone[bench]}") | $(ratio "${rone[$shape]}" "${rbase[$shape]}") |"
+  done
   echo
 fi
 

@@ -94,6 +94,11 @@ pub fn options(a: &GenArgs, cfg: &Config, partitions: i32) -> anyhow::Result<Gen
 
 pub fn run(a: GenArgs) -> anyhow::Result<()> {
     let cfg = a.config.load()?;
+    if cfg.rating.is_some() {
+        let n = super::gen_rated::run(&a, &cfg)?;
+        eprintln!("generated {n} rated records");
+        return Ok(());
+    }
     let prices = cfg.price_table()?;
     let engine = cfg.engine()?;
     let expected = if let Some(path) = &a.output_file {

@@ -8,6 +8,7 @@ mod config_check;
 pub(crate) mod demo;
 pub mod exit;
 mod gen;
+mod gen_rated;
 mod reprocess;
 mod run;
 

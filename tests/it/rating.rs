@@ -413,3 +413,77 @@ fn the_sink_stores_each_quantity_and_the_quantity_view_sums_to_the_minute() {
     let totals = query(&db, "SELECT sum(cost_pico)::TEXT FROM tenant_cost_minute");
     assert_eq!(totals[0][0].as_deref(), Some("59000000000"));
 }
+
+/// `tally gen` under a rating writes records of the config's book and their bill;
+/// the file mode bills them to the same windows and pico-USD.
+#[test]
+fn tally_gen_under_a_rating_writes_records_the_file_mode_bills_as_expected() {
+    let dir = TempDir::new("rating-gen");
+    let d = dir.path().display();
+    let cfg = dir.path().join("gen.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[checkpoint]\ndir = \"{d}/checkpoints\"\n[state]\ndir = \"{d}/state\"\n[input]\n\
+             prompt_tokens = \"/usage/prompt_tokens\"\ncompletion_tokens = \"/usage/completion_tokens\"\n\
+             [input.quantities.cached_tokens]\npointer = \"/usage/cached_tokens\"\npart_of = \"prompt_tokens\"\n\
+             [prices.models.o-large]\nfee = \"0.000001\"\n[prices.models.o-large.rates]\n\
+             prompt_tokens = \"0.002\"\ncached_tokens = \"0.0005\"\ncompletion_tokens = \"0.008\"\n"
+        ),
+    )
+    .unwrap();
+    let (input, expected) = (
+        dir.path().join("in.jsonl"),
+        dir.path().join("expected.json"),
+    );
+    let cfg = cfg.to_str().unwrap();
+    tally_ok(
+        &[
+            "gen",
+            "--config",
+            cfg,
+            "--count",
+            "3000",
+            "--tenants",
+            "7",
+            "--duplicate-fraction",
+            "0.02",
+            "--output-file",
+            input.to_str().unwrap(),
+            "--expected-file",
+            expected.to_str().unwrap(),
+        ],
+        &[],
+        Duration::from_secs(60),
+    );
+    let lines: Vec<String> = std::fs::read_to_string(&input)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(lines.len(), 3000);
+    let (w, codes, _, _) = run(Path::new(cfg), dir.path(), &lines);
+    assert!(codes.is_empty(), "{codes:?}");
+    let want: Vec<serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(&expected).unwrap()).unwrap();
+    assert_eq!(want.len(), w.len());
+    for e in &want {
+        let got = &w[&(
+            e["tenant_id"].as_str().unwrap().to_string(),
+            e["window_start"].as_i64().unwrap(),
+        )];
+        assert_eq!(
+            got.cost_pico.0.to_string(),
+            e["cost_pico"].as_str().unwrap()
+        );
+        assert_eq!(got.requests, e["requests"].as_u64().unwrap());
+        let items: u128 = got
+            .lines
+            .iter()
+            .flat_map(|l| &l.quantities)
+            .map(|q| q.cost_pico.0)
+            .sum();
+        let fees: u128 = got.lines.iter().map(|l| l.fee_pico.0).sum();
+        assert_eq!(items + fees, got.cost_pico.0);
+    }
+}
