@@ -4,7 +4,8 @@
 //! connection string that cannot be read masked whole: `dsn`), never reach an
 //! output.
 //!
-//! Secret keys: any key containing `password`, `secret` or `token`, and
+//! Secret keys: any key containing `password`, `secret` or `token` (not `tokens`:
+//! `prompt_tokens`, `cached_tokens` and their rates are usage, not credentials), and
 //! librdkafka's `ssl.key*` (the private key and its password) and
 //! `sasl.username`/`sasl.password`. The config loader registers every such value
 //! (`register_from`) before anything can print it; every output tally writes text
@@ -26,12 +27,16 @@ pub(crate) const MASK: &str = "***";
 /// Whether `key` (a config key or librdkafka property, any case) names a secret.
 pub(crate) fn is_secret_key(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
-    ["password", "secret", "token"]
-        .iter()
-        .any(|w| k.contains(w))
-        || k.starts_with("ssl.key")
-        || k.starts_with("ssl_key")
-        || k == "sasl.username"
+    names_secret(&k) || k.starts_with("ssl.key") || k.starts_with("ssl_key") || k == "sasl.username"
+}
+
+/// Whether lower-case `text` names a secret: it holds `password`, `secret` or
+/// `token` — but not `tokens`, which names usage (`prompt_tokens`).
+pub(crate) fn names_secret(text: &str) -> bool {
+    let token = text
+        .match_indices("token")
+        .any(|(i, w)| text.as_bytes().get(i + w.len()) != Some(&b's'));
+    token || text.contains("password") || text.contains("secret")
 }
 
 /// Remembers `value` as a secret (values shorter than 4 bytes are not: masking
@@ -154,8 +159,22 @@ mod tests {
         ] {
             assert!(is_secret_key(k), "{k}");
         }
-        for k in ["bootstrap.servers", "session.timeout.ms", "ssl.ca.location"] {
+        for k in [
+            "bootstrap.servers",
+            "session.timeout.ms",
+            "ssl.ca.location",
+            // Usage quantities (an input pointer, a rate): not credentials.
+            "prompt_tokens",
+            "cache_read_input_tokens",
+        ] {
             assert!(!is_secret_key(k), "{k}");
+        }
+        for k in [
+            "token",
+            "access_token_file",
+            "sasl.oauthbearer.token.endpoint.url",
+        ] {
+            assert!(is_secret_key(k), "{k}");
         }
         let table: toml::Table = r#"
             [kafka]

@@ -85,10 +85,7 @@ pub(crate) fn mask(value: &str, dsn: bool, mask: &str) -> String {
 }
 
 fn names_a_secret(value: &str) -> bool {
-    let v = value.to_ascii_lowercase();
-    ["password", "secret", "token"]
-        .iter()
-        .any(|w| v.contains(w))
+    super::names_secret(&value.to_ascii_lowercase())
 }
 
 /// The offset just after `scheme://` when `value` starts with a URI scheme.

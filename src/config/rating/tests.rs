@@ -421,3 +421,18 @@ fn changes_of_the_fixture_are_dated_by_key() {
         ("prices.models.o-large", i64::MIN)
     );
 }
+
+/// `tally config` prints a rating so that it loads back to the same book: nothing
+/// masked (`prompt_tokens` and its rates are usage, not secrets).
+#[test]
+fn the_effective_config_of_a_rating_loads_back_to_the_same_book() {
+    for text in [include_str!("openai.toml"), include_str!("anthropic.toml")] {
+        let cfg = Config::from_toml_with_env(text, Vec::new()).unwrap();
+        let printed = cfg.effective_toml().unwrap();
+        assert!(!printed.contains("***"), "{printed}");
+        let again = Config::from_toml_with_env(&printed, Vec::new()).unwrap();
+        let book = |c: &Config| c.rating.as_ref().unwrap().book.clone();
+        assert_eq!(book(&again), book(&cfg));
+        assert_eq!(again.effective_toml().unwrap(), printed);
+    }
+}
