@@ -145,12 +145,17 @@ impl ExtraMapping {
         self.groups.is_empty()
     }
 
-    /// The extras of a record whose own fields parsed (so it is a JSON object).
-    pub(super) fn parse<'a>(&self, bytes: &'a [u8]) -> Result<Extra<'a>, DeadLetterReason> {
+    /// The extras of a record whose own fields parsed (so it is a JSON object), by
+    /// the fast parser or (`reference`) the reference one alone.
+    pub(super) fn parse<'a>(
+        &self,
+        bytes: &'a [u8],
+        reference: bool,
+    ) -> Result<Extra<'a>, DeadLetterReason> {
         let mut found: Vec<Val<'a>> = Vec::with_capacity(self.quantities + 1);
         for g in &self.groups {
             let mut vals = absent();
-            let repeated = if fast::extract(&g.plan, bytes, &mut vals) {
+            let repeated = if !reference && fast::extract(&g.plan, bytes, &mut vals) {
                 None
             } else {
                 let (v, repeated) = reference::extract(&g.fields, bytes)?;

@@ -352,7 +352,7 @@ impl InputMapping {
             reference::parse(self, bytes)
         }?;
         if !self.extra.is_empty() {
-            ev.extra = self.extra.parse(bytes)?;
+            ev.extra = self.extra.parse(bytes, false)?;
         }
         Ok(ev)
     }
@@ -361,7 +361,7 @@ impl InputMapping {
     pub fn parse_reference<'a>(&self, bytes: &'a [u8]) -> Result<Event<'a>, DeadLetterReason> {
         let mut ev = reference::parse(self, bytes)?;
         if !self.extra.is_empty() {
-            ev.extra = self.extra.parse(bytes)?;
+            ev.extra = self.extra.parse(bytes, true)?;
         }
         Ok(ev)
     }

@@ -207,3 +207,59 @@ fn member_names_compare_exactly_at_every_length() {
         }
     }
 }
+
+/// A rating's extras (`extra`): counts in declaration order, absent = 0, the
+/// variant; their reasons name them and come after the event's own.
+#[test]
+fn extras_are_read_after_the_events_fields_and_their_reasons_name_them() {
+    let decl = |name: &str, pointer: Option<&str>, required| ExtraDecl {
+        name: name.into(),
+        pointer: pointer.map(Into::into),
+        required,
+    };
+    let m = InputMapping::default()
+        .with_extra(
+            &[
+                decl("cached_tokens", Some("/usage/cached"), false),
+                decl("calls", None, true),
+            ],
+            Some(&decl("tier", None, false)),
+        )
+        .unwrap();
+    let rec = |extra: &str| {
+        format!(
+            r#"{{"request_id":"r","tenant_id":"t","model":"m","prompt_tokens":1,"completion_tokens":2,"completed_ts":1767261644000{extra}}}"#
+        )
+    };
+    let full = rec(r#","usage":{"cached":7},"calls":3,"tier":"batch""#);
+    let ev = m.parse(full.as_bytes()).unwrap();
+    assert_eq!(
+        (ev.extra.counts.clone(), ev.extra.variant.as_deref()),
+        (vec![7, 3], Some("batch"))
+    );
+    let bare = rec(r#","calls":0"#);
+    let ev = m.parse(bare.as_bytes()).unwrap();
+    assert_eq!((ev.extra.counts, ev.extra.variant), (vec![0, 0], None));
+    let code = |extra: &str| {
+        let r = m.parse(rec(extra).as_bytes()).unwrap_err();
+        (r.code(), r.to_string())
+    };
+    let (c, why) = code(r#","usage":{"cached":-1},"calls":1"#);
+    assert!(
+        c == "negative_tokens" && why.contains("cached_tokens") && why.contains("/usage/cached"),
+        "{why}"
+    );
+    assert_eq!(code(r#","calls":1.5"#).0, "invalid_field");
+    let (c, why) = code("");
+    assert!(c == "missing_field" && why.contains("calls"), "{why}");
+    assert_eq!(code(r#","calls":1,"tier":7"#).0, "invalid_field");
+    // The event's own reason first.
+    let own = r#"{"request_id":"r","tenant_id":"t","model":"m","prompt_tokens":-1,"completion_tokens":2,"completed_ts":1767261644000}"#;
+    let r = m.parse(own.as_bytes()).unwrap_err();
+    assert!(r.to_string().contains("prompt_tokens"), "{r}");
+    // A pointer into another field's value is refused, naming the key.
+    let err = InputMapping::default()
+        .with_extra(&[decl("x", Some("/prompt_tokens/x"), false)], None)
+        .unwrap_err();
+    assert_eq!(err.0, "input.quantities.x.pointer");
+}
