@@ -263,6 +263,31 @@ pub fn produce(broker: &DevBroker, topic: &str, partition: i32, key: &str, paylo
     p.flush(Duration::from_secs(30)).unwrap();
 }
 
+/// Produces `(partition, payload)` records to `requests`, each partition's in order.
+pub fn produce_to_partitions(broker: &DevBroker, records: &[(i32, String)]) {
+    let mut parts: std::collections::BTreeMap<i32, Vec<String>> = Default::default();
+    for (p, r) in records {
+        parts.entry(*p).or_default().push(r.clone());
+    }
+    for (p, part) in parts {
+        produce(broker, "requests", p, "k", &part);
+    }
+}
+
+/// The next offsets a worker's `report.json` in `state` shows, summed over its
+/// partitions (-1 before it writes one).
+pub fn reported_offsets(state: &Path) -> i64 {
+    std::fs::read_to_string(state.join("report.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| {
+            v["partitions"]
+                .as_array()
+                .map(|ps| ps.iter().filter_map(|p| p["next_offset"].as_i64()).sum())
+        })
+        .unwrap_or(-1)
+}
+
 /// Produces events `from..from + n` of tenant-a to `requests`/0, uncompressed (so
 /// they fill the log: the dev broker keeps the newest 5 MiB of a partition, and
 /// enough of them move its log start), event `i` at `base_ts + 100 ms · i`.

@@ -36,17 +36,6 @@ fn event_at(i: usize, model: &str, ts: i64) -> (i32, String) {
     ((i % 2) as i32, event(&format!("r-{i}"), &tenant, model, ts))
 }
 
-fn produce_all(broker: &DevBroker, records: &[(i32, String)]) {
-    for p in 0..2 {
-        let part: Vec<String> = records
-            .iter()
-            .filter(|(q, _)| *q == p)
-            .map(|(_, r)| r.clone())
-            .collect();
-        produce(broker, "requests", p, "k", &part);
-    }
-}
-
 /// Adding a model and a schedule entry effective after everything already billed
 /// restores without a refusal, and the results equal, byte for byte, a replay from
 /// the log start under the new table; an entry before that is refused by name.
@@ -86,7 +75,7 @@ fn a_future_price_change_restores_and_equals_a_replay_under_the_new_table() {
         first.push(event_at(i, model, ts));
         all.push((model.into(), ts));
     }
-    produce_all(&broker, &first);
+    produce_to_partitions(&broker, &first);
     tally_ok(
         &["run", "--config", &old, "--until-end"],
         &[],
@@ -145,7 +134,7 @@ fn a_future_price_change_restores_and_equals_a_replay_under_the_new_table() {
         second.push(event_at(i, model, ts));
         all.push((model.into(), ts));
     }
-    produce_all(&broker, &second);
+    produce_to_partitions(&broker, &second);
     let out = tally_ok(
         &["run", "--config", &new, "--until-end"],
         &[],

@@ -12,6 +12,7 @@ use tally::devtools::support::signal;
 
 const T0: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
 const MIN: i64 = 60_000;
+const WAIT: Duration = Duration::from_secs(120);
 
 /// The example config for `group` on `broker`, state under `dir`, with `extra`
 /// appended (more rating entries).
@@ -72,17 +73,6 @@ fn records(from: usize, to: usize) -> Vec<(i32, String)> {
         .collect()
 }
 
-fn produce_all(broker: &DevBroker, records: &[(i32, String)]) {
-    for p in 0..2 {
-        let part: Vec<String> = records
-            .iter()
-            .filter(|(q, _)| *q == p)
-            .map(|(_, r)| r.clone())
-            .collect();
-        produce(broker, "requests", p, "k", &part);
-    }
-}
-
 const TOPICS: &[(&str, i32)] = &[
     ("requests", 2),
     ("tenant-cost", 2),
@@ -141,7 +131,7 @@ fn a_future_assignment_and_quantity_restore_and_equal_a_replay_a_retroactive_one
     let old = rating_config(dir.path(), &broker, "evolve", "old", "");
     let new = rating_config(dir.path(), &broker, "evolve", "new", FUTURE);
     let retro = rating_config(dir.path(), &broker, "evolve", "retro", RETRO);
-    produce_all(&broker, &records(0, 2_000)); // 00:00 to 00:05
+    produce_to_partitions(&broker, &records(0, 2_000)); // 00:00 to 00:05
     let run = |cfg: &Path| {
         tally(
             &["run", "--config", cfg.to_str().unwrap(), "--until-end"],
@@ -158,7 +148,7 @@ fn a_future_assignment_and_quantity_restore_and_equal_a_replay_a_retroactive_one
             && log.contains("already priced records up to 2026-01-01T00:04:59"),
         "{log}"
     );
-    produce_all(&broker, &records(2_000, 4_000)); // 00:05 to 00:10
+    produce_to_partitions(&broker, &records(2_000, 4_000)); // 00:05 to 00:10
     let out = run(&new);
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -170,26 +160,6 @@ fn a_future_assignment_and_quantity_restore_and_equal_a_replay_a_retroactive_one
     assert_equals_a_replay(&broker, dir.path(), &new);
 }
 
-fn next_offsets(state: &Path) -> i64 {
-    std::fs::read_to_string(state.join("report.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .map(|v| {
-            (0..2)
-                .filter_map(|p| v["partitions"][p]["next_offset"].as_i64())
-                .sum()
-        })
-        .unwrap_or(-1)
-}
-
-fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while !ok() {
-        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn sighup_reloads_a_future_assignment_and_quantity_and_equals_a_replay() {
     let dir = TempDir::new("rating-hup");
@@ -199,14 +169,17 @@ fn sighup_reloads_a_future_assignment_and_quantity_and_equals_a_replay() {
     let retro =
         std::fs::read_to_string(rating_config(dir.path(), &broker, "hup", "retro", RETRO)).unwrap();
     let state = dir.path().join("state-hup");
-    produce_all(&broker, &records(0, 2_000));
+    produce_to_partitions(&broker, &records(0, 2_000));
     let mut worker =
         tally::devtools::support::spawn_worker(Path::new(tally_bin()), &cfg, &state, &[]).unwrap();
-    wait_until("the first records", || next_offsets(&state) == 2_000);
+    let st = state.as_path();
+    let at = |n: i64| move || (reported_offsets(st) == n).then_some(());
+    wait_until("the first records", WAIT, at(2_000));
     let log = || std::fs::read_to_string(state.with_extension("log")).unwrap_or_default();
     std::fs::write(&cfg, retro).unwrap();
     signal(worker.id(), libc::SIGHUP);
-    wait_until("the refusal", || log().contains("PRICE RELOAD REFUSED"));
+    let logged = |what: &'static str| move || log().contains(what).then_some(());
+    wait_until("the refusal", WAIT, logged("PRICE RELOAD REFUSED"));
     assert!(
         log().contains("prices.assignments (tenant"),
         "the refusal names the key: {}",
@@ -214,11 +187,9 @@ fn sighup_reloads_a_future_assignment_and_quantity_and_equals_a_replay() {
     );
     std::fs::write(&cfg, std::fs::read_to_string(&new).unwrap()).unwrap();
     signal(worker.id(), libc::SIGHUP);
-    wait_until("the reload", || {
-        log().contains("price table reloaded (SIGHUP)")
-    });
-    produce_all(&broker, &records(2_000, 4_000));
-    wait_until("every record", || next_offsets(&state) == 4_000);
+    wait_until("the reload", WAIT, logged("price table reloaded (SIGHUP)"));
+    produce_to_partitions(&broker, &records(2_000, 4_000));
+    wait_until("every record", WAIT, at(4_000));
     signal(worker.id(), libc::SIGTERM);
     assert!(worker.wait().unwrap().success(), "{}", log());
     // The windows still open: the same worker state, to the end of input.

@@ -109,17 +109,6 @@ fn config(dir: &Path, broker: &DevBroker) -> PathBuf {
     path
 }
 
-fn send(broker: &DevBroker, records: &[(i32, String)]) {
-    for p in 0..4 {
-        let part: Vec<String> = records
-            .iter()
-            .filter(|(q, _)| *q == p)
-            .map(|(_, r)| r.clone())
-            .collect();
-        produce(broker, "requests", p, "k", &part);
-    }
-}
-
 /// The sink's invoice per window and line item, in the generator's shape.
 fn invoice(db: &str) -> BTreeMap<(String, i64), RatedWindow> {
     let mut out: BTreeMap<(String, i64), RatedWindow> = BTreeMap::new();
@@ -176,7 +165,7 @@ fn a_generated_rated_stream_bills_exactly_through_a_kill_and_reprocessing() {
         plans.into_iter().collect::<Vec<_>>(),
         ["", "enterprise", "startup"]
     );
-    send(&broker, &stream.records);
+    produce_to_partitions(&broker, &stream.records);
 
     // A worker killed midway (SIGKILL in the middle of a burst of panes), then
     // recovered to the end of input.
@@ -194,7 +183,7 @@ fn a_generated_rated_stream_bills_exactly_through_a_kill_and_reprocessing() {
         Duration::from_secs(300),
     );
     // Records of the first minutes, long purged: too late, then reprocessed.
-    send(&broker, &stream.late);
+    produce_to_partitions(&broker, &stream.late);
     tally_ok(
         &["run", "--config", cfg_s, "--until-end"],
         &[],
