@@ -22,6 +22,10 @@
 //! - nothing of the end is purged before the cursor is done (a purge is a range
 //!   delete at the next commit, and the cursor still reads the store).
 //!
+//! The end of a bounded run (`end_of_input_step`) fires every open end the same
+//! way, a step at a time, with a closing cursor: its windows are dropped, not
+//! purged (the task is not kept), and no watermark move follows.
+//!
 //! A merge in tenant order emits the same panes as sorting the union, so the
 //! output does not depend on the run, the budget or where the windows live.
 
