@@ -533,3 +533,5 @@ fn a_large_end_fires_in_steps() {
     assert_eq!(panes, want);
     assert_eq!(t.counters(), plain.counters());
 }
+
+mod end_of_input;

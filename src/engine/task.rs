@@ -682,27 +682,6 @@ impl PartitionTask {
         Route::Window
     }
 
-    /// Brings the evicted windows of open ends at or below `through` back into
-    /// memory (they are about to fire).
-    fn unspill_open_through(&mut self, through: i64) {
-        let ends: Vec<i64> = self
-            .spilled
-            .open
-            .range(..=through)
-            .map(|(e, _)| *e)
-            .collect();
-        for end in ends {
-            let stored = self.spilled.take_open_end(self.partition, end);
-            let tenants = self.open.entry(end).or_default();
-            for (tenant, acc) in stored {
-                if let std::collections::hash_map::Entry::Vacant(v) = tenants.entry(tenant) {
-                    self.held_bytes += acc_bytes(v.key(), &acc);
-                    v.insert(acc);
-                }
-            }
-        }
-    }
-
     /// Step 4: fire on-time panes and purge, after the watermark moved. An end
     /// with many evicted windows may be left firing in steps (`firing`); the rest
     /// waits for it (`after_firing`).
@@ -813,27 +792,12 @@ impl PartitionTask {
     /// Used at the end of a bounded run (file input, `--until-end`); the task must
     /// not be persisted afterwards, so a later live run restores the state from
     /// before and re-emits the same panes (same versions) when data closes them.
-    /// Reads every evicted window back at once (the run ends here).
+    /// Drivers call `end_of_input_step` instead, sending each step's panes: an
+    /// end with many evicted windows is read back a run at a time (`firing`).
+    #[cfg(test)]
     pub(crate) fn end_of_input(&mut self, out: &mut Vec<ResultRecord>) -> Result<(), SpillError> {
-        self.finish_firing(out);
-        self.unspill_open_through(i64::MAX);
-        for (end, tenants) in std::mem::take(&mut self.open) {
-            let mut tenants: Vec<_> = tenants.into_iter().collect();
-            tenants.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            for (tenant, mut acc) in tenants {
-                self.held_bytes -= acc_bytes(&tenant, &acc);
-                out.push(Self::pane(
-                    self.partition,
-                    &self.cfg,
-                    end,
-                    &tenant,
-                    &mut acc,
-                    PaneKind::OnTime,
-                ));
-                self.counters.panes += 1;
-            }
-        }
-        self.spill_result(())
+        while !self.end_of_input_step(out)? {}
+        Ok(())
     }
 
     /// Windows changed since the last call (clearing their dirty flag), the

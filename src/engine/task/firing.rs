@@ -22,6 +22,10 @@
 //! - nothing of the end is purged before the cursor is done (a purge is a range
 //!   delete at the next commit, and the cursor still reads the store).
 //!
+//! The end of a bounded run (`end_of_input_step`) fires every open end the same
+//! way, a step at a time, with a closing cursor: its windows are dropped, not
+//! purged (the task is not kept), and no watermark move follows.
+//!
 //! A merge in tenant order emits the same panes as sorting the union, so the
 //! output does not depend on the run, the budget or where the windows live.
 
@@ -40,6 +44,9 @@ pub(in crate::engine) struct Firing {
     end: i64,
     /// Whether the fired windows are kept for lateness (else dropped).
     retain: bool,
+    /// The end of input (`end_of_input_step`): the windows are dropped and
+    /// not purged, and no watermark move follows.
+    closing: bool,
     /// The end's in-memory tenants when it started firing, sorted; those from
     /// `next` on are not fired yet.
     memory: Vec<Box<str>>,
@@ -106,32 +113,79 @@ impl PartitionTask {
             };
             let retain = w < (end - 1).saturating_add(self.cfg.allowed_lateness_ms);
             if self.spilled.open_count(end) > self.fire_run as u64 {
-                let mut memory: Vec<Box<str>> = self
-                    .open
-                    .get(&end)
-                    .map(|t| t.keys().cloned().collect())
-                    .unwrap_or_default();
-                memory.sort_unstable();
-                self.firing = Some(Box::new(Firing {
-                    end,
-                    retain,
-                    memory,
-                    next: 0,
-                    after: None,
-                    stored_done: false,
-                }));
+                self.start_firing(end, retain, false);
                 if !self.fire_step(out) {
                     return false;
                 }
                 continue;
             }
-            self.fire_whole(end, retain, out);
+            if self.fire_whole(end, retain, out) && !retain {
+                self.purge_through(end);
+            }
         }
     }
 
+    /// One step of the end of input (`end_of_input`): a pending firing's next
+    /// step, else the next open end, its windows emitted and dropped — at once
+    /// when it has at most a run of evicted windows, else through a cursor, a
+    /// run at a time. Returns whether no open window is left.
+    pub(crate) fn end_of_input_step(
+        &mut self,
+        out: &mut Vec<ResultRecord>,
+    ) -> Result<bool, SpillError> {
+        match self.firing.as_ref().map(|f| f.closing) {
+            // A move of the watermark finishes first (drivers finish it before).
+            Some(false) => {
+                if self.fire_step(out) && self.fire_due(out) {
+                    self.after_firing(out);
+                }
+                return self.spill_result(false);
+            }
+            Some(true) => {
+                self.fire_step(out);
+                return self.spill_result(false);
+            }
+            None => {}
+        }
+        let first = self.open.keys().next();
+        let end = first
+            .into_iter()
+            .chain(self.spilled.open.keys().next())
+            .min();
+        let Some(&end) = end else {
+            return self.spill_result(true);
+        };
+        if self.spilled.open_count(end) > self.fire_run as u64 {
+            self.start_firing(end, false, true);
+            self.fire_step(out);
+        } else {
+            self.fire_whole(end, false, out);
+        }
+        self.spill_result(false)
+    }
+
+    /// Starts firing end `end` in steps (`Firing`), from its first tenant.
+    fn start_firing(&mut self, end: i64, retain: bool, closing: bool) {
+        let mut memory: Vec<Box<str>> = self
+            .open
+            .get(&end)
+            .map(|t| t.keys().cloned().collect())
+            .unwrap_or_default();
+        memory.sort_unstable();
+        self.firing = Some(Box::new(Firing {
+            end,
+            retain,
+            closing,
+            memory,
+            next: 0,
+            after: None,
+            stored_done: false,
+        }));
+    }
+
     /// Fires end `end` at once: its stored windows read back (memory copies
-    /// win), then all in tenant order.
-    fn fire_whole(&mut self, end: i64, retain: bool, out: &mut Vec<ResultRecord>) {
+    /// win), then all in tenant order. Returns whether it had a window.
+    fn fire_whole(&mut self, end: i64, retain: bool, out: &mut Vec<ResultRecord>) -> bool {
         let stored = self.spilled.take_open_end(self.partition, end);
         let tenants = self.open.entry(end).or_default();
         for (tenant, acc) in stored {
@@ -151,9 +205,7 @@ impl PartitionTask {
         for (tenant, acc) in tenants {
             self.fire_one(end, tenant, acc, retain, out);
         }
-        if fired && !retain {
-            self.purge_through(end);
-        }
+        fired
     }
 
     /// One step of the pending firing; true when its end is done (cursor gone).
@@ -208,7 +260,7 @@ impl PartitionTask {
             return false;
         }
         self.spilled.clear_open(f.end);
-        if !f.retain {
+        if !f.retain && !f.closing {
             self.purge_through(f.end);
         }
         true

@@ -289,13 +289,21 @@ impl<O: Outputs> Partitions<O> {
     }
 
     /// End of input: every open window emits its panes (not checkpointed; see
-    /// `PartitionTask::end_of_input`).
+    /// `PartitionTask::end_of_input`), partition by partition, a step at a time:
+    /// each step's panes are sent before the next is read (its windows are
+    /// dropped, so no spill is needed between steps).
     pub(crate) fn end_of_input(&mut self) -> Result<(), WorkerError> {
         for slot in self.slots.values_mut() {
-            slot.task.end_of_input(&mut self.panes)?;
-        }
-        for pane in self.panes.drain(..) {
-            self.outputs.result(&pane)?;
+            loop {
+                let done = slot.task.end_of_input_step(&mut self.panes)?;
+                for pane in self.panes.drain(..) {
+                    self.outputs.result(&pane)?;
+                }
+                if done {
+                    break;
+                }
+            }
+            self.panes.shrink_to(apply::PANES_KEPT);
         }
         Ok(())
     }
