@@ -62,3 +62,41 @@ SELECT tenant_id,
        coalesce(window_end <= (SELECT final_through FROM tally_final), false) AS final
 FROM q
 GROUP BY tenant_id, window_end, model, variant, plan, quantity;
+
+-- `tally_usage` per quantity: the minutes' quantity rows starting in `[from, to)`, summed
+-- per hour, day or month in an IANA zone, per tenant, model, variant, plan and quantity,
+-- each bucket clipped to `[from, to)`, `final` when its end is and `aligned` when no
+-- window crosses its end — the same buckets and rules as `tally_usage`. Windows priced
+-- by a price table have no quantity rows, so none here.
+CREATE FUNCTION tally_usage_quantity(p_unit TEXT, p_tz TEXT, p_from BIGINT, p_to BIGINT,
+                                     p_tenant TEXT)
+RETURNS TABLE (window_start BIGINT, window_end BIGINT, tenant_id TEXT, model TEXT,
+               variant TEXT, plan TEXT, quantity TEXT, count NUMERIC, cost_pico NUMERIC,
+               final BOOLEAN, aligned BOOLEAN)
+LANGUAGE sql STABLE AS $$
+WITH bucketed AS (
+    SELECT m.*, b.start_ts,
+           CASE WHEN p_unit IN ('minute', 'hour') THEN b.start_ts + ('1 ' || p_unit)::INTERVAL
+                ELSE ((b.start_ts AT TIME ZONE p_tz) + ('1 ' || p_unit)::INTERVAL) AT TIME ZONE p_tz
+           END AS end_ts
+    FROM tenant_cost_minute_quantity m,
+         LATERAL (SELECT date_trunc(p_unit, TIMESTAMPTZ 'epoch' + m.window_start * INTERVAL '1 millisecond', p_tz) AS start_ts) b
+    WHERE m.window_start >= p_from AND m.window_start < p_to
+      AND (p_tenant IS NULL OR m.tenant_id = p_tenant)
+),
+summed AS (
+    SELECT (extract(epoch FROM start_ts) * 1000)::BIGINT AS b_start,
+           (extract(epoch FROM end_ts) * 1000)::BIGINT   AS b_end,
+           tenant_id, model, variant, plan, quantity,
+           sum(count)      AS count,
+           sum(cost_pico)  AS cost_pico,
+           bool_and(window_end <= (extract(epoch FROM end_ts) * 1000)::BIGINT) AS aligned
+    FROM bucketed
+    GROUP BY start_ts, end_ts, tenant_id, model, variant, plan, quantity
+)
+SELECT greatest(b_start, p_from), least(b_end, p_to), tenant_id, model, variant, plan, quantity,
+       count, cost_pico,
+       coalesce(least(b_end, p_to) <= (SELECT final_through FROM tally_final), false),
+       aligned
+FROM summed
+$$;

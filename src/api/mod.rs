@@ -2,9 +2,11 @@
 //! docs/openapi.yaml), on `api.listen`.
 //!
 //! - `GET /v1/usage` — rows per window (minute) or calendar bucket (hour, day,
-//!   month in an IANA zone), grouped by tenant and/or model, for some tenants and
-//!   models, paged; CSV with `Accept: text/csv` (the whole range, streamed);
-//! - `GET /v1/invoices/{tenant_id}?period=YYYY-MM&tz=` — a month's lines per model;
+//!   month in an IANA zone), grouped by tenant, model, and a rating's variant,
+//!   plan and quantity, for some of each, paged; CSV with `Accept: text/csv` (the
+//!   whole range, streamed);
+//! - `GET /v1/invoices/{tenant_id}?period=YYYY-MM&tz=` — a month's lines per model
+//!   and per (model, variant, plan, quantity);
 //! - `GET /v1/tenants` — the tenants the database knows (of the key's scope);
 //! - `/healthz` (the process serves), `/readyz` (the database answers and has the
 //!   schema), `/metrics` (requests by route and status).
@@ -21,7 +23,9 @@ pub(crate) mod limits;
 pub(crate) mod negotiate;
 pub(crate) mod params;
 pub(crate) mod pool;
+mod quantities;
 mod routes;
+mod rows;
 mod server;
 pub(crate) mod tls;
 

@@ -82,18 +82,18 @@ pub(super) async fn get_usage(
         Ok(rows) => rows,
         Err(e) => return read_error(e),
     };
-    let group = q.group;
+    let shape = usage::CsvShape::of(&q);
     let header =
-        futures_util::stream::once(
-            async move { Ok(Frame::data(Bytes::from(usage::csv_header(&q)))) },
-        );
+        futures_util::stream::once(async move { Ok(Frame::data(Bytes::from(shape.header()))) });
     // The connection and the place in flight are held until the stream ends.
     let held = (client, permit);
     let lines = rows.map(move |r| {
         let _ = &held;
         r.map_err(|e| std::io::Error::other(e.to_string()))
             .and_then(|r| {
-                usage::csv_line(&r, group).map_err(|e| std::io::Error::other(format!("{e:?}")))
+                shape
+                    .line(&r, &q)
+                    .map_err(|e| std::io::Error::other(format!("{e:?}")))
             })
             .map(|line| Frame::data(Bytes::from(line)))
     });

@@ -1,12 +1,15 @@
 //! The usage API's reads: rows of `tally_usage` (migration 2) as JSON pages or a
 //! CSV stream, grouped by the dimensions asked for and filtered by tenants and
-//! models; a month's invoice; the tenants listing.
+//! models — or, for a dimension or filter of the rating's line items (variant,
+//! plan, quantity), rows of `tally_usage_quantity` (`quantities`); a month's
+//! invoice; the tenants listing.
 //!
 //! Invariants: money and counts are read as text and kept whole numbers of any size
 //! (`Whole`: a month of sums can pass `u64` and `u128`) to the output — `cost_pico` a
 //! string of digits, `usd` exactly 12 places — never a float, never a fixed width
 //! that one tenant's sums could overflow for every tenant's answer. Rows
-//! come in `(window_start, tenant_id, model)` order, the order pages resume in.
+//! come in `(window_start, tenant_id, model[, variant, plan, quantity])` order,
+//! the order pages resume in.
 //! The buckets are PostgreSQL's: `date_trunc` in the IANA zone of its own tzdata.
 
 use serde::Serialize;
@@ -15,29 +18,11 @@ use tokio_postgres::{Client, Row};
 use super::params::{
     next_page, next_tenants_page, Cursor, Group, InvoiceQuery, TenantsQuery, UsageQuery,
 };
+use super::quantities::{self, QuantityLine};
+use super::rows::UsageRow;
 use super::whole::Whole;
 use super::ReadError;
 use crate::time::utc::format_rfc3339_ms;
-
-/// One row of `/v1/usage`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct UsageRow {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tenant_id: Option<String>,
-    pub window_start: String,
-    pub window_end: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    pub cost_pico: String,
-    pub usd: String,
-    pub requests: Whole,
-    pub prompt_tokens: Whole,
-    pub completion_tokens: Whole,
-    #[serde(rename = "final")]
-    pub is_final: bool,
-    #[serde(skip)]
-    start_ms: i64,
-}
 
 /// A page of `/v1/usage`.
 #[derive(Debug, Serialize)]
@@ -105,11 +90,15 @@ fn row(r: &Row) -> Result<(UsageRow, bool), ReadError> {
             window_start: format_rfc3339_ms(start),
             window_end: format_rfc3339_ms(r.get(1)),
             model: r.get(3),
+            variant: None,
+            plan: None,
+            quantity: None,
+            count: None,
             usd: cost.usd(),
             cost_pico: cost.to_string(),
-            requests: Whole::parse(r.get(5), "requests")?,
-            prompt_tokens: Whole::parse(r.get(6), "prompt_tokens")?,
-            completion_tokens: Whole::parse(r.get(7), "completion_tokens")?,
+            requests: Some(Whole::parse(r.get(5), "requests")?),
+            prompt_tokens: Some(Whole::parse(r.get(6), "prompt_tokens")?),
+            completion_tokens: Some(Whole::parse(r.get(7), "completion_tokens")?),
             is_final: r.get(8),
             start_ms: start,
         },
@@ -167,6 +156,10 @@ impl<'a> Args<'a> {
 pub(crate) async fn page(client: &Client, q: &UsageQuery) -> Result<Page, ReadError> {
     let after = q.after.as_ref();
     let limit = (q.limit + 1) as i64;
+    if q.by_quantity() {
+        let rows = quantities::page(client, q, after, limit).await?;
+        return paged(q, &rows, |r| quantities::row(r, q));
+    }
     let args = Args::of(q);
     let [a1, a2, a3, a4, a5, a6, a7, a8, a9, a10] = args.params();
     let rows = client
@@ -190,9 +183,18 @@ pub(crate) async fn page(client: &Client, q: &UsageQuery) -> Result<Page, ReadEr
             ],
         )
         .await?;
+    paged(q, &rows, row)
+}
+
+/// A page of `rows` (one more than `q.limit` when there is a next page).
+fn paged(
+    q: &UsageQuery,
+    rows: &[Row],
+    read: impl Fn(&Row) -> Result<(UsageRow, bool), ReadError>,
+) -> Result<Page, ReadError> {
     let mut data = Vec::with_capacity(rows.len());
-    for r in &rows {
-        let (row, aligned) = row(r)?;
+    for r in rows {
+        let (row, aligned) = read(r)?;
         if !aligned {
             return Err(unaligned(q));
         }
@@ -201,10 +203,14 @@ pub(crate) async fn page(client: &Client, q: &UsageQuery) -> Result<Page, ReadEr
     let next_page = if data.len() > q.limit {
         data.truncate(q.limit);
         data.last().map(|last| {
+            let text = |v: &Option<String>| v.clone().unwrap_or_default();
             let c = Cursor {
                 window_start: last.start_ms,
-                tenant_id: last.tenant_id.clone().unwrap_or_default(),
-                model: last.model.clone().unwrap_or_default(),
+                tenant_id: text(&last.tenant_id),
+                model: text(&last.model),
+                variant: text(&last.variant),
+                plan: text(&last.plan),
+                quantity: text(&last.quantity),
             };
             next_page(q, c)
         })
@@ -220,6 +226,12 @@ pub(crate) async fn all(
     client: &Client,
     q: &UsageQuery,
 ) -> Result<tokio_postgres::RowStream, ReadError> {
+    if q.by_quantity() {
+        return match quantities::all(client, q).await? {
+            (true, rows) => Ok(rows),
+            (false, _) => Err(unaligned(q)),
+        };
+    }
     let args = Args::of(q);
     let params = args.params();
     let aligned: Option<bool> = client
@@ -233,44 +245,82 @@ pub(crate) async fn all(
     Ok(client.query_raw(&sql, params).await?)
 }
 
-/// The CSV header of `q`'s rows.
-pub(crate) fn csv_header(q: &UsageQuery) -> String {
-    let tenant = if q.group.tenant { "tenant_id," } else { "" };
-    let model = if q.group.model { "model," } else { "" };
-    format!("{tenant}window_start,window_end,{model}cost_pico,usd,requests,prompt_tokens,completion_tokens,final\r\n")
+/// What a CSV line of a query holds: its dimensions, and whether its rows are
+/// quantity rows (`count` when grouped by quantity; no token fields).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CsvShape {
+    group: Group,
+    by_quantity: bool,
 }
 
-/// One CSV line (RFC 4180: fields with a comma, quote or line break are quoted;
-/// text that would start a formula is neutralised, `negotiate::csv_text`).
-pub(crate) fn csv_line(r: &Row, group: Group) -> Result<String, ReadError> {
-    let (u, _) = row(r)?;
-    let field = |v: &Option<String>| {
-        format!(
-            "{},",
-            super::negotiate::csv_text(v.as_deref().unwrap_or(""))
-        )
-    };
-    let tenant = if group.tenant {
-        field(&u.tenant_id)
-    } else {
-        String::new()
-    };
-    let model = if group.model {
-        field(&u.model)
-    } else {
-        String::new()
-    };
-    Ok(format!(
-        "{tenant}{},{},{model}{},{},{},{},{},{}\r\n",
-        u.window_start,
-        u.window_end,
-        u.cost_pico,
-        u.usd,
-        u.requests,
-        u.prompt_tokens,
-        u.completion_tokens,
-        u.is_final
-    ))
+impl CsvShape {
+    pub(crate) fn of(q: &UsageQuery) -> Self {
+        CsvShape {
+            group: q.group,
+            by_quantity: q.by_quantity(),
+        }
+    }
+
+    /// The CSV header line.
+    pub(crate) fn header(self) -> String {
+        let g = self.group;
+        let mut h = String::new();
+        let mut col = |on: bool, name: &str| {
+            if on {
+                h.push_str(name);
+                h.push(',');
+            }
+        };
+        col(g.tenant, "tenant_id");
+        col(true, "window_start");
+        col(true, "window_end");
+        col(g.model, "model");
+        col(g.variant, "variant");
+        col(g.plan, "plan");
+        col(g.quantity, "quantity");
+        col(self.by_quantity && g.quantity, "count");
+        col(true, "cost_pico");
+        col(true, "usd");
+        col(!self.by_quantity, "requests");
+        col(!self.by_quantity, "prompt_tokens");
+        col(!self.by_quantity, "completion_tokens");
+        h.push_str("final\r\n");
+        h
+    }
+
+    /// One CSV line of a row of `q` (RFC 4180: fields with a comma, quote or
+    /// line break are quoted; text that would start a formula is neutralised,
+    /// `negotiate::csv_text`).
+    pub(crate) fn line(self, r: &Row, q: &UsageQuery) -> Result<String, ReadError> {
+        let (u, _) = if self.by_quantity {
+            quantities::row(r, q)?
+        } else {
+            row(r)?
+        };
+        let g = self.group;
+        let mut out = String::new();
+        let mut text = |on: bool, v: &Option<String>| {
+            if on {
+                out.push_str(&super::negotiate::csv_text(v.as_deref().unwrap_or("")));
+                out.push(',');
+            }
+        };
+        text(g.tenant, &u.tenant_id);
+        text(true, &Some(u.window_start));
+        text(true, &Some(u.window_end));
+        text(g.model, &u.model);
+        text(g.variant, &u.variant);
+        text(g.plan, &u.plan);
+        text(g.quantity, &u.quantity);
+        let number = |v: &Option<Whole>| v.as_ref().map(|w| format!("{w},"));
+        out.push_str(&number(&u.count).unwrap_or_default());
+        out.push_str(&format!("{},{},", u.cost_pico, u.usd));
+        for n in [&u.requests, &u.prompt_tokens, &u.completion_tokens] {
+            out.push_str(&number(n).unwrap_or_default());
+        }
+        out.push_str(&format!("{}\r\n", u.is_final));
+        Ok(out)
+    }
 }
 
 /// `/v1/invoices/{tenant}`.
@@ -280,6 +330,9 @@ pub(crate) struct Invoice {
     pub period: String,
     pub tz: String,
     pub lines: Vec<InvoiceLine>,
+    /// The lines per (model, variant, plan, quantity) of the windows a rating
+    /// billed (none for a price table's): they sum to those windows' cost.
+    pub quantity_lines: Vec<QuantityLine>,
     pub total: Total,
     #[serde(rename = "final")]
     pub is_final: bool,
@@ -302,8 +355,8 @@ pub(crate) struct Total {
     pub usd: String,
 }
 
-/// The month of `q` in its zone: its line per model, the total, and whether
-/// every minute of it is final.
+/// The month of `q` in its zone: its line per model and per quantity, the
+/// total, and whether every minute of it is final.
 pub(crate) async fn invoice(client: &Client, q: &InvoiceQuery) -> Result<Invoice, ReadError> {
     let (year, month) = q.period;
     let bounds = client
@@ -321,32 +374,43 @@ pub(crate) async fn invoice(client: &Client, q: &InvoiceQuery) -> Result<Invoice
     let rows = client
         .query(INVOICE_LINES, &[&q.tz, &from, &to, &q.tenant_id])
         .await?;
+    let unaligned = || {
+        ReadError::Unaligned(format!(
+            "a window of the job crosses a month boundary in {}: the window size must divide the month in that zone's offsets",
+            q.tz
+        ))
+    };
     let mut lines = Vec::with_capacity(rows.len());
     let (mut requests, mut cost) = (Whole::zero(), Whole::zero());
     for r in &rows {
         let (u, aligned) = row(r)?;
         if !aligned {
-            return Err(ReadError::Unaligned(format!(
-                "a window of the job crosses a month boundary in {}: the window size must divide the month in that zone's offsets",
-                q.tz
-            )));
+            return Err(unaligned());
         }
-        requests = requests.add(&u.requests);
+        let whole = |w: Option<Whole>| w.unwrap_or_else(Whole::zero);
+        let line_requests = whole(u.requests);
+        requests = requests.add(&line_requests);
         cost = cost.add(&Whole::parse(&u.cost_pico, "cost_pico")?);
         lines.push(InvoiceLine {
             model: u.model.unwrap_or_default(),
-            requests: u.requests,
-            prompt_tokens: u.prompt_tokens,
-            completion_tokens: u.completion_tokens,
+            requests: line_requests,
+            prompt_tokens: whole(u.prompt_tokens),
+            completion_tokens: whole(u.completion_tokens),
             cost_pico: u.cost_pico,
             usd: u.usd,
         });
+    }
+    let (quantity_lines, aligned) =
+        quantities::invoice_lines(client, &q.tz, from, to, &q.tenant_id).await?;
+    if !aligned {
+        return Err(unaligned());
     }
     Ok(Invoice {
         tenant_id: q.tenant_id.clone(),
         period: format!("{year:04}-{month:02}"),
         tz: q.tz.clone(),
         lines,
+        quantity_lines,
         total: Total {
             requests,
             usd: cost.usd(),

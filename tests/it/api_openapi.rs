@@ -167,6 +167,9 @@ fn sample(name: &str) -> &'static str {
     match name {
         "tenant_id" => "acme",
         "model" => "small",
+        "variant" => "batch",
+        "plan" => "enterprise",
+        "quantity" => "prompt_tokens",
         "tz" => "Europe/Berlin",
         "limit" => "5",
         other => panic!("no sample value for {other}"),
@@ -323,6 +326,12 @@ fn parameters(p: &mut Probe, key: &str, template: &str, path: &str, base: &str) 
 
 const USAGE: &str = "from=2026-01-01T00:00:00Z&to=2026-01-02T00:00:00Z&window=hour";
 
+/// acme's window of `api_queries::DATA` billed by a rating, with a variant and a
+/// plan: the quantity rows and the invoice's quantity lines have every field.
+const RATED: &str = "INSERT INTO tenant_cost_quantity_partial VALUES
+  ('acme', 1767261660000, 0, 'small', 'batch', 'enterprise', 'prompt_tokens', 1767261600000, 1, 4, 1, 1),
+  ('acme', 1767261660000, 0, 'small', '', '', 'fee', 1767261600000, 1, 1, 1, 1);";
+
 #[test]
 fn the_server_answers_as_docs_openapi_yaml_says() {
     let dir = TempDir::new("api-openapi");
@@ -340,6 +349,8 @@ fn the_server_answers_as_docs_openapi_yaml_says() {
         Duration::from_secs(60),
     );
     execute(&db, crate::api_queries::DATA);
+    // acme's window, as a rating bills it: its quantity rows (issue 36).
+    execute(&db, RATED);
     let (api, addr, admin) = crate::usage_api::start_api(dir.path(), cfg, &db, "api");
     let keys = dir.path().join("api.keys");
     let acme = crate::usage_api::mint(cfg, keys.to_str().unwrap(), "acme", "tenant:acme");
@@ -413,6 +424,33 @@ fn the_server_answers_as_docs_openapi_yaml_says() {
         "text/csv",
     );
     assert!(r.body.starts_with("tenant_id,window_start"), "{}", r.body);
+    // Quantity rows with every dimension and `count`, in JSON and CSV; the
+    // invoice's quantity lines with a variant and a plan.
+    let every = format!(
+        "/v1/usage?{USAGE}&group_by=tenant&group_by=model&group_by=variant&group_by=plan&group_by=quantity"
+    );
+    for accept in [json, "text/csv"] {
+        let r = p.call("GET", usage, &every, Some(&admin), accept);
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert!(
+            r.body.contains("enterprise") && r.body.contains("fee"),
+            "{}",
+            r.body
+        );
+    }
+    let r = p.call(
+        "GET",
+        invoice,
+        "/v1/invoices/acme?period=2026-01",
+        Some(&admin),
+        json,
+    );
+    assert!(
+        r.body
+            .contains(r#""description":"small (batch; plan enterprise) — prompt_tokens""#),
+        "{}",
+        r.body
+    );
     for path in [
         "/",
         "/v1",

@@ -8,6 +8,7 @@ mod api_http;
 mod api_keys;
 mod api_limits;
 mod api_openapi;
+mod api_quantities;
 mod api_queries;
 mod api_stream;
 mod codebase;

@@ -592,7 +592,7 @@ fn line_items_rollups_and_the_usage_api_match_an_independent_oracle() {
         (format!("/v1/usage?{q}&window=week"), "window"),
         (format!("/v1/usage?{q}&tz=Mars/Olympus"), "tz"),
         (format!("/v1/usage?{q}&limit=0"), "limit"),
-        (format!("/v1/usage?{q}&group_by=plan"), "group_by"),
+        (format!("/v1/usage?{q}&group_by=week"), "group_by"),
         (format!("/v1/usage?{q}&colour=red"), "colour"),
         (format!("/v1/usage?{q}&page=not-a-token"), "page"),
         (format!("/v1/usage?from={TO}&to={FROM}"), "to"),

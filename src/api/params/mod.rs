@@ -1,15 +1,16 @@
-//! The usage API's parameters: parsed and checked before any query (pure).
+//! The usage API's parameters: parsed and checked before any query (pure). Here
+//! what the routes share (times, zones, limits) and the invoice's and the tenants
+//! listing's parameters; `/v1/usage`'s in `usage`, page tokens in `page`.
 //!
 //! Invariants: every refusal names the parameter (`ParamError`), and a parameter
 //! the API does not know is refused rather than ignored (a typo must not widen a
 //! query silently). Times are RFC 3339 with an offset; `[from, to)` is half-open.
-//! A page token carries where the previous page ended and a fingerprint of the
-//! other parameters, so a token is only good for the query that made it.
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
-use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+mod page;
+mod usage;
+
+pub(crate) use page::{next_tenants_page, Cursor};
+pub(crate) use usage::{next_page, usage, Group, UsageQuery};
 
 use crate::time::utc::parse_utc_ms;
 
@@ -50,55 +51,6 @@ impl Unit {
 
 pub(crate) const DEFAULT_LIMIT: usize = 1_000;
 pub(crate) const MAX_LIMIT: usize = 100_000;
-
-/// What the rows of `/v1/usage` are grouped by, besides the bucket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Group {
-    pub tenant: bool,
-    pub model: bool,
-}
-
-/// `GET /v1/usage`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct UsageQuery {
-    /// The tenants to read, sorted by bytes and without repeats; empty: every
-    /// tenant the key may read (`access::scoped_usage` fills a tenant key's).
-    pub tenants: Vec<String>,
-    /// Only these models' lines (sorted, no repeats); empty: every model.
-    pub models: Vec<String>,
-    pub from_ms: i64,
-    pub to_ms: i64,
-    pub unit: Unit,
-    pub tz: String,
-    pub group: Group,
-    pub limit: usize,
-    /// Rows after this one (from `page`).
-    pub after: Option<Cursor>,
-}
-
-impl UsageQuery {
-    /// Whether the rows come from the per-model lines (grouped or filtered by
-    /// model) rather than the windows' totals.
-    pub(crate) fn by_model(&self) -> bool {
-        self.group.model || !self.models.is_empty()
-    }
-}
-
-/// Where a page ended: the last row's `(window_start, tenant_id, model)`
-/// (`""` for a dimension the rows are not grouped by).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Cursor {
-    pub window_start: i64,
-    pub tenant_id: String,
-    pub model: String,
-}
-
-#[derive(Serialize, Deserialize)]
-struct Token {
-    /// Fingerprint of the other parameters.
-    q: String,
-    c: Cursor,
-}
 
 /// `GET /v1/invoices/{tenant}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,126 +104,6 @@ fn time(name: &str, v: &str) -> Result<i64, ParamError> {
     parse_utc_ms(v).map_err(|e| bad(name, e))
 }
 
-const USAGE_PARAMETERS: &str = "tenant_id, model, from, to, window, tz, group_by, limit, page";
-
-/// Parses the query string of `/v1/usage`. `tenant_id`, `model` and `group_by`
-/// may be repeated (OpenMeter's convention: `group_by=tenant&group_by=model`);
-/// every other parameter is given at most once.
-pub(crate) fn usage(query: &str) -> Result<UsageQuery, ParamError> {
-    let (mut tenants, mut models, mut dimensions) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut from, mut to, mut window, mut tz, mut limit, mut page) =
-        (None, None, None, None, None, None);
-    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
-        let list = match &*k {
-            "tenant_id" => Some(&mut tenants),
-            "model" => Some(&mut models),
-            "group_by" => Some(&mut dimensions),
-            _ => None,
-        };
-        if let Some(list) = list {
-            if v.is_empty() {
-                return Err(bad(&k, "empty"));
-            }
-            list.push(v.into_owned());
-            continue;
-        }
-        let slot = match &*k {
-            "from" => &mut from,
-            "to" => &mut to,
-            "window" => &mut window,
-            "tz" => &mut tz,
-            "limit" => &mut limit,
-            "page" => &mut page,
-            other => {
-                return Err(bad(
-                    other,
-                    format!("unknown parameter (known: {USAGE_PARAMETERS})"),
-                ))
-            }
-        };
-        if slot.replace(v.into_owned()).is_some() {
-            return Err(bad(&k, "given more than once"));
-        }
-    }
-    let from_ms = time(
-        "from",
-        from.as_deref().ok_or_else(|| bad("from", "required"))?,
-    )?;
-    let to_ms = time("to", to.as_deref().ok_or_else(|| bad("to", "required"))?)?;
-    if to_ms <= from_ms {
-        return Err(bad("to", "must be after `from` ([from, to) is half-open)"));
-    }
-    let unit = match window.as_deref().unwrap_or("minute") {
-        "minute" => Unit::Minute,
-        "hour" => Unit::Hour,
-        "day" => Unit::Day,
-        "month" => Unit::Month,
-        other => {
-            return Err(bad(
-                "window",
-                format!("{other:?} is not one of minute, hour, day, month"),
-            ))
-        }
-    };
-    let tz = tz.unwrap_or_else(|| "UTC".into());
-    check_tz(&tz)?;
-    let group = group(&dimensions)?;
-    let limit = limit_of(limit.as_deref())?;
-    tenants.sort();
-    tenants.dedup();
-    models.sort();
-    models.dedup();
-    let mut q = UsageQuery {
-        tenants,
-        models,
-        from_ms,
-        to_ms,
-        unit,
-        tz,
-        group,
-        limit,
-        after: None,
-    };
-    if let Some(p) = page {
-        q.after = Some(decode_token(&p, &fingerprint(&q))?);
-    }
-    Ok(q)
-}
-
-/// The dimensions of `group_by` (each given as its own parameter); none given:
-/// by tenant, as the first version of the API grouped.
-fn group(dimensions: &[String]) -> Result<Group, ParamError> {
-    if dimensions.is_empty() {
-        return Ok(Group {
-            tenant: true,
-            model: false,
-        });
-    }
-    let mut g = Group {
-        tenant: false,
-        model: false,
-    };
-    for d in dimensions {
-        match d.as_str() {
-            "tenant" => g.tenant = true,
-            "model" => g.model = true,
-            other if other.contains(',') => {
-                return Err(bad(
-                    "group_by",
-                    format!("{other:?}: repeat the parameter for each dimension (group_by=tenant&group_by=model)"),
-                ))
-            }
-            other => {
-                return Err(bad(
-                    "group_by",
-                    format!("{other:?} is not a dimension: tenant or model"),
-                ))
-            }
-        }
-    }
-    Ok(g)
-}
-
 /// `limit`: rows per page.
 fn limit_of(limit: Option<&str>) -> Result<usize, ParamError> {
     match limit {
@@ -294,9 +126,6 @@ pub(crate) struct TenantsQuery {
     pub after: Option<String>,
 }
 
-/// The fingerprint of the tenants listing's pages.
-const TENANTS: &str = "tenants";
-
 /// Parses the query string of `/v1/tenants`.
 pub(crate) fn tenants(query: &str) -> Result<TenantsQuery, ParamError> {
     let (mut limit, mut page) = (None, None);
@@ -312,67 +141,10 @@ pub(crate) fn tenants(query: &str) -> Result<TenantsQuery, ParamError> {
     }
     let limit = limit_of(limit.as_deref())?;
     let after = match page {
-        Some(p) => Some(decode_token(&p, TENANTS)?.tenant_id),
+        Some(p) => Some(page::decode_token(&p, page::TENANTS)?.tenant_id),
         None => None,
     };
     Ok(TenantsQuery { limit, after })
-}
-
-/// The `next_page` token of the tenants listing after `last`.
-pub(crate) fn next_tenants_page(last: &str) -> String {
-    token(
-        TENANTS.into(),
-        Cursor {
-            window_start: 0,
-            tenant_id: last.to_string(),
-            model: String::new(),
-        },
-    )
-}
-
-/// What a page token must match: every parameter but `limit` and `page`.
-fn fingerprint(q: &UsageQuery) -> String {
-    let text = format!(
-        "{:?}|{:?}|{}|{}|{}|{}|{:?}",
-        q.tenants,
-        q.models,
-        q.from_ms,
-        q.to_ms,
-        q.unit.sql(),
-        q.tz,
-        q.group
-    );
-    let d = Sha256::digest(text.as_bytes());
-    URL_SAFE_NO_PAD.encode(&d[..9])
-}
-
-fn token(q: String, c: Cursor) -> String {
-    URL_SAFE_NO_PAD.encode(serde_json::to_vec(&Token { q, c }).unwrap_or_default())
-}
-
-/// The `next_page` token after `last`.
-pub(crate) fn next_page(q: &UsageQuery, last: Cursor) -> String {
-    token(fingerprint(q), last)
-}
-
-fn decode_token(p: &str, fingerprint: &str) -> Result<Cursor, ParamError> {
-    let t: Token = URL_SAFE_NO_PAD
-        .decode(p)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .ok_or_else(|| {
-            bad(
-                "page",
-                "not a page token of this API (use `next_page` as given)",
-            )
-        })?;
-    if t.q != fingerprint {
-        return Err(bad(
-            "page",
-            "the token belongs to a query with other parameters: repeat the request that gave it, adding only `page`",
-        ));
-    }
-    Ok(t.c)
 }
 
 /// Parses `/v1/invoices/{tenant}`'s tenant (percent-decoded) and query string.
@@ -424,10 +196,7 @@ mod tests {
     fn a_usage_query_parses_with_its_defaults() {
         let q = usage(Q).unwrap();
         assert_eq!((q.from_ms, q.to_ms), (1_767_225_600_000, 1_767_308_400_000));
-        let by_tenant = Group {
-            tenant: true,
-            model: false,
-        };
+        let by_tenant = Group::TENANT;
         assert_eq!(
             (q.unit, q.tz.as_str(), q.group),
             (Unit::Minute, "UTC", by_tenant)
@@ -439,8 +208,8 @@ mod tests {
         ))
         .unwrap();
         let by_model = Group {
-            tenant: false,
             model: true,
+            ..Group::default()
         };
         assert_eq!(
             (q.unit, q.tz.as_str(), q.group, q.limit),
@@ -469,7 +238,8 @@ mod tests {
             q.group,
             Group {
                 tenant: true,
-                model: true
+                model: true,
+                ..Group::default()
             }
         );
         // A filter by model alone reads the lines, summed over the models.
@@ -486,6 +256,7 @@ mod tests {
                 window_start: 1,
                 tenant_id: "a".into(),
                 model: "m".into(),
+                ..Cursor::default()
             },
         );
         assert!(usage(&format!(
@@ -500,6 +271,63 @@ mod tests {
             .parameter,
             "page"
         );
+    }
+
+    #[test]
+    fn variant_plan_and_quantity_read_the_quantity_rows() {
+        let q = usage(Q).unwrap();
+        assert!(!q.by_quantity());
+        let q = usage(&format!(
+            "{Q}&group_by=quantity&group_by=model&quantity=prompt_tokens&quantity=cached_tokens&plan=enterprise&variant=batch&variant=batch"
+        ))
+        .unwrap();
+        assert!(q.by_quantity());
+        assert_eq!(
+            q.group,
+            Group {
+                model: true,
+                quantity: true,
+                ..Group::default()
+            }
+        );
+        assert_eq!(q.quantities, ["cached_tokens", "prompt_tokens"]);
+        assert_eq!(
+            (q.plans, q.variants),
+            (vec!["enterprise".to_string()], vec!["batch".to_string()])
+        );
+        for one in [
+            "group_by=variant",
+            "group_by=plan",
+            "group_by=quantity",
+            "variant=v",
+            "plan=p",
+            "quantity=fee",
+        ] {
+            assert!(usage(&format!("{Q}&{one}")).unwrap().by_quantity(), "{one}");
+        }
+        // A filter is part of the query a page token belongs to.
+        let a = usage(&format!("{Q}&group_by=quantity&plan=p")).unwrap();
+        let last = Cursor {
+            window_start: 1,
+            quantity: "fee".into(),
+            ..Cursor::default()
+        };
+        let t = next_page(&a, last.clone());
+        assert_eq!(
+            usage(&format!("{Q}&group_by=quantity&plan=p&page={t}"))
+                .unwrap()
+                .after,
+            Some(last)
+        );
+        for other in [
+            "&group_by=quantity",
+            "&group_by=quantity&plan=q",
+            "&group_by=quantity&plan=p&variant=v",
+            "&group_by=plan&plan=p",
+        ] {
+            let e = usage(&format!("{Q}{other}&page={t}")).unwrap_err();
+            assert_eq!(e.parameter, "page", "{other}");
+        }
     }
 
     #[test]
@@ -525,6 +353,7 @@ mod tests {
                 window_start: 0,
                 tenant_id: "acme".into(),
                 model: String::new(),
+                ..Cursor::default()
             },
         );
         for (query, parameter) in [
@@ -551,7 +380,10 @@ mod tests {
             (&format!("{Q}&window=week"), "window"),
             (&format!("{Q}&tz=Mars/Olympus%20Mons"), "tz"),
             (&format!("{Q}&tz=%2B05:30"), "tz"),
-            (&format!("{Q}&group_by=plan"), "group_by"),
+            (&format!("{Q}&group_by=week"), "group_by"),
+            (&format!("{Q}&quantity="), "quantity"),
+            (&format!("{Q}&plan="), "plan"),
+            (&format!("{Q}&variant="), "variant"),
             (&format!("{Q}&group_by=tenant,model"), "group_by"),
             (&format!("{Q}&group_by="), "group_by"),
             (&format!("{Q}&tenant_id="), "tenant_id"),
@@ -576,6 +408,7 @@ mod tests {
             window_start: 5,
             tenant_id: "acme".into(),
             model: "small".into(),
+            ..Cursor::default()
         };
         let token = next_page(&q, last.clone());
         // Same query (limit may differ): resumes after `last`.
