@@ -412,6 +412,31 @@ fn the_sink_stores_each_quantity_and_the_quantity_view_sums_to_the_minute() {
     assert!(mismatched.is_empty(), "{mismatched:?}");
     let totals = query(&db, "SELECT sum(cost_pico)::TEXT FROM tenant_cost_minute");
     assert_eq!(totals[0][0].as_deref(), Some("59000000000"));
+
+    // And the usage API reads them: globex's January invoice per quantity.
+    let (_api, addr, key) = crate::usage_api::start_api(dir.path(), cfg, &db, "rating-api");
+    let (status, body) = api_get(&addr, &key, "/v1/invoices/globex?period=2026-01").unwrap();
+    assert_eq!(status, 200, "{body}");
+    let inv: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let lines = inv["quantity_lines"].as_array().unwrap();
+    let cost = |d: &str| {
+        let l = lines.iter().find(|l| l["description"] == d);
+        l.map(|l| l["cost_pico"].as_str().unwrap().to_string())
+    };
+    assert_eq!(
+        cost("o-large (batch) — cached_tokens").as_deref(),
+        Some("2000000000")
+    );
+    assert_eq!(
+        cost("o-large — web_search_calls").as_deref(),
+        Some("30000000000")
+    );
+    let sum: u128 = lines
+        .iter()
+        .map(|l| l["cost_pico"].as_str().unwrap().parse::<u128>().unwrap())
+        .sum();
+    assert_eq!(sum, 48_000_000_000);
+    assert_eq!(inv["total"]["cost_pico"], "48000000000");
 }
 
 /// `tally gen` under a rating writes records of the config's book and their bill;
