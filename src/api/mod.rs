@@ -161,10 +161,15 @@ impl Api {
         .map_err(|_| "the database did not answer in time".to_string())?
         .map_err(|e| format!("reading the schema version: {e}"))?
         .get(0);
+        // The newest migration: the invoices' and quantity rows' queries read it.
+        let needed = crate::sink::migrate::MIGRATIONS
+            .last()
+            .map_or(0, |(version, ..)| *version);
         match version {
-            Some(v) if v >= 2 => Ok(()),
+            Some(v) if v >= needed => Ok(()),
             v => Err(format!(
-                "schema version {v:?}, the usage API needs 2: run `tally migrate` (or `tally sink`) with a role that may"
+                "schema version {v:?}, the usage API needs {needed}: run `tally migrate` (or `tally \
+                 sink`) with a role that may"
             )),
         }
     }

@@ -49,6 +49,32 @@ impl Lock {
         Lock { rt, client }
     }
 
+    /// Waits (up to 30 s) until `n` sessions wait on the lock: the requests are in
+    /// flight, whatever the machine's load (a fixed sleep raced them).
+    pub(crate) fn wait_for_waiters(&self, n: i64) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let waiting: i64 = self.rt.block_on(async {
+                self.client
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'",
+                        &[],
+                    )
+                    .await
+                    .unwrap()
+                    .get(0)
+            });
+            if waiting >= n {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{waiting} of {n} requests wait on the lock"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub(crate) fn release(self) {
         self.rt
             .block_on(self.client.batch_execute("ROLLBACK"))
@@ -120,7 +146,7 @@ fn ranges_timeouts_concurrency_rates_and_idle_connections_are_bounded() {
             std::thread::spawn(move || get(&addr, &k, Q).0)
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(500));
+    lock.wait_for_waiters(2);
     let third = crate::usage_api::mint(cfg, keys.to_str().unwrap(), "third", "admin");
     signal(api.id(), libc::SIGHUP);
     let (status, retry, body) = wait_until("a third key", Duration::from_secs(10), || {
