@@ -95,7 +95,13 @@ pub fn options(a: &GenArgs, cfg: &Config, partitions: i32) -> anyhow::Result<Gen
 pub fn run(a: GenArgs) -> anyhow::Result<()> {
     let cfg = a.config.load()?;
     if cfg.rating.is_some() {
-        let n = super::gen_rated::run(&a, &cfg)?;
+        let opts = options(&a, &cfg, a.partitions.unwrap_or(1))?;
+        let n = super::gen_rated::run(
+            &cfg,
+            &opts,
+            a.output_file.as_deref(),
+            a.expected_file.as_deref(),
+        )?;
         eprintln!("generated {n} rated records");
         return Ok(());
     }

@@ -3,13 +3,14 @@
 //! `/<attribute>`, written to a file, and their bill per window and line item.
 
 use std::io::Write;
+use std::path::Path;
 
 use anyhow::Context;
 use serde::Serialize;
 
-use super::gen::GenArgs;
 use crate::config::Config;
 use crate::gen::rated::{rated_stream, RatedOptions};
+use crate::gen::GenOptions;
 
 /// One window of the expected bill, as `--expected-file` writes it.
 #[derive(Serialize)]
@@ -31,17 +32,21 @@ struct Line<'a> {
     cost_pico: String,
 }
 
-/// Writes the rated records of `a` (`--output-file` only: the Kafka path produces
-/// today's shape) and returns how many.
-pub(super) fn run(a: &GenArgs, cfg: &Config) -> anyhow::Result<usize> {
-    let Some(path) = &a.output_file else {
+/// Writes the rated records of `opts` to `output` (the Kafka path produces today's
+/// shape), their bill to `expected` if given, and returns how many records.
+pub(super) fn run(
+    cfg: &Config,
+    opts: &GenOptions,
+    output: Option<&Path>,
+    expected: Option<&Path>,
+) -> anyhow::Result<usize> {
+    let Some(path) = output else {
         anyhow::bail!(
             "under a rating, `tally gen` writes --output-file (records with every declared \
              quantity at /usage/<name>); produce them with any Kafka client"
         );
     };
     let rating = cfg.rating.as_ref().context("no rating in the config")?;
-    let opts = super::gen::options(a, cfg, a.partitions.unwrap_or(1))?;
     let engine = cfg.engine()?;
     let stream = rated_stream(
         &rating.book,
@@ -65,7 +70,7 @@ pub(super) fn run(a: &GenArgs, cfg: &Config) -> anyhow::Result<usize> {
         writeln!(out, "{payload}")?;
     }
     out.flush()?;
-    if let Some(path) = &a.expected_file {
+    if let Some(path) = expected {
         let windows: Vec<Window<'_>> = stream
             .expected
             .iter()

@@ -222,7 +222,9 @@ mod tests {
             ("requests", json!(-1)),
             ("window_start", json!("yesterday")),
             ("final", json!("true")),
-            ("plan", json!("gold")),
+            // Undocumented (objects are closed), and a documented one of the wrong type.
+            ("colour", json!("gold")),
+            ("plan", json!(7)),
         ] {
             let mut v = good.clone();
             v[field] = bad;
