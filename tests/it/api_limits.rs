@@ -49,15 +49,17 @@ impl Lock {
         Lock { rt, client }
     }
 
-    /// Waits (up to 30 s) until `n` sessions wait on the lock: the requests are in
-    /// flight, whatever the machine's load (a fixed sleep raced them).
+    /// Waits (up to 30 s) until `n` sessions of this test's database wait on a lock:
+    /// the requests are in flight, whatever the machine's load (a fixed sleep raced
+    /// them). Other tests share the cluster, so only this database counts.
     pub(crate) fn wait_for_waiters(&self, n: i64) {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
             let waiting: i64 = self.rt.block_on(async {
                 self.client
                     .query_one(
-                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'",
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+                         AND datname = current_database()",
                         &[],
                     )
                     .await
@@ -146,7 +148,10 @@ fn ranges_timeouts_concurrency_rates_and_idle_connections_are_bounded() {
             std::thread::spawn(move || get(&addr, &k, Q).0)
         })
         .collect();
-    lock.wait_for_waiters(2);
+    // The pool has one connection: one request waits on the lock, the other for
+    // the connection (in flight all the same).
+    lock.wait_for_waiters(1);
+    std::thread::sleep(Duration::from_millis(300));
     let third = crate::usage_api::mint(cfg, keys.to_str().unwrap(), "third", "admin");
     signal(api.id(), libc::SIGHUP);
     let (status, retry, body) = wait_until("a third key", Duration::from_secs(10), || {
