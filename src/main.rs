@@ -9,6 +9,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     tally::base::alloc::purge_freed_memory_at_once();
+    tally::base::alloc::bound_system_arenas();
     let cli = tally::cli::Cli::parse();
     tally::cli::init_logging();
     // A panic on this thread is a bug like any other: exit 1 (the default

@@ -54,6 +54,7 @@ struct CertsArgs {
 
 fn main() -> ExitCode {
     tally::base::alloc::purge_freed_memory_at_once();
+    tally::base::alloc::bound_system_arenas();
     let cli = Cli::parse();
     tally::cli::init_logging();
     tally::base::shutdown::install();

@@ -48,8 +48,13 @@ impl PartWriter {
         }
     }
 
-    /// Adds one entry; returns the part it completed, if it did.
+    /// Adds one entry; returns the part it completed, if it did. The next part's
+    /// buffer is taken only by the next entry (or `finish`), so a caller that
+    /// writes and drops a completed part first never holds two.
     pub fn entry(&mut self, k: &[u8], v: &[u8]) -> Option<Vec<u8>> {
+        if self.buf.is_empty() {
+            self.buf = start(self.partition, self.index);
+        }
         self.buf.extend_from_slice(&(k.len() as u32).to_be_bytes());
         self.buf.extend_from_slice(k);
         self.buf.extend_from_slice(&(v.len() as u32).to_be_bytes());
@@ -58,13 +63,16 @@ impl PartWriter {
             return None;
         }
         self.index += 1;
-        let mut done = std::mem::replace(&mut self.buf, start(self.partition, self.index));
+        let mut done = std::mem::take(&mut self.buf);
         done.extend_from_slice(&END.to_be_bytes());
         Some(done)
     }
 
     /// The last part (a partition has at least one, its meta in it).
     pub(crate) fn finish(mut self) -> Vec<u8> {
+        if self.buf.is_empty() {
+            self.buf = start(self.partition, self.index);
+        }
         self.buf.extend_from_slice(&END.to_be_bytes());
         self.buf
     }
@@ -169,6 +177,17 @@ mod tests {
         assert!(parse_part(&last, Partition(3), 0)
             .unwrap_err()
             .contains("not part 0"));
+    }
+
+    /// A cut taken last still leaves a last part (empty, numbered after it).
+    #[test]
+    fn a_cut_then_finish_leaves_an_empty_last_part() {
+        let mut w = PartWriter::new(Partition(1));
+        let big = vec![1u8; PART_TARGET];
+        let first = w.entry(b"k", &big).expect("past the target");
+        let last = w.finish();
+        assert_eq!(parse_part(&first, Partition(1), 0).unwrap().len(), 1);
+        assert!(parse_part(&last, Partition(1), 1).unwrap().is_empty());
     }
 
     /// Lengths past the bytes held, a missing end, trailing bytes: errors, not
