@@ -24,6 +24,7 @@
 
 pub(crate) mod http;
 pub(crate) mod logged;
+pub mod status_api;
 pub mod status_page;
 
 use std::fmt;

@@ -2,7 +2,9 @@
 //! holds a window back (a silent partition, idleness off) and nothing once the
 //! window is final; the worker's `/status` page, rendered by headless Chromium
 //! (installed by scripts/bootstrap.sh; missing, the test fails), shows the
-//! figures `/metrics` shows, and a screenshot of it is kept as an artifact.
+//! figures `/metrics` shows, and a screenshot of it is kept as an artifact
+//! (`target/test-artifacts/status.png`); the usage API's `/status` names the
+//! input partition the stored progress waits for.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -428,4 +430,55 @@ fn the_status_page_in_headless_chromium_shows_what_metrics_shows() {
         png.display()
     );
     println!("status page screenshot: {}", png.display());
+}
+
+/// The usage API's `/status`: the database's stored progress per input
+/// partition, the one holding finality back there, and the last warning logged.
+#[test]
+fn the_api_status_names_the_partition_the_stored_progress_waits_for() {
+    let dir = TempDir::new("api-status");
+    let db = fresh_database("apistatus");
+    let env = [
+        ("TALLY_SINK__DATABASE_URL", db.as_str()),
+        ("TALLY_API__ALLOW_UNAUTHENTICATED", "true"),
+    ];
+    let cfg = dir.path().join("api.toml");
+    std::fs::write(&cfg, format!("{PRICES}\n[api]\nlisten = \"127.0.0.1:0\"\n")).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    tally_ok(&["migrate", "--config", cfg], &env, Duration::from_secs(60));
+    // Two input partitions, one results partition: partition 1 is behind.
+    execute(
+        &db,
+        &format!(
+            "INSERT INTO tally_progress (source_partition, results_partition, final_through, \
+             watermark, source_partitions, results_partitions, generation) VALUES \
+             (0, 0, {}, {}, 2, 1, 0), (1, 0, {T10}, {}, 2, 1, 0)",
+            T10 + 120 * S,
+            T10 + 150 * S,
+            T10 + 35 * S
+        ),
+    );
+    let api = Service::start(&["api", "--config", cfg], &env, dir.path().join("api.log"));
+    let addr = bound_addr(&api.log, "usage API: serving");
+    let (status, body) = http_get(&addr, "/status.json").unwrap();
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["database_error"], serde_json::Value::Null, "{v}");
+    assert_eq!(v["final_through"], T10, "{v}");
+    assert_eq!(v["held_back_by"], 1, "{v}");
+    assert_eq!(v["progress"][1]["watermark"], T10 + 35 * S, "{v}");
+    // The warning it logged for serving without keys, on the page.
+    let warning = v["last_warning"]["line"].as_str().unwrap_or_default();
+    assert!(warning.contains("allow_unauthenticated"), "{v}");
+    let (status, html) = http_get(&addr, "/status").unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        html.contains("id=\"held-back-by\" data-value=\"1\""),
+        "{html}"
+    );
+    assert!(
+        html.contains("id=\"database-reachable\" data-value=\"1\""),
+        "{html}"
+    );
+    assert!(!html.to_lowercase().contains("<script"));
 }
