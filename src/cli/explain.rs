@@ -138,7 +138,10 @@ fn read(path: &PathBuf) -> Result<WorkerReport, ExplainError> {
 
 pub(crate) fn run(a: ExplainArgs) -> anyhow::Result<()> {
     if !a.finality {
-        super::Cli::command()
+        let mut cli = super::Cli::command();
+        cli.build();
+        cli.find_subcommand_mut("explain")
+            .expect("tally explain is a subcommand")
             .error(
                 clap::error::ErrorKind::MissingRequiredArgument,
                 "tally explain needs --finality: it is the only mode built so far (explaining a \

@@ -271,6 +271,61 @@ mod tests {
     }
 
     #[test]
+    fn status_shows_the_published_report_and_the_lag_computed_when_asked() {
+        use std::sync::atomic::AtomicI64;
+        use std::sync::Arc;
+        let s = State::new(0);
+        let page = s.respond("GET", "/status", 0);
+        assert_eq!((page.status, page.content_type), (200, HTML));
+        assert!(page.body.contains("id=\"no-report\""), "{}", page.body);
+        let mut p = crate::metrics::tests::part(0, Some(5_000), 0, &[]);
+        p.final_through = Some(0);
+        let report = WorkerReport {
+            at_ms: 9_000,
+            topic: "requests".into(),
+            group: "g".into(),
+            bound_ms: 5_000,
+            allowed_lateness_ms: 30_000,
+            window_size_ms: 60_000,
+            window_offset_ms: 0,
+            checkpoint_interval_ms: 1_000,
+            checkpoint: Default::default(),
+            idle_ms: None,
+            partitions: vec![p],
+            pane_ack_us: Default::default(),
+        };
+        s.set_report(report);
+        let lag = Arc::new(AtomicI64::new(4));
+        let l = lag.clone();
+        s.set_live_lags(Some(Box::new(move || {
+            vec![(Partition(0), l.load(Ordering::Relaxed))]
+        })));
+        let page = s.respond("GET", "/status", 10_000).body;
+        assert!(
+            page.contains("id=\"p0-watermark\" data-value=\"5000\""),
+            "{page}"
+        );
+        assert!(
+            page.contains("id=\"p0-consumer-lag\" data-value=\"4\""),
+            "{page}"
+        );
+        lag.store(0, Ordering::Relaxed);
+        let json = s.respond("GET", "/status.json", 10_000);
+        assert_eq!(json.content_type, JSON);
+        let v: StatusView = serde_json::from_str(&json.body).unwrap();
+        assert_eq!(
+            v.lags,
+            vec![PartitionLag {
+                partition: Partition(0),
+                records: 0
+            }]
+        );
+        assert_eq!(v.report.unwrap().partitions[0].final_through, Some(0));
+        s.set_live_lags(None);
+        assert!(s.status(0).lags.is_empty());
+    }
+
+    #[test]
     fn live_families_follow_the_published_text_at_each_scrape() {
         use std::sync::atomic::AtomicU64;
         use std::sync::Arc;

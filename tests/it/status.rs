@@ -112,6 +112,7 @@ fn explain_finality_names_the_silent_partition_until_it_has_data() {
         &addr,
     ]);
     let table = String::from_utf8_lossy(&out.stdout);
+    println!("{table}");
     assert!(
         table.contains("not final: held back by partition 1"),
         "{table}"
