@@ -305,6 +305,16 @@ impl Finality {
                 }
             );
         }
+        let seen: Vec<String> = self
+            .partitions
+            .iter()
+            .map(|p| p.partition.to_string())
+            .collect();
+        let _ = writeln!(
+            s,
+            "partitions judged: {} (those of the reports given; each worker of a group has its own)",
+            if seen.is_empty() { "none".into() } else { seen.join(", ") }
+        );
         match (self.is_final, self.held_back_by) {
             (true, _) => {
                 let _ = writeln!(s, "final: every partition's progress passed its end");

@@ -68,6 +68,7 @@ fn the_silent_partition_holds_the_window_back_until_it_passes() {
         "{table}"
     );
     assert!(table.contains("idleness off"), "{table}");
+    assert!(table.contains("partitions judged: 0, 1 "), "{table}");
 
     // Data on partition 1 moves it past: the same window is final, nobody named.
     let r = report(
