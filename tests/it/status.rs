@@ -347,9 +347,11 @@ fn the_status_page_in_headless_chromium_shows_what_metrics_shows() {
         "status",
         "[watermark]\nidle_timeout = \"off\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
     );
+    // Checkpoints every 5 s (not the suite's 1 s): a page load (about a second)
+    // mostly falls between two, so the checkpoint figures hold still across it.
     let worker = Service::start(
         &["run", "--config", cfg.to_str().unwrap()],
-        &[],
+        &[("TALLY_CHECKPOINT__INTERVAL", "5s")],
         dir.path().join("worker.log"),
     );
     let addr = bound_addr(&worker.log, METRICS_SERVING);
@@ -383,7 +385,7 @@ fn the_status_page_in_headless_chromium_shows_what_metrics_shows() {
     let url = format!("http://{addr}/status");
     let still_all: Vec<_> = still(0).into_iter().chain(still(1)).chain(job()).collect();
     // Scrape, render, scrape: retried until the still figures held still across it.
-    let (before, dom, after) = (0..10)
+    let (before, dom, after) = (0..20)
         .find_map(|i| {
             let before = http_get(&addr, "/metrics").unwrap().1;
             let dom = chromium(&url, None, &dir.path().join(format!("profile-{i}")));
