@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian machine lacks to build and test tally: libclang
 # (rocksdb's bindgen), the -dev packages librdkafka is built against (OpenSSL,
-# libcurl, zstd) and the PostgreSQL server binaries.
+# libcurl, zstd), the PostgreSQL server binaries and Chromium (headless, for
+# the status page test).
 # Idempotent and quiet when everything is already there.
 set -euo pipefail
 
@@ -25,6 +26,10 @@ command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 # The S3-compatible test server (scripts/s3.sh): moto in a venv, checked with curl.
 command -v curl >/dev/null 2>&1 || need+=(curl)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+# The status page test (tests/it/status_page.rs) loads /status in headless
+# Chromium; a font so its screenshot shows text.
+[ -x /usr/bin/chromium ] || need+=(chromium)
+ls /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf >/dev/null 2>&1 || need+=(fonts-dejavu-core)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "bootstrap: installing ${need[*]}" >&2

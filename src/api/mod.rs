@@ -9,7 +9,9 @@
 //!   and per (model, variant, plan, quantity);
 //! - `GET /v1/tenants` — the tenants the database knows (of the key's scope);
 //! - `/healthz` (the process serves), `/readyz` (the database answers and has the
-//!   schema), `/metrics` (requests by route and status).
+//!   schema), `/metrics` (requests by route and status), `/status` and
+//!   `/status.json` (for the people on call: the database, the sink's progress
+//!   per input partition, the last error; `status`), authorized like `/metrics`.
 //!
 //! Invariants: the API only reads (a role with `SELECT` is enough); a parameter is
 //! checked before any query (`params`), a bad one answers 400 naming it; the
@@ -27,6 +29,7 @@ mod quantities;
 mod routes;
 mod rows;
 mod server;
+mod status;
 pub(crate) mod tls;
 
 pub use server::run;
@@ -296,7 +299,10 @@ async fn route(api: &Api, req: Request<hyper::body::Incoming>) -> (&'static str,
     let query = req.uri().query().unwrap_or("").to_string();
     let (scope, key) = match path.as_str() {
         "/healthz" | "/readyz" => (keys::Scope::Admin, None),
-        p => match api.access.authorize(&req, p == "/metrics") {
+        p => match api
+            .access
+            .authorize(&req, matches!(p, "/metrics" | "/status" | "/status.json"))
+        {
             Ok(granted) => granted,
             Err(why) => return ("auth", access::unauthorized(why)),
         },
@@ -347,6 +353,8 @@ async fn route(api: &Api, req: Request<hyper::body::Incoming>) -> (&'static str,
             let _ = prometheus_client::encoding::prometheus_text::encode(&mut text, &api.registry);
             ("metrics", reply(200, crate::service::PROMETHEUS, text))
         }
+        "/status" => ("status", status::get_status(api, false).await),
+        "/status.json" => ("status", status::get_status(api, true).await),
         "/v1/usage" => match negotiated(&req, &[negotiate::Offer::Json, negotiate::Offer::Csv]) {
             Some(offer) => (
                 "usage",

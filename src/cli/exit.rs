@@ -47,6 +47,7 @@ pub fn class_of(cause: &(dyn Error + 'static)) -> Option<ErrorClass> {
         .or_else(|| own::<ObjectError>(cause))
         .or_else(|| own::<Refusal>(cause))
         .or_else(|| own::<Bug>(cause))
+        .or_else(|| own::<super::explain::ExplainError>(cause))
         // Foreign types, classified where they are used.
         .or_else(|| {
             cause

@@ -7,6 +7,7 @@ mod checkpoints;
 mod config_check;
 pub(crate) mod demo;
 pub mod exit;
+pub(crate) mod explain;
 mod gen;
 mod gen_rated;
 mod reprocess;
@@ -74,6 +75,11 @@ pub enum Command {
     /// Observed event delays and watermarks of the worker using this state.dir,
     /// with a recommended watermark.max_out_of_orderness.
     Delays(ConfigArg),
+    /// Why a window is not final yet: per input partition its watermark and
+    /// progress, held records, idleness and the lateness still to run, and the
+    /// partition holding the window back (`--finality`, read from the workers'
+    /// /status.json or report.json; the only mode built so far).
+    Explain(explain::ExplainArgs),
     /// Print the effective configuration (file, TALLY_* variables and defaults)
     /// as TOML, secrets shown as ***; `config check` also says whether a restart
     /// would restore from the checkpoint store or be refused.
@@ -155,7 +161,7 @@ pub fn init_logging() {
     use std::io::IsTerminal;
     let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(|| crate::secrets::RedactingWriter(std::io::stderr()));
+        .with_writer(crate::service::logged::LogWriter);
     // TALLY_LOG_FORMAT=json: one JSON object per line, for log shippers.
     match std::env::var("TALLY_LOG_FORMAT").as_deref() {
         Ok("json") => fmt
@@ -210,6 +216,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Checkpoints(a) => checkpoints::run(a),
         Command::ReprocessLate(a) => reprocess::run(a),
         Command::Config(c) => config_check::run(c),
+        Command::Explain(a) => explain::run(a),
         Command::Delays(c) => {
             let cfg = c.load()?;
             let report = crate::worker::report::read(&cfg.state.dir).map_err(anyhow::Error::msg)?;

@@ -6,6 +6,7 @@
 
 pub mod config;
 pub(crate) mod exposition;
+pub mod finality;
 
 use std::fmt::Write;
 
@@ -84,6 +85,12 @@ pub struct WorkerReport {
     /// `window.allowed_lateness`, ms.
     #[serde(default)]
     pub allowed_lateness_ms: i64,
+    /// `window.size` and `window.offset`, ms (0: a report written before they
+    /// were reported).
+    #[serde(default)]
+    pub window_size_ms: i64,
+    #[serde(default)]
+    pub window_offset_ms: i64,
     /// `checkpoint.interval`, ms.
     #[serde(default)]
     pub checkpoint_interval_ms: i64,
@@ -218,10 +225,10 @@ impl WorkerReport {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn part(p: i32, w: Option<i64>, idle_ms: u64, disorder: &[i64]) -> PartitionReport {
+    pub(crate) fn part(p: i32, w: Option<i64>, idle_ms: u64, disorder: &[i64]) -> PartitionReport {
         let mut h = Histogram::default();
         for d in disorder {
             h.record(*d);
@@ -260,6 +267,8 @@ mod tests {
             group: "g".into(),
             bound_ms: 5_000,
             allowed_lateness_ms: 30_000,
+            window_size_ms: 60_000,
+            window_offset_ms: 0,
             checkpoint_interval_ms: 1_000,
             checkpoint: CheckpointStats::default(),
             idle_ms: Some(30_000),
@@ -292,6 +301,8 @@ mod tests {
             group: "g".into(),
             bound_ms: 5_000,
             allowed_lateness_ms: 30_000,
+            window_size_ms: 60_000,
+            window_offset_ms: 0,
             checkpoint_interval_ms: 1_000,
             checkpoint: CheckpointStats::default(),
             idle_ms: None,

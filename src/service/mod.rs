@@ -10,6 +10,11 @@
 //!   group and restored every assigned partition; the sink has connected,
 //!   migrated and taken its assignment), 503 with the reason before that and
 //!   while a rebalance moves partitions;
+//! - `/status` — the status page for the people on call (`status_page`: HTML,
+//!   no script, no external asset), and `/status.json`, its figures (what
+//!   `tally explain --finality` reads): the worker's last report, the consumer
+//!   lag computed when asked (`LiveLags`), readiness, and the last warning and
+//!   error logged (`logged`, masked);
 //! - anything else — 404.
 //!
 //! `State` is shared between the process loop (which publishes, beats, sets
@@ -18,10 +23,17 @@
 //! module knows no Kafka type: a live family is a closure that renders text.
 
 pub(crate) mod http;
+pub(crate) mod logged;
+pub mod status_api;
+pub mod status_page;
 
 use std::fmt;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Mutex;
+
+use crate::metrics::WorkerReport;
+use crate::model::Partition;
+use status_page::{PartitionLag, StatusView};
 
 /// How long the loop may go without a beat before `/healthz` fails, ms. Longer
 /// than anything the loop blocks on by design (a checkpoint barrier, a restore,
@@ -32,6 +44,11 @@ pub(crate) const STALL_MS: i64 = 120_000;
 /// families: `# HELP`, `# TYPE` and samples), on the server thread. It must not
 /// wait for the process loop.
 pub(crate) type LiveFamilies = Box<dyn Fn() -> String + Send + Sync>;
+
+/// Each owned partition's consumer lag, computed when `/status` is asked for
+/// (`worker::lag`), on the server thread; like `LiveFamilies`, it must not
+/// wait for the process loop.
+pub(crate) type LiveLags = Box<dyn Fn() -> Vec<(Partition, i64)> + Send + Sync>;
 
 /// The installed `LiveFamilies`, if any.
 #[derive(Default)]
@@ -47,12 +64,28 @@ impl fmt::Debug for Live {
     }
 }
 
+/// The installed `LiveLags`, if any.
+struct Lags(Option<LiveLags>);
+
+impl fmt::Debug for Lags {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Lags(set)"
+        } else {
+            "Lags(none)"
+        })
+    }
+}
+
 #[derive(Debug)]
 pub struct State {
     metrics: Mutex<String>,
     /// Held while the families render: `set_live_metrics` returns only once no
     /// scrape runs the old closure.
     live: Mutex<Live>,
+    /// The worker's last published report, for `/status`.
+    report: Mutex<Option<WorkerReport>>,
+    lags: Mutex<Lags>,
     /// `None` when ready, else why not.
     not_ready: Mutex<Option<String>>,
     beat_ms: AtomicI64,
@@ -67,6 +100,8 @@ pub(crate) struct Reply {
 }
 
 const TEXT: &str = "text/plain; charset=utf-8";
+pub(crate) const HTML: &str = "text/html; charset=utf-8";
+pub(crate) const JSON: &str = "application/json";
 /// Prometheus text exposition format 0.0.4.
 pub(crate) const PROMETHEUS: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -76,6 +111,8 @@ impl State {
         Self {
             metrics: Mutex::new(crate::metrics::exposition::build_info_only()),
             live: Mutex::new(Live::default()),
+            report: Mutex::new(None),
+            lags: Mutex::new(Lags(None)),
             not_ready: Mutex::new(Some("starting".into())),
             beat_ms: AtomicI64::new(now_ms),
         }
@@ -103,6 +140,42 @@ impl State {
             }
         }
         text
+    }
+
+    /// The worker's report, shown by `/status` until the next.
+    pub(crate) fn set_report(&self, report: WorkerReport) {
+        if let Ok(mut r) = self.report.lock() {
+            *r = Some(report);
+        }
+    }
+
+    /// Installs (`Some`) or removes (`None`) the consumer lag of `/status`.
+    pub(crate) fn set_live_lags(&self, lags: Option<LiveLags>) {
+        let mut l = self.lags.lock().unwrap_or_else(|e| e.into_inner());
+        l.0 = lags;
+    }
+
+    /// What `/status` shows at `now_ms`.
+    pub(crate) fn status(&self, now_ms: i64) -> StatusView {
+        let lags = match self.lags.lock() {
+            Ok(l) => l.0.as_ref().map(|f| f()).unwrap_or_default(),
+            Err(_) => Vec::new(),
+        };
+        StatusView {
+            at_ms: now_ms,
+            not_ready: self
+                .not_ready
+                .lock()
+                .map(|r| r.clone())
+                .unwrap_or_else(|_| Some("state lock poisoned".into())),
+            report: self.report.lock().ok().and_then(|r| r.clone()),
+            lags: lags
+                .into_iter()
+                .map(|(partition, records)| PartitionLag { partition, records })
+                .collect(),
+            last_warning: logged::last_warning(),
+            last_error: logged::last_error(),
+        }
     }
 
     pub(crate) fn beat(&self, now_ms: i64) {
@@ -153,7 +226,17 @@ impl State {
                 Ok(Some(why)) => reply(503, TEXT, format!("not ready: {why}\n")),
                 Err(_) => reply(503, TEXT, "not ready: state lock poisoned\n".into()),
             },
-            _ => reply(404, TEXT, "not found: /metrics, /healthz, /readyz\n".into()),
+            "/status" => reply(200, HTML, status_page::render(&self.status(now_ms))),
+            "/status.json" => reply(
+                200,
+                JSON,
+                serde_json::to_string(&self.status(now_ms)).unwrap_or_default(),
+            ),
+            _ => reply(
+                404,
+                TEXT,
+                "not found: /metrics, /healthz, /readyz, /status, /status.json\n".into(),
+            ),
         }
     }
 }
@@ -185,6 +268,61 @@ mod tests {
         assert!(m.body.contains("tally_build_info"));
         s.set_metrics("x 1\n".into());
         assert_eq!(s.respond("GET", "/metrics", 0).body, "x 1\n");
+    }
+
+    #[test]
+    fn status_shows_the_published_report_and_the_lag_computed_when_asked() {
+        use std::sync::atomic::AtomicI64;
+        use std::sync::Arc;
+        let s = State::new(0);
+        let page = s.respond("GET", "/status", 0);
+        assert_eq!((page.status, page.content_type), (200, HTML));
+        assert!(page.body.contains("id=\"no-report\""), "{}", page.body);
+        let mut p = crate::metrics::tests::part(0, Some(5_000), 0, &[]);
+        p.final_through = Some(0);
+        let report = WorkerReport {
+            at_ms: 9_000,
+            topic: "requests".into(),
+            group: "g".into(),
+            bound_ms: 5_000,
+            allowed_lateness_ms: 30_000,
+            window_size_ms: 60_000,
+            window_offset_ms: 0,
+            checkpoint_interval_ms: 1_000,
+            checkpoint: Default::default(),
+            idle_ms: None,
+            partitions: vec![p],
+            pane_ack_us: Default::default(),
+        };
+        s.set_report(report);
+        let lag = Arc::new(AtomicI64::new(4));
+        let l = lag.clone();
+        s.set_live_lags(Some(Box::new(move || {
+            vec![(Partition(0), l.load(Ordering::Relaxed))]
+        })));
+        let page = s.respond("GET", "/status", 10_000).body;
+        assert!(
+            page.contains("id=\"p0-watermark\" data-value=\"5000\""),
+            "{page}"
+        );
+        assert!(
+            page.contains("id=\"p0-consumer-lag\" data-value=\"4\""),
+            "{page}"
+        );
+        lag.store(0, Ordering::Relaxed);
+        let json = s.respond("GET", "/status.json", 10_000);
+        assert_eq!(json.content_type, JSON);
+        let v: StatusView = serde_json::from_str(&json.body).unwrap();
+        assert_eq!(
+            v.lags,
+            vec![PartitionLag {
+                partition: Partition(0),
+                records: 0
+            }]
+        );
+        assert_eq!(v.report.unwrap().partitions[0].final_through, Some(0));
+        s.set_live_lags(None);
+        assert!(s.status(0).lags.is_empty());
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The consumer lag, true when scraped: `tally_consumer_lag_records` is computed
-//! by the `/metrics` handler on the service thread (`service::LiveFamilies`), not
+//! by the `/metrics` handler on the service thread (`service::LiveFamilies`; the
+//! `/status` page's lag the same way, `service::LiveLags`), not
 //! by the worker loop, so it stays right while the loop is held — a large chunk,
 //! a spill, a checkpoint barrier, a pause point — when an operator needs it most.
 //!
@@ -87,15 +88,18 @@ impl Hook {
         topic: &str,
     ) -> Self {
         let consumer: Weak<Source> = Arc::downgrade(consumer);
-        let topic = topic.to_string();
-        service.set_live_metrics(Some(Box::new(move || {
+        let topic: Arc<str> = topic.into();
+        let now = move || {
             let positions = applied.snapshot();
-            let lags = match consumer.upgrade() {
+            match consumer.upgrade() {
                 Some(c) => lags(&positions, |p| cached_log_end(&c, &topic, p)),
                 None => lags(&positions, |_| None),
-            };
-            exposition::consumer_lag(&lags)
-        })));
+            }
+        };
+        let now = Arc::new(now);
+        let for_status = now.clone();
+        service.set_live_metrics(Some(Box::new(move || exposition::consumer_lag(&now()))));
+        service.set_live_lags(Some(Box::new(move || for_status())));
         Self { service }
     }
 }
@@ -103,6 +107,7 @@ impl Hook {
 impl Drop for Hook {
     fn drop(&mut self) {
         self.service.set_live_metrics(None);
+        self.service.set_live_lags(None);
     }
 }
 

@@ -58,6 +58,7 @@ impl Publisher {
     /// Publishes without logging (between checkpoints).
     pub(crate) fn publish_quiet(&self, report: &WorkerReport) {
         self.service.set_metrics(report.render_prometheus());
+        self.service.set_report(report.clone());
         let tmp = self.json_path.with_extension("json.tmp");
         let written = serde_json::to_vec(report)
             .map_err(std::io::Error::other)

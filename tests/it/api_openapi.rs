@@ -389,6 +389,8 @@ fn the_server_answers_as_docs_openapi_yaml_says() {
         ("/healthz", "/healthz".into()),
         ("/readyz", "/readyz".into()),
         ("/metrics", "/metrics".into()),
+        ("/status", "/status".into()),
+        ("/status.json", "/status.json".into()),
     ];
     let documented: BTreeSet<&str> = p.spec.0["paths"]
         .as_object()

@@ -41,6 +41,7 @@ mod semantics;
 mod service;
 mod signals;
 mod state_budget;
+mod status;
 mod store_faults;
 mod tls;
 mod transactions;

@@ -17,6 +17,8 @@ fn report() -> WorkerReport {
         group: "g".into(),
         bound_ms: 5_000,
         allowed_lateness_ms: 30_000,
+        window_size_ms: 60_000,
+        window_offset_ms: 0,
         checkpoint_interval_ms: 10_000,
         checkpoint: CheckpointStats {
             completed: 4,

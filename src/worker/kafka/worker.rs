@@ -211,6 +211,8 @@ impl Worker {
             group: self.job.group.clone(),
             bound_ms: engine.max_out_of_orderness_ms,
             allowed_lateness_ms: engine.allowed_lateness_ms,
+            window_size_ms: engine.window.size_ms,
+            window_offset_ms: engine.window.offset_ms,
             checkpoint_interval_ms: self.checkpoint_interval_ms,
             checkpoint: self.checkpoint_stats.clone(),
             idle_ms: self.parts.idle_ms(),

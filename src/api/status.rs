@@ -1,0 +1,95 @@
+//! `/status` and `/status.json` of the usage API: gathers what the API knows
+//! (`service::status_api` renders it). Reads only: the schema version, the
+//! sink's progress rows and `tally_final`, each under `CONNECT_TIMEOUT`. A
+//! database error is shown masked (`crate::secrets`), never the URL.
+
+use super::{reply, Api, Body, CONNECT_TIMEOUT, JSON};
+use crate::service::logged;
+use crate::service::status_api::{self, ApiStatus, SourceProgress};
+
+const PROGRESS: &str = "SELECT source_partition, min(final_through), min(watermark), \
+     count(*), max(results_partitions)::BIGINT, \
+     (extract(epoch FROM max(updated_at)) * 1000)::BIGINT \
+     FROM tally_progress GROUP BY source_partition ORDER BY source_partition";
+
+/// The database's part: schema version, progress, `tally_final`, source count.
+type Db = (Option<i32>, Vec<SourceProgress>, Option<i64>, i64);
+
+async fn database(api: &Api) -> Result<Db, String> {
+    let c = api.pool.get().await?;
+    let read = async {
+        let version: Option<i32> = c
+            .query_one("SELECT max(version) FROM tally_migrations", &[])
+            .await?
+            .get(0);
+        let progress = c
+            .query(PROGRESS, &[])
+            .await?
+            .iter()
+            .map(|r| SourceProgress {
+                source_partition: r.get(0),
+                final_through: r.get(1),
+                watermark: r.get(2),
+                reported: r.get(3),
+                results_partitions: r.get(4),
+                updated_ms: r.get(5),
+            })
+            .collect();
+        let final_through: Option<i64> = c
+            .query_one("SELECT final_through FROM tally_final", &[])
+            .await?
+            .get(0);
+        let sources: Option<i32> = c
+            .query_one("SELECT max(source_partitions) FROM tally_progress", &[])
+            .await?
+            .get(0);
+        Ok::<_, tokio_postgres::Error>((
+            version,
+            progress,
+            final_through,
+            i64::from(sources.unwrap_or(0)),
+        ))
+    };
+    match tokio::time::timeout(CONNECT_TIMEOUT, read).await {
+        Ok(Ok(db)) => Ok(db),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("the database did not answer in time".into()),
+    }
+}
+
+async fn gather(api: &Api) -> ApiStatus {
+    let (database_error, (schema_version, progress, final_through, source_partitions)) =
+        match database(api).await {
+            Ok(db) => (None, db),
+            Err(why) => (
+                Some(crate::secrets::redact(&why).into_owned()),
+                (None, Vec::new(), None, 0),
+            ),
+        };
+    ApiStatus {
+        at_ms: crate::base::clock::now_ms(),
+        database_error,
+        schema_version,
+        schema_needed: crate::sink::migrate::MIGRATIONS
+            .last()
+            .map_or(0, |(version, ..)| *version),
+        in_flight: api.limits.in_flight(),
+        max_concurrent: api.limits.max_concurrent(),
+        final_through,
+        source_partitions,
+        held_back_by: status_api::held_back_by(source_partitions, &progress),
+        progress,
+        last_warning: logged::last_warning(),
+        last_error: logged::last_error(),
+    }
+}
+
+/// `/status` (HTML) or, with `json`, `/status.json`.
+pub(super) async fn get_status(api: &Api, json: bool) -> hyper::Response<Body> {
+    let status = gather(api).await;
+    if json {
+        reply(200, JSON, serde_json::to_vec(&status).unwrap_or_default())
+    } else {
+        reply(200, crate::service::HTML, status_api::render(&status))
+    }
+}

@@ -1,0 +1,203 @@
+//! `tally explain`: why a window is what it is. Its one mode so far is
+//! `--finality` — which input partitions hold a window back from being final,
+//! and why (`metrics::finality`), read from the workers' `/status.json` or their
+//! `report.json`. Explaining a tenant's window by its requests (`--tenant`) is
+//! not built yet: asked for, it is a usage error (exit 2).
+//!
+//! Exit statuses: 0 with an answer (final or not: `is_final` in the JSON, the
+//! last line of the table), 2 for a usage error or a report file that cannot be
+//! read, 4 when a worker's address does not answer with a report (yet).
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgGroup, Args, CommandFactory};
+
+use crate::base::error::{Classify, ErrorClass};
+use crate::metrics::finality::{self, WindowRef};
+use crate::metrics::WorkerReport;
+
+#[derive(Args, Debug)]
+#[command(group(ArgGroup::new("window").required(true).args(["window_start", "window_end"])))]
+#[command(group(ArgGroup::new("source").required(true).multiple(true).args(["from", "report"])))]
+pub struct ExplainArgs {
+    /// Explain the window's finality: per input partition its watermark and
+    /// progress, the records its lead rule holds, its idleness, the lateness
+    /// still to run, and which partition holds the window back. (The only mode
+    /// built so far; explaining a tenant's window by its requests is not.)
+    #[arg(long)]
+    pub finality: bool,
+    /// The window starting at this time (RFC 3339, e.g. 2026-01-01T10:00:00Z,
+    /// or integer ms since the epoch).
+    #[arg(long, value_name = "TIME", value_parser = crate::time::utc::parse_utc_ms)]
+    pub window_start: Option<i64>,
+    /// The window ending at this time (exclusive; RFC 3339 or integer ms).
+    #[arg(long, value_name = "TIME", value_parser = crate::time::utc::parse_utc_ms)]
+    pub window_end: Option<i64>,
+    /// A worker's service address (`metrics.listen`, e.g. 127.0.0.1:9464 or
+    /// http://host:9464): its `/status.json` is read. Repeat for each worker of
+    /// the group.
+    #[arg(long, value_name = "ADDR")]
+    pub from: Vec<String>,
+    /// A worker's `<state.dir>/report.json` (written at every checkpoint).
+    /// Repeatable, and may be mixed with --from.
+    #[arg(long, value_name = "FILE")]
+    pub report: Vec<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Why `tally explain` could not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ExplainError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("{addr}: {why}")]
+    Unreachable { addr: String, why: String },
+    #[error("{0}")]
+    Report(String),
+}
+
+impl Classify for ExplainError {
+    fn class(&self) -> ErrorClass {
+        match self {
+            ExplainError::Usage(_) | ExplainError::Report(_) => ErrorClass::Config,
+            ExplainError::Unreachable { .. } => ErrorClass::Unavailable,
+        }
+    }
+}
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `host:port` and the path of `/status.json` at `addr`.
+fn target(addr: &str) -> Result<(String, String), ExplainError> {
+    if addr.starts_with("https://") {
+        return Err(ExplainError::Usage(format!(
+            "{addr}: the service endpoints are plain HTTP; give host:port"
+        )));
+    }
+    let rest = addr.strip_prefix("http://").unwrap_or(addr);
+    let (host, base) = rest.split_once('/').unwrap_or((rest, ""));
+    let base = base.trim_end_matches('/');
+    let path = if base.is_empty() {
+        "/status.json".to_string()
+    } else {
+        format!("/{base}/status.json")
+    };
+    Ok((host.to_string(), path))
+}
+
+/// `GET /status.json` on `addr`: the report it carries.
+fn fetch(addr: &str) -> Result<WorkerReport, ExplainError> {
+    let (host, path) = target(addr)?;
+    let unreachable = |why: String| ExplainError::Unreachable {
+        addr: addr.to_string(),
+        why,
+    };
+    let sock = std::net::ToSocketAddrs::to_socket_addrs(&host)
+        .map_err(|e| unreachable(e.to_string()))?
+        .next()
+        .ok_or_else(|| unreachable("no address".into()))?;
+    let mut s = std::net::TcpStream::connect_timeout(&sock, TIMEOUT)
+        .map_err(|e| unreachable(format!("{e} (is a worker serving metrics.listen there?)")))?;
+    s.set_read_timeout(Some(TIMEOUT))
+        .map_err(|e| unreachable(e.to_string()))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| unreachable(e.to_string()))?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)
+        .map_err(|e| unreachable(e.to_string()))?;
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| unreachable("not an HTTP answer".into()))?;
+    let status = head.split(' ').nth(1).unwrap_or("?");
+    if status != "200" {
+        return Err(unreachable(format!("{path} answered {status}")));
+    }
+    let view: crate::service::status_page::StatusView = serde_json::from_str(body)
+        .map_err(|e| unreachable(format!("{path} is not a status: {e}")))?;
+    view.report.ok_or_else(|| {
+        unreachable(
+            "no worker report there yet (not a worker, or it has not restored its partitions)"
+                .into(),
+        )
+    })
+}
+
+fn read(path: &PathBuf) -> Result<WorkerReport, ExplainError> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| ExplainError::Report(format!("{}: {e}", path.display())))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ExplainError::Report(format!("{}: not a worker report: {e}", path.display())))
+}
+
+pub(crate) fn run(a: ExplainArgs) -> anyhow::Result<()> {
+    if !a.finality {
+        let mut cli = super::Cli::command();
+        cli.build();
+        cli.find_subcommand_mut("explain")
+            .expect("tally explain is a subcommand")
+            .error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "tally explain needs --finality: it is the only mode built so far (explaining a \
+                 tenant's window by its requests is not built yet)",
+            )
+            .exit();
+    }
+    let window = match (a.window_start, a.window_end) {
+        (Some(s), _) => WindowRef::Start(s),
+        (None, Some(e)) => WindowRef::End(e),
+        (None, None) => unreachable!("clap requires one of them"),
+    };
+    let mut reports = Vec::new();
+    for addr in &a.from {
+        reports.push(fetch(addr)?);
+    }
+    for path in &a.report {
+        reports.push(read(path)?);
+    }
+    let report = finality::merge(reports).map_err(ExplainError::Report)?;
+    let f = finality::explain(&report, window).map_err(ExplainError::Usage)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&f)?);
+    } else {
+        print!("{}", f.render_table());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_name_the_status_json() {
+        let t = |a: &str| target(a).unwrap();
+        assert_eq!(
+            t("127.0.0.1:9464"),
+            ("127.0.0.1:9464".into(), "/status.json".into())
+        );
+        assert_eq!(
+            t("http://w1:9464/"),
+            ("w1:9464".into(), "/status.json".into())
+        );
+        assert_eq!(
+            t("http://w1:80/tally"),
+            ("w1:80".into(), "/tally/status.json".into())
+        );
+        assert!(target("https://w1").is_err());
+        assert_eq!(
+            ExplainError::Unreachable {
+                addr: "a".into(),
+                why: "b".into()
+            }
+            .class(),
+            ErrorClass::Unavailable
+        );
+    }
+}
