@@ -6,9 +6,10 @@
 //!
 //! Mutations start from valid encodings (a record, the example config, a
 //! manifest, a snapshot), so they reach the fields behind the first byte that
-//! random input almost never gets past. Longer runs:
-//! `PROPTEST_CASES=100000 cargo test --lib untrusted`. Inputs that once broke a
-//! parser are kept in `CORPUS` and run on every test run.
+//! random input almost never gets past. Longer runs: `scripts/fuzz.sh` (a million
+//! cases each, with the round trips of `checkpoint::format` and `checkpoint::part`
+//! and the scanner against its reference). Inputs that once broke a parser are
+//! kept in `CORPUS` and run on every test run.
 
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -238,7 +239,7 @@ fn the_valid_encodings_decode() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(ProptestConfig::with_cases(crate::base::proptest_cases(256)))]
 
     #[test]
     fn arbitrary_bytes_never_break_a_parser(bytes in vec(any::<u8>(), 0..600)) {
@@ -265,7 +266,6 @@ proptest! {
         let _ = decode_manifest(&seal(&mutate(&manifest_body(), &edits)));
     }
 
-    /// Longer runs: `PROPTEST_CASES=1000000 cargo test --lib mutated_results`.
     #[test]
     fn mutated_results_never_break_the_sink(which in 0..RESULTS.len(), edits in vec((any::<usize>(), any::<u8>(), any::<u8>()), 1..8)) {
         sink(&mutate(RESULTS[which].as_bytes(), &edits));

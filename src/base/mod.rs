@@ -36,3 +36,14 @@ impl InvalidKey {
         }
     }
 }
+
+/// Test cases of a property test: `PROPTEST_CASES` when set (a long run, e.g.
+/// `scripts/fuzz.sh`), else `default`. proptest's own variable sets only the
+/// default config, which a test that names its count overrides.
+#[cfg(test)]
+pub(crate) fn proptest_cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}

@@ -525,4 +525,6 @@ pub(crate) const MAX_CHAIN: usize = 64;
 mod older;
 
 #[cfg(test)]
+mod roundtrip_tests;
+#[cfg(test)]
 mod tests;

@@ -257,7 +257,7 @@ fn agree(m: &InputMapping, bytes: &[u8]) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(3000))]
+    #![proptest_config(ProptestConfig::with_cases(crate::base::proptest_cases(3000)))]
 
     #[test]
     fn fast_and_reference_agree_under_the_default_mapping(b in record(&mappings()[0])) {

@@ -464,17 +464,9 @@ fn counters(c: &Counters) -> [u64; 5] {
     [c.consumed, c.folded, c.too_late, c.dead_letter, c.duplicate]
 }
 
-/// `PROPTEST_CASES`, or `default`.
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 proptest! {
     // Each case opens a RocksDB and writes checkpoints: `PROPTEST_CASES` for more.
-    #![proptest_config(ProptestConfig { cases: cases(48), ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: crate::base::proptest_cases(48), ..ProptestConfig::default() })]
 
     #[test]
     fn every_record_takes_the_reference_route_and_the_audits_balance(
