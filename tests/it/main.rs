@@ -40,6 +40,7 @@ mod scaleout;
 mod semantics;
 mod service;
 mod signals;
+mod sink_batch;
 mod state_budget;
 mod store_faults;
 mod tls;
