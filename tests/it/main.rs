@@ -46,3 +46,4 @@ mod store_faults;
 mod tls;
 mod transactions;
 mod usage_api;
+mod usage_plans;
