@@ -9,14 +9,18 @@
 #   BENCH_DIR           scratch directory (default /tmp/tally-bench; generated files are reused)
 #   BENCH_MAPPED_EVENTS events per file of the input-mapping section (default 2,000,000)
 #   BENCH_RATED_EVENTS  records per shape of the rating section (default 2,000,000)
-#   BENCH_ONLY          run one section: engine, mapped, rated, flink, kafka, state, checkpoint or budget
+#   BENCH_SINK_RECORDS  result records of the sink section (default 1,000,000 over 10,000 tenants)
+#   BENCH_API_TENANTS   tenant counts of the usage API section (default 10000,100000)
+#   BENCH_ROUNDS        rounds of the sink section (default 2)
+#   BENCH_ONLY          run one section: engine, mapped, rated, flink, kafka, state, checkpoint,
+#                       budget, sink or api
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/bootstrap.sh
 cargo build --release --bins
-bin=target/release/tally
-dev=target/release/tally-dev
+bin=${CARGO_TARGET_DIR:-target}/release/tally
+dev=${CARGO_TARGET_DIR:-target}/release/tally-dev
 work=${BENCH_DIR:-/tmp/tally-bench}
 events=${BENCH_EVENTS:-5000000}
 mkdir -p "$work"
@@ -295,5 +299,38 @@ if section budget; then
   echo "### 50 M live dedup ids, without and with a 256 MiB budget (each in its own process)"
   echo
   TALLY_LOG=warn "$dev" bench-dedup --dir "$work/dedup-bench"
+  echo
+fi
+
+# A throw-away PostgreSQL (scripts/pg.sh) for the sink and API sections, stopped on exit.
+pg_start() {
+  pgdir=$(mktemp -d /tmp/tally-bench-pg.XXXXXX)
+  trap 'scripts/pg.sh stop "$pgdir" >/dev/null 2>&1 || true' EXIT
+  scripts/pg.sh start "$pgdir" >&2
+}
+
+if section sink; then
+  pg_start
+  records=${BENCH_SINK_RECORDS:-1000000}
+  echo "### The sink: $records result records over 10,000 tenants, against a plain batched upsert loop"
+  echo
+  echo "Each round into fresh databases of one local PostgreSQL (pg.sh's defaults); both sides"
+  echo "alternate; the database holds exactly the expected rows after each."
+  echo
+  TALLY_LOG=warn "$dev" bench-sink --database-url "$(cat "$pgdir/url")" --records "$records" \
+    --tenants 10000 --rounds "${BENCH_ROUNDS:-2}" --dir "$work/sink"
+  scripts/pg.sh stop "$pgdir" >&2
+  echo
+fi
+
+if section api; then
+  pg_start
+  echo "### The usage API: latency per query, and the plans of its statements"
+  echo
+  TALLY_LOG=warn "$dev" bench-api --database-url "$(cat "$pgdir/url")" \
+    --tenants "${BENCH_API_TENANTS:-10000,100000}" --dir "$work/api" --plans "$work/api/plans.md"
+  echo
+  echo "The plans of every statement (auto_explain, ANALYZE, BUFFERS): $work/api/plans.md"
+  scripts/pg.sh stop "$pgdir" >&2
   echo
 fi

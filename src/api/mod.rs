@@ -164,7 +164,8 @@ impl Api {
         .map_err(|_| "the database did not answer in time".to_string())?
         .map_err(|e| format!("reading the schema version: {e}"))?
         .get(0);
-        // The newest migration: the invoices' and quantity rows' queries read it.
+        // The newest migration: the usage, invoice and quantity queries read its
+        // functions (5: they read only the windows of their range).
         let needed = crate::sink::migrate::MIGRATIONS
             .last()
             .map_or(0, |(version, ..)| *version);

@@ -5,7 +5,9 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tally::devtools::{bench, bench_kafka, bench_memory, bench_state, certs, chaos};
+use tally::devtools::{
+    bench, bench_api, bench_kafka, bench_memory, bench_sink, bench_state, certs, chaos,
+};
 
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -29,6 +31,10 @@ enum Command {
     BenchEngine(bench::BenchEngineArgs),
     /// Benchmark: tally draining a preloaded topic vs a raw consume+parse baseline.
     BenchKafka(bench_kafka::BenchKafkaArgs),
+    /// Benchmark: `tally sink` applying a results topic vs a plain batched upsert loop.
+    BenchSink(bench_sink::BenchSinkArgs),
+    /// Benchmark: the usage API's latency per query, and its queries' plans.
+    BenchApi(bench_api::BenchApiArgs),
     /// Benchmark: checkpoint pause, duration, size and restore time by open windows.
     BenchCheckpoint(bench::BenchArgs),
     /// Benchmark: long lateness over many tenants under a memory budget.
@@ -62,6 +68,8 @@ fn main() -> ExitCode {
         Command::Chaos(a) => chaos::run(a),
         Command::BenchEngine(a) => bench::run_engine(a),
         Command::BenchKafka(a) => bench_kafka::run(a),
+        Command::BenchSink(a) => bench_sink::run(a),
+        Command::BenchApi(a) => bench_api::run(a),
         Command::BenchCheckpoint(a) => bench::run(a),
         Command::BenchLateness(a) => bench_state::run_lateness(a),
         Command::BenchDedup(a) => bench_state::run_dedup(a),

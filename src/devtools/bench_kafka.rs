@@ -43,13 +43,13 @@ pub struct BenchKafkaArgs {
 
 /// What one child process cost.
 #[derive(Debug, Clone, Copy)]
-struct Cost {
-    wall_s: f64,
-    cpu_s: f64,
-    peak_rss_kib: i64,
+pub(crate) struct Cost {
+    pub(crate) wall_s: f64,
+    pub(crate) cpu_s: f64,
+    pub(crate) peak_rss_kib: i64,
 }
 
-fn measured(cmd: &mut Command) -> anyhow::Result<Cost> {
+pub(crate) fn measured(cmd: &mut Command) -> anyhow::Result<Cost> {
     let started = Instant::now();
     let child = cmd.spawn().context("spawning a benchmark child")?;
     let mut status = 0;

@@ -4,9 +4,12 @@
 //! `tally-dev`, `tests/it` and the benchmarks drive exactly the code users run.
 
 pub mod bench;
+pub mod bench_api;
+mod bench_api_plans;
 pub mod bench_kafka;
 pub mod bench_memory;
 pub mod bench_memory_kafka;
+pub mod bench_sink;
 pub mod bench_state;
 pub mod certs;
 pub mod chaos;

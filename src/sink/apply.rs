@@ -21,38 +21,11 @@ use std::collections::BTreeMap;
 
 use tokio_postgres::Client;
 
+use super::panes::to_i64;
 use super::SinkError;
-use crate::engine::{LineItem, SinkRecord};
+use crate::engine::SinkRecord;
 use crate::model::NextOffset;
 use crate::model::Partition;
-use crate::model::Pico;
-
-const UPSERT_PARTIAL: &str = "
-INSERT INTO tenant_cost_partial AS t
-    (tenant_id, window_end, source_partition, window_start, cost_pico, requests,
-     prompt_tokens, completion_tokens, version, generation, pane, pane_index)
-VALUES ($1, $2, $3, $4, $5::TEXT::NUMERIC, $6, $7::TEXT::NUMERIC, $8::TEXT::NUMERIC, $9, $10, $11, $12)
-ON CONFLICT (tenant_id, window_end, source_partition) DO UPDATE SET
-    window_start = EXCLUDED.window_start, cost_pico = EXCLUDED.cost_pico,
-    requests = EXCLUDED.requests, prompt_tokens = EXCLUDED.prompt_tokens,
-    completion_tokens = EXCLUDED.completion_tokens, version = EXCLUDED.version,
-    generation = EXCLUDED.generation, pane = EXCLUDED.pane, pane_index = EXCLUDED.pane_index,
-    updated_at = now()
-WHERE (t.generation, t.version) < (EXCLUDED.generation, EXCLUDED.version)";
-
-const UPSERT_LINES: &str = "
-INSERT INTO tenant_cost_line_partial AS t
-    (tenant_id, window_end, source_partition, model, window_start, cost_pico, requests,
-     prompt_tokens, completion_tokens, version, generation)
-SELECT $1, $2, $3, l.model, $4, l.cost::NUMERIC, l.requests, l.prompt::NUMERIC, l.completion::NUMERIC, $5, $6
-FROM unnest($7::TEXT[], $8::TEXT[], $9::INT8[], $10::TEXT[], $11::TEXT[])
-     AS l(model, cost, requests, prompt, completion)
-ON CONFLICT (tenant_id, window_end, source_partition, model) DO UPDATE SET
-    window_start = EXCLUDED.window_start, cost_pico = EXCLUDED.cost_pico,
-    requests = EXCLUDED.requests, prompt_tokens = EXCLUDED.prompt_tokens,
-    completion_tokens = EXCLUDED.completion_tokens, version = EXCLUDED.version,
-    generation = EXCLUDED.generation
-WHERE (t.generation, t.version) < (EXCLUDED.generation, EXCLUDED.version)";
 
 const UPSERT_PROGRESS: &str = "
 INSERT INTO tally_progress AS t
@@ -86,37 +59,6 @@ const INSERT_REJECTED: &str = "
 INSERT INTO sink_rejected (topic, partition, record_offset, reason, payload)
 VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (topic, partition, record_offset) DO NOTHING";
-
-fn to_i64(v: u64, what: &str) -> Result<i64, SinkError> {
-    i64::try_from(v).map_err(|_| SinkError::Other(format!("{what} {v} does not fit in BIGINT")))
-}
-
-/// The lines as `tenant_cost_line_partial` keys them, one per model: a rating's
-/// lines of one model (its variants and plans, adjacent since lines are sorted)
-/// summed; their quantities go to `tenant_cost_quantity_partial` (`quantities`). No
-/// sum can overflow: each is at most the pane's total.
-fn per_model(lines: &[LineItem]) -> Vec<LineItem> {
-    let mut out: Vec<LineItem> = Vec::with_capacity(lines.len());
-    for l in lines {
-        match out.last_mut() {
-            Some(m) if m.model == l.model => {
-                m.requests = m.requests.saturating_add(l.requests);
-                m.prompt_tokens = m.prompt_tokens.saturating_add(l.prompt_tokens);
-                m.completion_tokens = m.completion_tokens.saturating_add(l.completion_tokens);
-                m.cost_pico = Pico(m.cost_pico.0.saturating_add(l.cost_pico.0));
-            }
-            _ => out.push(LineItem {
-                model: l.model.clone(),
-                requests: l.requests,
-                prompt_tokens: l.prompt_tokens,
-                completion_tokens: l.completion_tokens,
-                cost_pico: l.cost_pico,
-                ..LineItem::default()
-            }),
-        }
-    }
-    out
-}
 
 /// Outcome counts of one batch.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -187,9 +129,7 @@ pub(crate) fn data_error(e: &tokio_postgres::Error) -> bool {
 }
 
 struct Statements {
-    partial: tokio_postgres::Statement,
-    lines: tokio_postgres::Statement,
-    quantities: tokio_postgres::Statement,
+    panes: tokio_postgres::Statement,
     adjustment: tokio_postgres::Statement,
     progress: tokio_postgres::Statement,
 }
@@ -211,25 +151,38 @@ pub async fn apply_batch(client: &mut Client, batch: &Batch) -> Result<Applied, 
 async fn apply(client: &mut Client, batch: &Batch, isolate: bool) -> Result<Applied, SinkError> {
     let mut tx = client.transaction().await?;
     let st = Statements {
-        partial: tx.prepare(UPSERT_PARTIAL).await?,
-        lines: tx.prepare(UPSERT_LINES).await?,
-        quantities: tx.prepare(super::quantities::UPSERT_QUANTITIES).await?,
+        panes: tx.prepare(super::panes::UPSERT_PANES).await?,
         adjustment: tx.prepare(INSERT_ADJUSTMENT).await?,
         progress: tx.prepare(UPSERT_PROGRESS).await?,
     };
     let mut applied = Applied::default();
-    for d in &batch.records {
-        if !isolate {
-            apply_one(&tx, &st, d, &mut applied).await?;
-            continue;
+    if !isolate {
+        // The panes in a few multi-row statements (`panes`: the effect and counts
+        // of applying them one by one), then the other records one by one (they
+        // touch other tables).
+        let panes: Vec<_> = batch
+            .records
+            .iter()
+            .filter_map(|d| match &d.record {
+                SinkRecord::Window(r) => Some(r),
+                _ => None,
+            })
+            .collect();
+        let (changed, stale) = super::panes::apply(&tx, &st.panes, &panes).await?;
+        applied.rows_changed += changed;
+        applied.stale_ignored += stale;
+        for d in &batch.records {
+            if !matches!(d.record, SinkRecord::Window(_)) {
+                applied.count(apply_one(&tx, &st, d).await?);
+            }
         }
+    }
+    for d in batch.records.iter().filter(|_| isolate) {
         let sp = tx.savepoint("record").await?;
-        let mut counts = Applied::default();
-        match apply_one(&sp, &st, d, &mut counts).await {
-            Ok(()) => {
+        match apply_one(&sp, &st, d).await {
+            Ok(n) => {
                 sp.commit().await?;
-                applied.rows_changed += counts.rows_changed;
-                applied.stale_ignored += counts.stale_ignored;
+                applied.count(n);
             }
             Err(SinkError::Postgres(e)) if data_error(&e) => {
                 sp.rollback().await?;
@@ -261,14 +214,25 @@ async fn apply(client: &mut Client, batch: &Batch, isolate: bool) -> Result<Appl
     Ok(applied)
 }
 
-/// Applies one record inside `tx`, adding to `applied`'s counts.
+impl Applied {
+    /// Counts a record's changed rows (`None`: a progress record, not counted).
+    fn count(&mut self, changed: Option<u64>) {
+        match changed {
+            None => {}
+            Some(0) => self.stale_ignored += 1,
+            Some(n) => self.rows_changed += n,
+        }
+    }
+}
+
+/// Applies one record inside `tx`: the rows it changed (0: stale), `None` for a
+/// progress record.
 async fn apply_one(
     tx: &tokio_postgres::Transaction<'_>,
     st: &Statements,
     d: &Delivered,
-    applied: &mut Applied,
-) -> Result<(), SinkError> {
-    let n = match &d.record {
+) -> Result<Option<u64>, SinkError> {
+    match &d.record {
         SinkRecord::Adjustment(a) => {
             let generation = to_i64(a.generation, "generation")?;
             let n = tx
@@ -291,9 +255,9 @@ async fn apply_one(
             if n > 0 {
                 super::quantities::adjustment(tx, a, generation).await?;
             }
-            n
+            Ok(Some(n))
         }
-        SinkRecord::Window(r) => window(tx, st, r).await?,
+        SinkRecord::Window(r) => Ok(Some(super::panes::apply(tx, &st.panes, &[r]).await?.0)),
         SinkRecord::Progress(p) => {
             tx.execute(
                 &st.progress,
@@ -308,102 +272,9 @@ async fn apply_one(
                 ],
             )
             .await?;
-            return Ok(());
+            Ok(None)
         }
-    };
-    if n == 0 {
-        applied.stale_ignored += 1;
-    } else {
-        applied.rows_changed += n;
     }
-    Ok(())
-}
-
-/// Upserts a pane and, when it replaced the stored one, its lines. Returns the rows
-/// the partial changed (0: stale).
-async fn window(
-    tx: &tokio_postgres::Transaction<'_>,
-    st: &Statements,
-    r: &crate::engine::ResultRecord,
-) -> Result<u64, SinkError> {
-    let pane = match r.pane {
-        crate::engine::PaneKind::OnTime => "on_time",
-        crate::engine::PaneKind::Late => "late",
-    };
-    let pane_index = i32::try_from(r.pane_index).map_err(|_| {
-        SinkError::Other(format!(
-            "pane_index {} does not fit in INTEGER",
-            r.pane_index
-        ))
-    })?;
-    let n = tx
-        .execute(
-            &st.partial,
-            &[
-                &r.tenant_id,
-                &r.window_end,
-                &r.source_partition,
-                &r.window_start,
-                &r.cost_pico.to_string(),
-                &to_i64(r.requests, "requests")?,
-                &r.prompt_tokens.to_string(),
-                &r.completion_tokens.to_string(),
-                &to_i64(r.version, "version")?,
-                &to_i64(r.generation, "generation")?,
-                &pane,
-                &pane_index,
-            ],
-        )
-        .await?;
-    if n == 0 {
-        return Ok(0);
-    }
-    let lines = if r.lines.is_empty() {
-        vec![LineItem {
-            model: "".into(),
-            requests: r.requests,
-            prompt_tokens: r.prompt_tokens,
-            completion_tokens: r.completion_tokens,
-            cost_pico: r.cost_pico,
-            ..LineItem::default()
-        }]
-    } else {
-        per_model(&r.lines)
-    };
-    let models: Vec<&str> = lines.iter().map(|l| &*l.model).collect();
-    let costs: Vec<String> = lines.iter().map(|l| l.cost_pico.to_string()).collect();
-    let requests = lines
-        .iter()
-        .map(|l| to_i64(l.requests, "requests"))
-        .collect::<Result<Vec<i64>, _>>()?;
-    let prompt: Vec<String> = lines.iter().map(|l| l.prompt_tokens.to_string()).collect();
-    let completion: Vec<String> = lines
-        .iter()
-        .map(|l| l.completion_tokens.to_string())
-        .collect();
-    tx.execute(
-        &st.lines,
-        &[
-            &r.tenant_id,
-            &r.window_end,
-            &r.source_partition,
-            &r.window_start,
-            &to_i64(r.version, "version")?,
-            &to_i64(r.generation, "generation")?,
-            &models,
-            &costs,
-            &requests,
-            &prompt,
-            &completion,
-        ],
-    )
-    .await?;
-    let version = (
-        to_i64(r.version, "version")?,
-        to_i64(r.generation, "generation")?,
-    );
-    super::quantities::window(tx, &st.quantities, r, version).await?;
-    Ok(n)
 }
 
 /// The next offset to read, per partition of `topic`, as the sink last applied it.
@@ -426,32 +297,4 @@ pub(crate) async fn applied_offsets(
             )
         })
         .collect())
-}
-
-#[cfg(test)]
-mod per_model_tests {
-    use super::*;
-
-    #[test]
-    fn a_models_lines_of_several_plans_become_one_line() {
-        let line = |model: &str, plan: Option<&str>, n: u64| LineItem {
-            model: model.into(),
-            plan: plan.map(Into::into),
-            requests: n,
-            prompt_tokens: 10 * n,
-            completion_tokens: n,
-            cost_pico: Pico(u128::from(100 * n)),
-            ..LineItem::default()
-        };
-        let merged = per_model(&[
-            line("a", None, 1),
-            line("a", Some("p"), 2),
-            line("b", None, 4),
-        ]);
-        let got: Vec<_> = merged
-            .iter()
-            .map(|l| (&*l.model, l.requests, l.prompt_tokens, l.cost_pico.0))
-            .collect();
-        assert_eq!(got, [("a", 3, 30, 300), ("b", 4, 40, 400)]);
-    }
 }

@@ -32,6 +32,11 @@ pub(crate) const MIGRATIONS: &[(i32, &str, &str)] = &[
         "rated_quantities",
         include_str!("../../migrations/0004_rated_quantities.sql"),
     ),
+    (
+        5,
+        "usage_range_pushdown",
+        include_str!("../../migrations/0005_usage_range_pushdown.sql"),
+    ),
 ];
 
 const LOCK_ID: i64 = 0x7461_6c6c_7921; // "tally!"

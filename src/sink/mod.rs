@@ -3,13 +3,15 @@
 //! - `migrate`: embedded schema migrations, run automatically at start.
 //! - `check`: what the sink stores (ids, integer ranges, records that agree with
 //!   their totals); anything else is rejected into `sink_rejected`, never retried.
-//! - `apply`: the upsert rule and the applied-offsets table, in one transaction.
+//! - `apply`: the upsert rule and the applied-offsets table, in one transaction;
+//!   `panes` writes a batch's panes in multi-row statements.
 //! - `run`: the consume loop.
 
 pub mod apply;
 pub(crate) mod check;
 pub mod connect;
 pub mod migrate;
+mod panes;
 mod quantities;
 pub(crate) mod run;
 

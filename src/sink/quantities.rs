@@ -10,26 +10,11 @@
 //! whole when the adjustment row is (a higher generation). `variant` and `plan` are
 //! `''` when absent.
 
-use tokio_postgres::{Statement, Transaction};
+use tokio_postgres::Transaction;
 
 use super::SinkError;
 use crate::engine::{AdjustmentRecord, QuantityItem, ResultRecord};
 use crate::model::Pico;
-
-pub(super) const UPSERT_QUANTITIES: &str = "
-INSERT INTO tenant_cost_quantity_partial AS t
-    (tenant_id, window_end, source_partition, model, variant, plan, quantity, window_start,
-     count, cost_pico, version, generation)
-SELECT $1, $2, $3, q.model, q.variant, q.plan, q.quantity, $4, q.count::NUMERIC,
-       q.cost::NUMERIC, $5, $6
-FROM unnest($7::TEXT[], $8::TEXT[], $9::TEXT[], $10::TEXT[], $11::TEXT[], $12::TEXT[])
-     AS q(model, variant, plan, quantity, count, cost)
-ON CONFLICT (tenant_id, window_end, source_partition, model, variant, plan, quantity)
-DO UPDATE SET
-    window_start = EXCLUDED.window_start, count = EXCLUDED.count,
-    cost_pico = EXCLUDED.cost_pico, version = EXCLUDED.version,
-    generation = EXCLUDED.generation
-WHERE (t.generation, t.version) < (EXCLUDED.generation, EXCLUDED.version)";
 
 const DELETE_ADJUSTMENT_QUANTITIES: &str =
     "DELETE FROM tenant_cost_adjustment_quantity WHERE request_id = $1";
@@ -44,13 +29,13 @@ const SET_ADJUSTMENT_KEY: &str =
 
 /// Columns of quantity rows, built up row by row.
 #[derive(Default)]
-struct Rows<'a> {
-    model: Vec<&'a str>,
-    variant: Vec<&'a str>,
-    plan: Vec<&'a str>,
-    quantity: Vec<&'a str>,
-    count: Vec<String>,
-    cost: Vec<String>,
+pub(super) struct Rows<'a> {
+    pub model: Vec<&'a str>,
+    pub variant: Vec<&'a str>,
+    pub plan: Vec<&'a str>,
+    pub quantity: Vec<&'a str>,
+    pub count: Vec<String>,
+    pub cost: Vec<String>,
 }
 
 impl<'a> Rows<'a> {
@@ -78,14 +63,9 @@ impl<'a> Rows<'a> {
     }
 }
 
-/// The quantity rows of a pane the partial upsert just wrote (`st` prepares
-/// `UPSERT_QUANTITIES`); nothing for a pane without rated lines.
-pub(super) async fn window(
-    tx: &Transaction<'_>,
-    st: &Statement,
-    r: &ResultRecord,
-    (version, generation): (i64, i64),
-) -> Result<(), SinkError> {
+/// The quantity rows of a pane (`apply`'s `UPSERT_PANE` writes them when it
+/// replaces the partial); none for a pane without rated lines.
+pub(super) fn pane_rows(r: &ResultRecord) -> Rows<'_> {
     let mut rows = Rows::default();
     for l in r.lines.iter().filter(|l| !l.quantities.is_empty()) {
         let key = (
@@ -95,28 +75,7 @@ pub(super) async fn window(
         );
         rows.line(key, &l.quantities, l.fee_pico, l.fee_requests);
     }
-    if rows.model.is_empty() {
-        return Ok(());
-    }
-    tx.execute(
-        st,
-        &[
-            &r.tenant_id,
-            &r.window_end,
-            &r.source_partition,
-            &r.window_start,
-            &version,
-            &generation,
-            &rows.model,
-            &rows.variant,
-            &rows.plan,
-            &rows.quantity,
-            &rows.count,
-            &rows.cost,
-        ],
-    )
-    .await?;
-    Ok(())
+    rows
 }
 
 /// An adjustment's variant, plan and quantity rows, after its row was written
