@@ -1,0 +1,266 @@
+//! The replay: one input partition's records, in offset order, through a fresh
+//! `PartitionTask` — the engine's own routing — keeping what happened to the
+//! records of one (tenant, window).
+//!
+//! Pure: the records come in, the routes come out. A record's numbers (tokens,
+//! price entry, plan, cost) come from `engine::validate`, the routes from
+//! `PartitionTask::process`, so nothing here re-implements a rule. Invariant:
+//! each record of the partition gets exactly one route (the task's counters
+//! balance), and a record is reported when the engine assigns it to the window
+//! (valid records) or when its tenant and event time can be read leniently
+//! (dead letters, `attribute`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::{Billed, Elsewhere, InputRecord, PartitionRange, Quantity, Routed};
+use crate::engine::{validate, EngineConfig, PartitionTask, RecordIn, Route, TimeSource};
+use crate::model::input::{InputMapping, TimestampFormat, COMPLETED_TS, TENANT_ID};
+use crate::model::{DeadLetterReason, Partition};
+
+/// One input partition as read: `[log_start, log_end)`.
+#[derive(Debug, Clone)]
+pub struct PartitionLog {
+    pub partition: i32,
+    pub log_start: i64,
+    pub log_end: i64,
+    pub records: Vec<InputRecord>,
+}
+
+/// What the replay of one partition found for the (tenant, window).
+#[derive(Debug, Clone)]
+pub struct Replayed {
+    pub billed: Vec<Billed>,
+    pub elsewhere: Vec<Elsewhere>,
+    pub range: PartitionRange,
+}
+
+/// Replays `log` through a fresh task under `cfg`, keeping the records of
+/// `tenant` in the window ending at `window_end`. `now_ms` stands in for the
+/// ingest clock of a record without a Kafka timestamp (the `max_future` guard
+/// reads it; with one, the record's timestamp stands in).
+pub fn replay(
+    cfg: &Arc<EngineConfig>,
+    tenant: &str,
+    window_end: i64,
+    log: &PartitionLog,
+    now_ms: i64,
+) -> Result<Replayed, String> {
+    let mut task = PartitionTask::new(Partition(log.partition), cfg.clone());
+    let mut panes = Vec::new();
+    // Request id → the offset of its first billed or too-late record, for the
+    // tenant's records of the window (what a duplicate repeats).
+    let mut first: HashMap<String, i64> = HashMap::new();
+    let mut out = Replayed {
+        billed: Vec::new(),
+        elsewhere: Vec::new(),
+        range: PartitionRange {
+            partition: log.partition,
+            from_offset: log.log_start,
+            to_offset: log.log_end,
+            watermark: None,
+            final_here: false,
+            unreadable_dead_letters: 0,
+        },
+    };
+    for r in &log.records {
+        let rec = RecordIn {
+            payload: &r.payload,
+            kafka_ts: r.kafka_ts,
+            now_ms: r.kafka_ts.unwrap_or(now_ms),
+        };
+        let w = task.watermark().0;
+        let valid = validate(cfg, rec);
+        let route = task
+            .process(rec, &mut panes)
+            .map_err(|e| format!("replaying partition {}: {e:?}", log.partition))?;
+        panes.clear();
+        let at = Here {
+            partition: log.partition,
+            offset: r.offset,
+            watermark: (w != i64::MIN).then_some(w),
+        };
+        match valid {
+            Ok(v) if v.ev.tenant_id == tenant && v.window.end == window_end => {
+                let id = v.ev.request_id.to_string();
+                let kept = Kept { cfg, valid: &v, at };
+                match route {
+                    Route::Window => {
+                        first.entry(id).or_insert(r.offset);
+                        out.billed.push(kept.billed(w >= window_end - 1));
+                    }
+                    Route::TooLate { watermark, .. } => {
+                        first.entry(id.clone()).or_insert(r.offset);
+                        out.elsewhere
+                            .push(kept.elsewhere(Some(id), too_late(watermark, &v)));
+                    }
+                    Route::Duplicate => {
+                        let of_offset = first.get(&id).copied();
+                        out.elsewhere
+                            .push(kept.elsewhere(Some(id), Routed::Duplicate { of_offset }));
+                    }
+                    Route::DeadLetter(reason) => {
+                        out.elsewhere
+                            .push(kept.elsewhere(Some(id), dead_letter(&reason)));
+                    }
+                }
+            }
+            Ok(_) => {}
+            Err(reason) => match attribute(cfg, r) {
+                (Some(t), Some(end)) if t == tenant && end == window_end => {
+                    out.elsewhere.push(Elsewhere {
+                        request_id: request_id(&cfg.input, &r.payload),
+                        partition: log.partition,
+                        offset: r.offset,
+                        route: dead_letter(&reason),
+                    });
+                }
+                (Some(t), None) if t == tenant => out.range.unreadable_dead_letters += 1,
+                _ => {}
+            },
+        }
+    }
+    let w = task.watermark().0;
+    out.range.watermark = (w != i64::MIN).then_some(w);
+    out.range.final_here = task.final_through().is_some_and(|f| f >= window_end);
+    Ok(out)
+}
+
+/// Where a record was met.
+#[derive(Debug, Clone, Copy)]
+struct Here {
+    partition: i32,
+    offset: i64,
+    watermark: Option<i64>,
+}
+
+/// A record of the window, validated.
+struct Kept<'a, 'v> {
+    cfg: &'a EngineConfig,
+    valid: &'a crate::engine::Valid<'v>,
+    at: Here,
+}
+
+impl Kept<'_, '_> {
+    fn billed(&self, late_pane: bool) -> Billed {
+        let v = self.valid;
+        let ev = &v.ev;
+        let model = ev.model.to_string();
+        let price_effective_from = match v.rated {
+            Some(_) => None,
+            None => self
+                .cfg
+                .prices
+                .entries()
+                .filter(|(m, e)| *m == model.as_str() && e.effective_from_ms <= ev.completed_ts)
+                .map(|(_, e)| e.effective_from_ms)
+                .max(),
+        };
+        let rated = v.rated.as_deref();
+        Billed {
+            request_id: ev.request_id.to_string(),
+            partition: self.at.partition,
+            offset: self.at.offset,
+            model,
+            prompt_tokens: ev.prompt_tokens,
+            completion_tokens: ev.completion_tokens,
+            completed_ts: ev.completed_ts,
+            price_effective_from,
+            plan: rated.and_then(|r| r.plan.as_deref().map(str::to_string)),
+            variant: rated.and_then(|r| r.variant.as_deref().map(str::to_string)),
+            quantities: rated
+                .map(|r| {
+                    r.lines
+                        .iter()
+                        .map(|l| Quantity {
+                            quantity: l.name.to_string(),
+                            count: l.count,
+                            cost_pico: l.cost.0.to_string(),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            cost_pico: v.cost.0.to_string(),
+            pane: if late_pane { "late" } else { "on_time" }.into(),
+            watermark: self.at.watermark,
+        }
+    }
+
+    fn elsewhere(&self, request_id: Option<String>, route: Routed) -> Elsewhere {
+        Elsewhere {
+            request_id,
+            partition: self.at.partition,
+            offset: self.at.offset,
+            route,
+        }
+    }
+}
+
+fn too_late(watermark: i64, v: &crate::engine::Valid<'_>) -> Routed {
+    Routed::TooLate {
+        watermark,
+        cost_pico: v.cost.0.to_string(),
+        on_late_topic: false,
+        adjustment: None,
+    }
+}
+
+fn dead_letter(reason: &DeadLetterReason) -> Routed {
+    Routed::DeadLetter {
+        code: reason.code().to_string(),
+        detail: reason.to_string(),
+        on_dead_letter_topic: false,
+    }
+}
+
+/// The value of `slot` in a payload read as any JSON.
+fn lookup<'j>(
+    input: &InputMapping,
+    json: &'j serde_json::Value,
+    slot: usize,
+) -> Option<&'j serde_json::Value> {
+    let f = input.field(slot);
+    match &f.pointer {
+        Some(p) => json.pointer(p),
+        None => json.get(f.name),
+    }
+}
+
+fn request_id(input: &InputMapping, payload: &[u8]) -> Option<String> {
+    let json: serde_json::Value = serde_json::from_slice(payload).ok()?;
+    lookup(input, &json, crate::model::input::REQUEST_ID)?
+        .as_str()
+        .map(str::to_string)
+}
+
+/// A dead letter's tenant and window end, read leniently: the tenant from the
+/// payload, else the record key; the window from `completed_ts` when it is the
+/// time source and an integer in milliseconds (`None` when unreadable).
+pub(super) fn attribute(cfg: &EngineConfig, r: &InputRecord) -> (Option<String>, Option<i64>) {
+    let json: Option<serde_json::Value> = serde_json::from_slice(&r.payload).ok();
+    let input = &cfg.input;
+    let tenant = json
+        .as_ref()
+        .and_then(|j| lookup(input, j, TENANT_ID))
+        .and_then(|t| t.as_str().map(str::to_string))
+        .or_else(|| {
+            r.key
+                .as_deref()
+                .and_then(|k| std::str::from_utf8(k).ok())
+                .map(str::to_string)
+        });
+    let readable = cfg.time_source == TimeSource::CompletedTs
+        && input.ts_format(COMPLETED_TS) == TimestampFormat::EpochMs;
+    let end = json
+        .as_ref()
+        .filter(|_| readable)
+        .and_then(|j| lookup(input, j, COMPLETED_TS))
+        .and_then(serde_json::Value::as_i64)
+        .and_then(|ts| cfg.window.assign(ts))
+        .map(|w| w.end);
+    (tenant, end)
+}
+
+#[cfg(test)]
+#[path = "replay_tests.rs"]
+mod tests;

@@ -1,0 +1,80 @@
+//! One explanation from the live sources: the window the caller names, on the
+//! config's grid; the input, late and dead-letter topics read; every input
+//! partition replayed; the sink's rows when a URL is given; the join.
+//! What `tally explain --tenant` prints (and what a service would serve).
+
+use super::{join, replay, source, Explanation, Sides};
+use crate::base::clock::now_ms;
+use crate::config::Config;
+use crate::kafka::read::read_topic;
+
+/// The window asked for: by its start or by its end.
+#[derive(Debug, Clone, Copy)]
+pub enum Asked {
+    Start(i64),
+    End(i64),
+}
+
+/// Why no explanation was made.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// The question is wrong (not a window boundary, a config without prices).
+    #[error("{0}")]
+    Usage(String),
+    /// The broker does not answer, or a topic cannot be read.
+    #[error("{0}")]
+    Kafka(String),
+    /// The sink's database cannot be read.
+    #[error("reading the sink's rows: {0}")]
+    Sink(String),
+}
+
+/// The window `[start, end)` asked for, on `spec`'s grid.
+pub fn window(asked: Asked, spec: &crate::time::WindowSpec) -> Result<(i64, i64), Failure> {
+    let w = match asked {
+        Asked::Start(s) => spec.assign(s).filter(|w| w.start == s),
+        Asked::End(e) => Some(spec.ending_at(e)).filter(|w| w.end == e),
+    };
+    w.map(|w| (w.start, w.end)).ok_or_else(|| {
+        Failure::Usage(format!(
+            "the time given is not a window boundary of the config's windows ({} ms, offset {} ms)",
+            spec.size_ms, spec.offset_ms
+        ))
+    })
+}
+
+/// `tenant`'s window explained from the topics `cfg` names (and the sink at
+/// `sink_url`, if given).
+pub fn explain(
+    cfg: &Config,
+    tenant: &str,
+    asked: Asked,
+    sink_url: Option<&str>,
+) -> Result<Explanation, Failure> {
+    let engine = cfg.engine().map_err(|e| Failure::Usage(e.to_string()))?;
+    let (start, end) = window(asked, &engine.window)?;
+    let kafka = |e: crate::kafka::KafkaIoError| Failure::Kafka(e.to_string());
+    let logs = source::read_partitions(&cfg.kafka, &cfg.topics.input).map_err(kafka)?;
+    let late = read_topic(&cfg.kafka, &cfg.topics.late).map_err(kafka)?;
+    let dead = read_topic(&cfg.kafka, &cfg.topics.dead_letter).map_err(kafka)?;
+    let now = now_ms();
+    let mut replays = Vec::with_capacity(logs.len());
+    for log in &logs {
+        replays.push(replay(&engine, tenant, end, log, now).map_err(Failure::Kafka)?);
+    }
+    let sink = sink_url
+        .map(|u| source::sink_rows(u, tenant, end))
+        .transpose()
+        .map_err(|e| Failure::Sink(format!("{e:#}")))?;
+    Ok(join(
+        tenant,
+        (start, end),
+        replays,
+        Sides {
+            input_topic: &cfg.topics.input,
+            late: &late,
+            dead_letters: &dead,
+            sink,
+        },
+    ))
+}

@@ -1,0 +1,164 @@
+//! What `tally explain` reads: the input topic's partitions from their log
+//! start to the log end seen at the start (`read_partitions`), and the sink's
+//! rows of one (tenant, window) (`sink_rows`). The only I/O of `explain`.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+
+use super::{InputRecord, PartitionLog, SinkAdjustment, SinkLine, SinkPartial, SinkRows};
+use crate::kafka::config::KafkaConfig;
+use crate::kafka::{client_config, KafkaIoError};
+
+/// How long reading a topic may take at most.
+const READ_FOR: Duration = Duration::from_secs(300);
+
+/// Every record of every partition of `topic`, from its log start to the log
+/// end read at the start (`read_committed`: the last stable offset), with both
+/// bounds. A partition is done when a record at `end - 1` or a position at
+/// `end` was seen (transaction markers leave offsets without records).
+pub fn read_partitions(
+    kafka: &KafkaConfig,
+    topic: &str,
+) -> Result<Vec<PartitionLog>, KafkaIoError> {
+    let mut c = client_config(
+        kafka,
+        &[
+            ("enable.auto.commit", "false"),
+            ("isolation.level", "read_committed"),
+        ],
+    );
+    c.set("group.id", "tally-explain");
+    let consumer: BaseConsumer<crate::kafka::logging::Logged> = c
+        .create_with_context(crate::kafka::logging::Logged)
+        .map_err(KafkaIoError::client("creating a reader"))?;
+    let n = crate::kafka::partition_count(&consumer, topic)? as i32;
+    if n == 0 {
+        return Err(KafkaIoError::Fatal(format!(
+            "input topic {topic} does not exist"
+        )));
+    }
+    let mut logs = Vec::new();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..n {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p, Duration::from_secs(10))
+            .map_err(KafkaIoError::client(format!("log range of {topic}/{p}")))?;
+        logs.push(PartitionLog {
+            partition: p,
+            log_start: low,
+            log_end: high,
+            records: Vec::new(),
+        });
+        tpl.add_partition_offset(topic, p, Offset::Offset(low))
+            .map_err(KafkaIoError::client("assignment"))?;
+    }
+    consumer
+        .assign(&tpl)
+        .map_err(KafkaIoError::client("assigning"))?;
+    let mut done: Vec<bool> = logs.iter().map(|l| l.log_start >= l.log_end).collect();
+    let deadline = Instant::now() + READ_FOR;
+    while !done.iter().all(|d| *d) {
+        if Instant::now() > deadline {
+            return Err(KafkaIoError::Fatal(format!(
+                "timed out reading {topic} to its end"
+            )));
+        }
+        let Some(msg) = consumer.poll(Duration::from_millis(200)) else {
+            let at = consumer
+                .position()
+                .map_err(KafkaIoError::client("position"))?;
+            for e in at.elements() {
+                let p = e.partition() as usize;
+                if let Offset::Offset(o) = e.offset() {
+                    done[p] = done[p] || o >= logs[p].log_end;
+                }
+            }
+            continue;
+        };
+        let m = msg.map_err(KafkaIoError::client(format!("reading {topic}")))?;
+        let p = m.partition() as usize;
+        let log = &mut logs[p];
+        if m.offset() < log.log_end {
+            log.records.push(InputRecord {
+                offset: m.offset(),
+                key: m.key().map(<[u8]>::to_vec),
+                payload: m.payload().unwrap_or_default().to_vec(),
+                kafka_ts: m.timestamp().to_millis(),
+            });
+        }
+        done[p] = done[p] || m.offset() + 1 >= log.log_end;
+    }
+    Ok(logs)
+}
+
+/// A count the views sum as an unbounded `NUMERIC`, read as text.
+fn count(text: &str) -> anyhow::Result<u64> {
+    text.parse()
+        .map_err(|e| anyhow::anyhow!("a count of {text} requests in the sink: {e}"))
+}
+
+/// The sink's rows of `tenant`'s window ending at `window_end`.
+pub fn sink_rows(url: &str, tenant: &str, window_end: i64) -> anyhow::Result<SinkRows> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let db = crate::sink::connect(url).await?;
+        let one = |sql: &'static str| {
+            let db = &db;
+            async move { db.query(sql, &[&tenant, &window_end]).await }
+        };
+        let mut rows = SinkRows::default();
+        for r in one(
+            "SELECT cost_pico::TEXT, requests::TEXT FROM tenant_cost_minute \
+             WHERE tenant_id = $1 AND window_end = $2",
+        )
+        .await?
+        {
+            rows.cost_pico = Some(r.get(0));
+            rows.requests = count(r.get(1))?;
+        }
+        for r in one(
+            "SELECT model, cost_pico::TEXT, requests::TEXT FROM tenant_cost_minute_line \
+             WHERE tenant_id = $1 AND window_end = $2 ORDER BY model",
+        )
+        .await?
+        {
+            rows.lines.push(SinkLine {
+                model: r.get(0),
+                cost_pico: r.get(1),
+                requests: count(r.get(2))?,
+            });
+        }
+        for r in one(
+            "SELECT source_partition, cost_pico::TEXT, requests, version FROM tenant_cost_partial \
+             WHERE tenant_id = $1 AND window_end = $2 ORDER BY source_partition",
+        )
+        .await?
+        {
+            rows.partials.push(SinkPartial {
+                source_partition: r.get(0),
+                cost_pico: r.get(1),
+                requests: r.get::<_, i64>(2) as u64,
+                version: r.get::<_, i64>(3) as u64,
+            });
+        }
+        for r in one(
+            "SELECT request_id, model, cost_pico::TEXT, source FROM tenant_cost_adjustment \
+             WHERE tenant_id = $1 AND window_end = $2 ORDER BY request_id",
+        )
+        .await?
+        {
+            rows.adjustments.push(SinkAdjustment {
+                request_id: r.get(0),
+                model: r.get(1),
+                cost_pico: r.get(2),
+                source: r.get(3),
+            });
+        }
+        Ok(rows)
+    })
+}

@@ -1,0 +1,368 @@
+//! `tally explain --tenant` (issue 40, step 1; docs/DESIGN.md §6.2) end to end:
+//! a generated stream with duplicates, late and too-late records and dead
+//! letters, a worker killed midway and restarted, `reprocess-late` and the sink;
+//! then, for 20 (tenant, window) pairs, the explanation lists exactly the
+//! generator's records of the pair with their routes, and its totals equal the
+//! sink's line. And a window whose input retention deleted in part is said to
+//! be inexact, never given a wrong total as if exact.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::common::*;
+use tally::explain::{Explanation, Routed};
+use tally::gen::GeneratedRecord;
+
+const MIN: i64 = 60_000;
+
+/// (partition, offset, route) of one record.
+type Entry = (i32, i64, String);
+
+/// The generator's records by (tenant, window end), each with the route the
+/// construction gives it; dead letters only where their tenant and window can
+/// be read (the explanation counts the others per partition, `unreadable`).
+struct Truth {
+    pairs: BTreeMap<(String, i64), BTreeSet<Entry>>,
+    unreadable: BTreeMap<String, u64>,
+}
+
+fn truth(path: &Path) -> Truth {
+    let mut t = Truth {
+        pairs: BTreeMap::new(),
+        unreadable: BTreeMap::new(),
+    };
+    for line in std::fs::read_to_string(path).unwrap().lines() {
+        let r: GeneratedRecord = serde_json::from_str(line).unwrap();
+        let json: Option<serde_json::Value> = serde_json::from_str(&r.payload).ok();
+        let ts = json
+            .as_ref()
+            .and_then(|j| j.get("completed_ts"))
+            .and_then(|v| v.as_i64());
+        let Some(ts) = ts else {
+            *t.unreadable.entry(r.key.clone()).or_default() += 1;
+            continue;
+        };
+        let route = match (r.route.as_str(), &r.code) {
+            ("normal", _) => "billed".to_string(),
+            ("dead_letter", Some(code)) => format!("dead_letter:{code}"),
+            (other, _) => other.to_string(),
+        };
+        // A duplicate re-sends a recent record of the partition, maybe another
+        // tenant's, under its own key: the payload names the tenant.
+        let tenant = json
+            .as_ref()
+            .and_then(|j| j.get("tenant_id"))
+            .and_then(|v| v.as_str())
+            .map_or(r.key, str::to_string);
+        let end = ts.div_euclid(MIN) * MIN + MIN;
+        t.pairs
+            .entry((tenant, end))
+            .or_default()
+            .insert((r.partition, r.seq as i64, route));
+    }
+    t
+}
+
+/// What the explanation lists, in the same terms.
+fn listed(x: &Explanation) -> BTreeSet<Entry> {
+    let mut s: BTreeSet<Entry> = x
+        .billed
+        .iter()
+        .map(|b| (b.partition, b.offset, "billed".to_string()))
+        .collect();
+    for e in &x.elsewhere {
+        let route = match &e.route {
+            Routed::Duplicate { .. } => "duplicate".to_string(),
+            Routed::TooLate { .. } => "too_late".to_string(),
+            Routed::DeadLetter { code, .. } => format!("dead_letter:{code}"),
+        };
+        s.insert((e.partition, e.offset, route));
+    }
+    s
+}
+
+fn explain(cfg: &str, tenant: &str, window_start: i64, db: Option<&str>) -> Explanation {
+    let start = window_start.to_string();
+    let mut args = vec![
+        "explain",
+        "--config",
+        cfg,
+        "--tenant",
+        tenant,
+        "--window-start",
+        &start,
+        "--json",
+    ];
+    if let Some(db) = db {
+        args.extend(["--sink-url", db]);
+    }
+    let out = tally_ok(&args, &[], Duration::from_secs(120));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The sink's invoice line for the pair, straight from the view.
+fn sink_line(db: &str, tenant: &str, end: i64) -> Option<String> {
+    let rows = query(
+        db,
+        &format!(
+            "SELECT cost_pico::TEXT FROM tenant_cost_minute WHERE tenant_id = '{tenant}' \
+             AND window_end = {end}"
+        ),
+    );
+    rows.first().and_then(|r| r[0].clone())
+}
+
+/// Up to 10 pairs with records routed elsewhere, the rest at random: 20 in all.
+fn pick(t: &Truth, seed: u64) -> Vec<(String, i64)> {
+    let mut rng = tally::gen::Rng::new(seed);
+    let (mut odd, mut plain): (Vec<_>, Vec<_>) = t
+        .pairs
+        .iter()
+        .filter(|((_, end), _)| *end > 1_000_000_000_000)
+        .map(|(k, v)| (k.clone(), v.iter().any(|e| e.2 != "billed")))
+        .partition(|(_, odd)| *odd);
+    let mut out = Vec::new();
+    while out.len() < 10 && !odd.is_empty() {
+        let i = rng.below(odd.len() as u64) as usize;
+        out.push(odd.swap_remove(i).0);
+    }
+    plain.append(&mut odd);
+    while out.len() < 20 && !plain.is_empty() {
+        let i = rng.below(plain.len() as u64) as usize;
+        out.push(plain.swap_remove(i).0);
+    }
+    assert_eq!(out.len(), 20);
+    out
+}
+
+fn check_pair(x: &Explanation, want: &BTreeSet<Entry>, db: &str, unreadable: u64) {
+    let pair = format!("{} {}", x.tenant_id, x.window_end);
+    assert_eq!(&listed(x), want, "{pair}: the records listed");
+    assert!(x.exact, "{pair}: {:?}", x.notes);
+    assert_eq!(x.agrees, Some(true), "{pair}: {:?}", x.notes);
+    let line = sink_line(db, &x.tenant_id, x.window_end);
+    assert_eq!(
+        line.as_deref().unwrap_or("0"),
+        x.totals.expected_line_cost_pico,
+        "{pair}: the totals against the sink's line"
+    );
+    let firsts: BTreeSet<(i32, i64)> = x
+        .billed
+        .iter()
+        .map(|b| (b.partition, b.offset))
+        .chain(x.elsewhere.iter().filter_map(|e| match e.route {
+            Routed::TooLate { .. } => Some((e.partition, e.offset)),
+            _ => None,
+        }))
+        .collect();
+    for e in &x.elsewhere {
+        match &e.route {
+            Routed::Duplicate { of_offset } => {
+                let o = of_offset.unwrap_or_else(|| panic!("{pair}: {e:?} names no original"));
+                assert!(firsts.contains(&(e.partition, o)), "{pair}: {e:?}");
+                assert!(o < e.offset);
+            }
+            Routed::TooLate {
+                on_late_topic,
+                adjustment,
+                ..
+            } => {
+                assert!(*on_late_topic, "{pair}: {e:?}");
+                assert_eq!(*adjustment, Some(true), "{pair}: {e:?}");
+            }
+            Routed::DeadLetter {
+                on_dead_letter_topic,
+                ..
+            } => assert!(*on_dead_letter_topic, "{pair}: {e:?}"),
+        }
+    }
+    let counted: u64 = x.partitions.iter().map(|p| p.unreadable_dead_letters).sum();
+    assert_eq!(counted, unreadable, "{pair}: unreadable dead letters");
+}
+
+#[test]
+fn explain_lists_each_generated_record_of_a_window_with_its_route_and_the_sinks_totals() {
+    let dir = TempDir::new("explain");
+    let broker = DevBroker::start(&[
+        ("requests", 3),
+        ("tenant-cost", 2),
+        ("requests.late", 2),
+        ("requests.dlq", 2),
+    ]);
+    let cfg = write_config(dir.path(), &broker, "explain", "");
+    let records = dir.path().join("records.jsonl");
+    generate(
+        &cfg,
+        dir.path(),
+        "expected",
+        &[
+            "--count",
+            "6000",
+            "--tenants",
+            "6",
+            "--seed",
+            "40",
+            "--partitions",
+            "3",
+            "--step",
+            "100ms",
+            "--late-fraction",
+            "0.03",
+            "--duplicate-fraction",
+            "0.03",
+            "--malformed-fraction",
+            "0.03",
+            "--records-file",
+            records.to_str().unwrap(),
+        ],
+    );
+    let t = truth(&records);
+    let cfg = cfg.to_str().unwrap();
+    let killed = tally(
+        &["run", "--config", cfg, "--until-end"],
+        &[("TALLY_CRASH_AT", "mid_pane_burst:6")],
+        Duration::from_secs(300),
+    );
+    assert_eq!(
+        killed.status.signal(),
+        Some(9),
+        "the worker did not crash: {}",
+        String::from_utf8_lossy(&killed.stderr)
+    );
+    tally_ok(
+        &["run", "--config", cfg, "--until-end"],
+        &[],
+        Duration::from_secs(300),
+    );
+    let db = fresh_database("explain");
+    let env = [("TALLY_SINK__DATABASE_URL", db.as_str())];
+    let sink = || {
+        tally_ok(
+            &["sink", "--config", cfg, "--until-end"],
+            &env,
+            Duration::from_secs(300),
+        )
+    };
+    sink();
+    let pairs = pick(&t, 40);
+
+    // Before reprocess-late: the line agrees with the engine's share, and the
+    // too-late requests not billed yet are named.
+    let (tenant, end) = &pairs[0];
+    let before = explain(cfg, tenant, end - MIN, Some(&db));
+    assert_eq!(before.agrees, Some(true), "{:?}", before.notes);
+    if before
+        .elsewhere
+        .iter()
+        .any(|e| matches!(e.route, Routed::TooLate { .. }))
+    {
+        assert!(
+            before
+                .notes
+                .iter()
+                .any(|n| n.contains("no adjustment in the sink yet")),
+            "{:?}",
+            before.notes
+        );
+    }
+
+    tally_ok(
+        &["reprocess-late", "--config", cfg, "--from", "earliest"],
+        &[],
+        Duration::from_secs(300),
+    );
+    sink();
+    let mut routes = BTreeMap::<String, usize>::new();
+    for (tenant, end) in &pairs {
+        let x = explain(cfg, tenant, end - MIN, Some(&db));
+        let unreadable = t.unreadable.get(tenant).copied().unwrap_or(0);
+        check_pair(&x, &t.pairs[&(tenant.clone(), *end)], &db, unreadable);
+        for e in listed(&x) {
+            *routes
+                .entry(e.2.split(':').next().unwrap().to_string())
+                .or_default() += 1;
+        }
+    }
+    for route in ["billed", "duplicate", "too_late", "dead_letter"] {
+        assert!(
+            routes.get(route).is_some_and(|n| *n > 0),
+            "no {route} among {routes:?}"
+        );
+    }
+
+    // The table says the same to a terminal.
+    let (tenant, end) = &pairs[1];
+    let start = (end - MIN).to_string();
+    let out = tally_ok(
+        &[
+            "explain",
+            "--config",
+            cfg,
+            "--tenant",
+            tenant,
+            "--window-start",
+            &start,
+            "--sink-url",
+            &db,
+        ],
+        &[],
+        Duration::from_secs(120),
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("BILLED INTO THE WINDOW"), "{table}");
+    assert!(table.contains("AGREES with the sink"), "{table}");
+}
+
+/// Retention deleted the start of partition 0: a window whose records lie
+/// partly before the log start is explained as inexact, naming the offset,
+/// with only the records still there.
+#[test]
+fn a_window_partly_deleted_by_retention_is_said_to_be_inexact() {
+    const BASE_TS: i64 = 1_767_225_600_000;
+    let dir = TempDir::new("explain-retention");
+    let broker = DevBroker::start(&[
+        ("requests", 1),
+        ("tenant-cost", 1),
+        ("requests.late", 1),
+        ("requests.dlq", 1),
+    ]);
+    let cfg = write_config(dir.path(), &broker, "explain-ret", "");
+    produce_filling(&broker, 0, 120_000, BASE_TS);
+    let low = {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        let c: BaseConsumer = tally::kafka::client_config(&broker.kafka(), &[])
+            .create()
+            .unwrap();
+        c.fetch_watermarks("requests", 0, Duration::from_secs(10))
+            .unwrap()
+            .0
+    };
+    assert!(low > 0, "retention deleted nothing");
+    // Event i is at BASE_TS + 100 ms · i: the window holding the first record
+    // still there, with 600 records a minute, lost the ones before it.
+    let ts = BASE_TS + low * 100;
+    let start = ts.div_euclid(MIN) * MIN;
+    let held = (start + MIN - ts + 99) / 100;
+    let x = explain(cfg.to_str().unwrap(), "tenant-a", start, None);
+    assert!(!x.exact);
+    assert_eq!(x.billed.len() as i64, held.min(600));
+    assert!(held < 600, "the window must have lost records: {held}");
+    let note = format!("records before offset {low} of partition 0 were deleted by retention");
+    assert!(x.notes.iter().any(|n| n.contains(&note)), "{:?}", x.notes);
+    let out = tally_ok(
+        &[
+            "explain",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--tenant",
+            "tenant-a",
+            "--window-start",
+            &start.to_string(),
+        ],
+        &[],
+        Duration::from_secs(120),
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("NOT EXACT"));
+}
