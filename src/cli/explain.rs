@@ -21,7 +21,7 @@ use crate::metrics::finality::{self, WindowRef};
 use crate::metrics::WorkerReport;
 
 #[derive(Args, Debug)]
-#[command(group(ArgGroup::new("window").required(true).args(["window_start", "window_end"])))]
+#[command(group(ArgGroup::new("window").required(true).multiple(true).args(["window_start", "window_end"])))]
 #[command(group(ArgGroup::new("source").multiple(true).args(["from", "report"])))]
 #[command(group(ArgGroup::new("mode").required(true).args(["finality", "tenant"])))]
 pub struct ExplainArgs {
@@ -47,7 +47,9 @@ pub struct ExplainArgs {
     #[arg(long, requires = "tenant", conflicts_with = "sink_url")]
     pub sink: bool,
     /// The window starting at this time (RFC 3339, e.g. 2026-01-01T10:00:00Z,
-    /// or integer ms since the epoch).
+    /// or integer ms since the epoch). With --tenant and --window-end too: every
+    /// window from this one up to --window-end (a calendar bucket: give its
+    /// bounds with the zone's offset, e.g. 2026-01-01T00:00:00+01:00).
     #[arg(long, value_name = "TIME", value_parser = crate::time::utc::parse_utc_ms)]
     pub window_start: Option<i64>,
     /// The window ending at this time (exclusive; RFC 3339 or integer ms).
@@ -159,7 +161,8 @@ fn requests(tenant: &str, a: &ExplainArgs) -> anyhow::Result<()> {
     use crate::explain::run::{explain, Asked, Failure};
     let cfg = a.config.load()?;
     let asked = match (a.window_start, a.window_end) {
-        (Some(s), _) => Asked::Start(s),
+        (Some(s), Some(e)) => Asked::Range(s, e),
+        (Some(s), None) => Asked::Start(s),
         (None, Some(e)) => Asked::End(e),
         (None, None) => unreachable!("clap requires one of them"),
     };
@@ -203,7 +206,13 @@ pub(crate) fn run(a: ExplainArgs) -> anyhow::Result<()> {
             .exit();
     }
     let window = match (a.window_start, a.window_end) {
-        (Some(s), _) => WindowRef::Start(s),
+        (Some(_), Some(_)) => {
+            return Err(ExplainError::Usage(
+                "--finality explains one window: give --window-start or --window-end".into(),
+            )
+            .into())
+        }
+        (Some(s), None) => WindowRef::Start(s),
         (None, Some(e)) => WindowRef::End(e),
         (None, None) => unreachable!("clap requires one of them"),
     };

@@ -27,7 +27,7 @@ fn pico(s: &str) -> u128 {
     s.parse().unwrap_or(0)
 }
 
-/// One explanation of `tenant`'s window `[window_start, window_end)`.
+/// One explanation of `tenant`'s windows in `[window_start, window_end)`.
 pub fn join(
     tenant: &str,
     (window_start, window_end): (i64, i64),
@@ -147,8 +147,8 @@ fn compare(x: &mut Explanation, sink: Option<SinkRows>) {
         }
         if !p.final_here {
             x.notes.push(format!(
-                "partition {} has not purged the window yet (watermark {}): records still to \
-                 come may be billed into it",
+                "partition {} has not purged the window(s) yet (watermark {}): records still \
+                 to come may be billed into them",
                 p.partition,
                 p.watermark.map_or("none".into(), |w| w.to_string())
             ));

@@ -7,6 +7,7 @@ use crate::explain::{Billed, Elsewhere, PartitionRange, SinkAdjustment, SinkPart
 fn billed(id: &str, offset: i64, cost: u128) -> Billed {
     Billed {
         request_id: id.into(),
+        window_end: 60_000,
         partition: 0,
         offset,
         model: "small".into(),
@@ -29,12 +30,14 @@ fn replayed(from: i64, late_cost: u128) -> Replayed {
         elsewhere: vec![
             Elsewhere {
                 request_id: Some("a".into()),
+                window_end: 60_000,
                 partition: 0,
                 offset: 2,
                 route: Routed::Duplicate { of_offset: Some(0) },
             },
             Elsewhere {
                 request_id: Some("c".into()),
+                window_end: 60_000,
                 partition: 0,
                 offset: 3,
                 route: Routed::TooLate {

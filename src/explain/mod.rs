@@ -39,6 +39,8 @@ pub struct InputRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Billed {
     pub request_id: String,
+    /// The end of the window it is billed into.
+    pub window_end: i64,
     pub partition: i32,
     pub offset: i64,
     pub model: String,
@@ -73,6 +75,8 @@ pub struct Quantity {
 pub struct Elsewhere {
     /// `None` for a dead letter whose request id cannot be read.
     pub request_id: Option<String>,
+    /// The end of the window it belongs to.
+    pub window_end: i64,
     pub partition: i32,
     pub offset: i64,
     #[serde(flatten)]
@@ -123,7 +127,7 @@ pub struct PartitionRange {
     pub unreadable_dead_letters: u64,
 }
 
-/// The sink's rows for the (tenant, window).
+/// The sink's rows for the tenant's windows asked, summed over them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SinkRows {
     /// The invoice line (`tenant_cost_minute`); `None`: no row.
@@ -131,7 +135,8 @@ pub struct SinkRows {
     pub requests: u64,
     /// `tenant_cost_minute_line`: model → (cost, requests).
     pub lines: Vec<SinkLine>,
-    /// Per source partition: the stored partial.
+    /// Per source partition: the stored partials (`version`: their versions
+    /// summed, the events folded).
     pub partials: Vec<SinkPartial>,
     pub adjustments: Vec<SinkAdjustment>,
 }
@@ -176,7 +181,8 @@ pub struct Totals {
     pub expected_line_cost_pico: String,
 }
 
-/// The whole answer.
+/// The whole answer, for the tenant's windows in `[window_start, window_end)`:
+/// one window, or a calendar bucket of whole windows.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Explanation {
     pub tenant_id: String,

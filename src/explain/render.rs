@@ -14,7 +14,7 @@ pub(super) fn table(x: &Explanation) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "tenant {} window [{}, {})",
+        "tenant {} windows [{}, {})",
         x.tenant_id,
         format_utc_ms(x.window_start),
         format_utc_ms(x.window_end)
@@ -30,13 +30,30 @@ pub(super) fn table(x: &Explanation) -> String {
             if p.final_here { "final" } else { "not final" }
         );
     }
-    billed(&mut s, x);
-    elsewhere(&mut s, x);
+    let multi = multi(x);
+    billed(&mut s, x, multi);
+    elsewhere(&mut s, x, multi);
     totals(&mut s, x);
     s
 }
 
-fn billed(s: &mut String, x: &Explanation) {
+/// The window a row belongs to, when the rows are of more than one (`multi`).
+fn window_of(multi: bool, end: i64) -> String {
+    if multi {
+        format!(" (window ending {})", format_utc_ms(end))
+    } else {
+        String::new()
+    }
+}
+
+/// Whether the rows belong to more than one window.
+fn multi(x: &Explanation) -> bool {
+    let ends = x.billed.iter().map(|b| b.window_end);
+    ends.chain(x.elsewhere.iter().map(|e| e.window_end))
+        .any(|e| e != x.window_end)
+}
+
+fn billed(s: &mut String, x: &Explanation, multi: bool) {
     let _ = writeln!(s, "\nBILLED INTO THE WINDOW ({})", x.billed.len());
     let _ = writeln!(
         s,
@@ -59,7 +76,7 @@ fn billed(s: &mut String, x: &Explanation) {
         };
         let _ = writeln!(
             s,
-            "{:<28} {:>9} {:>8} {:<16} {:>8} {:>8} {:<14} {:>22} {:<7}",
+            "{:<28} {:>9} {:>8} {:<16} {:>8} {:>8} {:<14} {:>22} {:<7}{}",
             b.request_id,
             b.partition,
             b.offset,
@@ -68,12 +85,13 @@ fn billed(s: &mut String, x: &Explanation) {
             b.completion_tokens,
             price,
             b.cost_pico,
-            b.pane
+            b.pane,
+            window_of(multi, b.window_end)
         );
     }
 }
 
-fn elsewhere(s: &mut String, x: &Explanation) {
+fn elsewhere(s: &mut String, x: &Explanation, multi: bool) {
     let _ = writeln!(s, "\nROUTED ELSEWHERE ({})", x.elsewhere.len());
     for e in &x.elsewhere {
         let why = match &e.route {
@@ -113,10 +131,11 @@ fn elsewhere(s: &mut String, x: &Explanation) {
         };
         let _ = writeln!(
             s,
-            "{:<28} {:>9} {:>8} {why}",
+            "{:<28} {:>9} {:>8} {why}{}",
             e.request_id.as_deref().unwrap_or("?"),
             e.partition,
-            e.offset
+            e.offset,
+            window_of(multi, e.window_end)
         );
     }
 }

@@ -36,16 +36,18 @@ pub struct Replayed {
 }
 
 /// Replays `log` through a fresh task under `cfg`, keeping the records of
-/// `tenant` in the window ending at `window_end`. `now_ms` stands in for the
+/// `tenant` in the windows of `[start, end)` (one window, or a calendar bucket
+/// of whole windows). `now_ms` stands in for the
 /// ingest clock of a record without a Kafka timestamp (the `max_future` guard
 /// reads it; with one, the record's timestamp stands in).
 pub fn replay(
     cfg: &Arc<EngineConfig>,
     tenant: &str,
-    window_end: i64,
+    (start, end): (i64, i64),
     log: &PartitionLog,
     now_ms: i64,
 ) -> Result<Replayed, String> {
+    let inside = |w: crate::time::Window| w.start >= start && w.end <= end;
     let mut task = PartitionTask::new(Partition(log.partition), cfg.clone());
     let mut panes = Vec::new();
     // Request id → the offset of its first billed or too-late record, for the
@@ -81,13 +83,13 @@ pub fn replay(
             watermark: (w != i64::MIN).then_some(w),
         };
         match valid {
-            Ok(v) if v.ev.tenant_id == tenant && v.window.end == window_end => {
+            Ok(v) if v.ev.tenant_id == tenant && inside(v.window) => {
                 let id = v.ev.request_id.to_string();
                 let kept = Kept { cfg, valid: &v, at };
                 match route {
                     Route::Window => {
                         first.entry(id).or_insert(r.offset);
-                        out.billed.push(kept.billed(w >= window_end - 1));
+                        out.billed.push(kept.billed(w >= v.window.end - 1));
                     }
                     Route::TooLate { watermark, .. } => {
                         first.entry(id.clone()).or_insert(r.offset);
@@ -107,9 +109,10 @@ pub fn replay(
             }
             Ok(_) => {}
             Err(reason) => match attribute(cfg, r) {
-                (Some(t), Some(end)) if t == tenant && end == window_end => {
+                (Some(t), Some(w)) if t == tenant && inside(w) => {
                     out.elsewhere.push(Elsewhere {
                         request_id: request_id(&cfg.input, &r.payload),
+                        window_end: w.end,
                         partition: log.partition,
                         offset: r.offset,
                         route: dead_letter(&reason),
@@ -122,7 +125,7 @@ pub fn replay(
     }
     let w = task.watermark().0;
     out.range.watermark = (w != i64::MIN).then_some(w);
-    out.range.final_here = task.final_through().is_some_and(|f| f >= window_end);
+    out.range.final_here = task.final_through().is_some_and(|f| f >= end);
     Ok(out)
 }
 
@@ -159,6 +162,7 @@ impl Kept<'_, '_> {
         let rated = v.rated.as_deref();
         Billed {
             request_id: ev.request_id.to_string(),
+            window_end: v.window.end,
             partition: self.at.partition,
             offset: self.at.offset,
             model,
@@ -189,6 +193,7 @@ impl Kept<'_, '_> {
     fn elsewhere(&self, request_id: Option<String>, route: Routed) -> Elsewhere {
         Elsewhere {
             request_id,
+            window_end: self.valid.window.end,
             partition: self.at.partition,
             offset: self.at.offset,
             route,
@@ -233,10 +238,13 @@ fn request_id(input: &InputMapping, payload: &[u8]) -> Option<String> {
         .map(str::to_string)
 }
 
-/// A dead letter's tenant and window end, read leniently: the tenant from the
+/// A dead letter's tenant and window, read leniently: the tenant from the
 /// payload, else the record key; the window from `completed_ts` when it is the
 /// time source and an integer in milliseconds (`None` when unreadable).
-pub(super) fn attribute(cfg: &EngineConfig, r: &InputRecord) -> (Option<String>, Option<i64>) {
+pub(super) fn attribute(
+    cfg: &EngineConfig,
+    r: &InputRecord,
+) -> (Option<String>, Option<crate::time::Window>) {
     let json: Option<serde_json::Value> = serde_json::from_slice(&r.payload).ok();
     let input = &cfg.input;
     let tenant = json
@@ -251,14 +259,13 @@ pub(super) fn attribute(cfg: &EngineConfig, r: &InputRecord) -> (Option<String>,
         });
     let readable = cfg.time_source == TimeSource::CompletedTs
         && input.ts_format(COMPLETED_TS) == TimestampFormat::EpochMs;
-    let end = json
+    let window = json
         .as_ref()
         .filter(|_| readable)
         .and_then(|j| lookup(input, j, COMPLETED_TS))
         .and_then(serde_json::Value::as_i64)
-        .and_then(|ts| cfg.window.assign(ts))
-        .map(|w| w.end);
-    (tenant, end)
+        .and_then(|ts| cfg.window.assign(ts));
+    (tenant, window)
 }
 
 #[cfg(test)]

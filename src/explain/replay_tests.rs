@@ -74,7 +74,7 @@ fn every_record_of_the_window_with_its_route() {
         ev("f", "acme", "large", T10 + 20 * S),  // 7: too late
         "{\"tenant_id\":\"acme\",\"completed".into(), // 8: unreadable dead letter
     ];
-    let r = replay(&cfg(), "acme", T10 + MIN, &log(&records), T10).unwrap();
+    let r = replay(&cfg(), "acme", (T10, T10 + MIN), &log(&records), T10).unwrap();
     let billed: Vec<_> = r
         .billed
         .iter()
@@ -98,4 +98,23 @@ fn every_record_of_the_window_with_its_route() {
     assert_eq!(routes.len(), 3);
     assert_eq!(r.range.unreadable_dead_letters, 1);
     assert!(r.range.final_here);
+}
+
+#[test]
+fn a_range_of_windows_keeps_each_record_with_its_window() {
+    let records = [
+        ev("a", "acme", "large", T10 + 10 * S),
+        ev("b", "acme", "large", T10 + 70 * S),
+        ev("c", "acme", "large", T10 + 130 * S),
+        ev("a", "acme", "large", T10 + 10 * S),
+    ];
+    let r = replay(&cfg(), "acme", (T10, T10 + 2 * MIN), &log(&records), T10).unwrap();
+    let billed: Vec<_> = r.billed.iter().map(|b| (b.offset, b.window_end)).collect();
+    assert_eq!(billed, [(0, T10 + MIN), (1, T10 + 2 * MIN)]);
+    assert_eq!(r.elsewhere.len(), 1);
+    assert_eq!(r.elsewhere[0].window_end, T10 + MIN);
+    assert_eq!(
+        r.elsewhere[0].route,
+        Routed::Duplicate { of_offset: Some(0) }
+    );
 }

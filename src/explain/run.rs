@@ -8,11 +8,13 @@ use crate::base::clock::now_ms;
 use crate::config::Config;
 use crate::kafka::read::read_topic;
 
-/// The window asked for: by its start or by its end.
+/// The windows asked for: one by its start or by its end, or every window of
+/// `[start, end)` (a calendar bucket, its bounds given with the zone's offset).
 #[derive(Debug, Clone, Copy)]
 pub enum Asked {
     Start(i64),
     End(i64),
+    Range(i64, i64),
 }
 
 /// Why no explanation was made.
@@ -29,13 +31,24 @@ pub enum Failure {
     Sink(String),
 }
 
-/// The window `[start, end)` asked for, on `spec`'s grid.
+/// The windows `[start, end)` asked for, on `spec`'s grid.
 pub fn window(asked: Asked, spec: &crate::time::WindowSpec) -> Result<(i64, i64), Failure> {
+    let starts = |s: i64| spec.assign(s).filter(|w| w.start == s);
+    let ends = |e: i64| Some(spec.ending_at(e)).filter(|w| w.end == e);
     let w = match asked {
-        Asked::Start(s) => spec.assign(s).filter(|w| w.start == s),
-        Asked::End(e) => Some(spec.ending_at(e)).filter(|w| w.end == e),
+        Asked::Start(s) => starts(s).map(|w| (w.start, w.end)),
+        Asked::End(e) => ends(e).map(|w| (w.start, w.end)),
+        Asked::Range(s, e) => match (starts(s), ends(e)) {
+            (Some(a), Some(b)) if a.start < b.end => Some((a.start, b.end)),
+            (Some(_), Some(_)) => {
+                return Err(Failure::Usage(
+                    "the window start must come before the window end".into(),
+                ))
+            }
+            _ => None,
+        },
     };
-    w.map(|w| (w.start, w.end)).ok_or_else(|| {
+    w.ok_or_else(|| {
         Failure::Usage(format!(
             "the time given is not a window boundary of the config's windows ({} ms, offset {} ms)",
             spec.size_ms, spec.offset_ms
@@ -60,10 +73,10 @@ pub fn explain(
     let now = now_ms();
     let mut replays = Vec::with_capacity(logs.len());
     for log in &logs {
-        replays.push(replay(&engine, tenant, end, log, now).map_err(Failure::Kafka)?);
+        replays.push(replay(&engine, tenant, (start, end), log, now).map_err(Failure::Kafka)?);
     }
     let sink = sink_url
-        .map(|u| source::sink_rows(u, tenant, end))
+        .map(|u| source::sink_rows(u, tenant, (start, end)))
         .transpose()
         .map_err(|e| Failure::Sink(format!("{e:#}")))?;
     Ok(join(

@@ -94,64 +94,59 @@ pub fn read_partitions(
     Ok(logs)
 }
 
-/// A count the views sum as an unbounded `NUMERIC`, read as text.
-fn count(text: &str) -> anyhow::Result<u64> {
+/// A sum the sink's views give as an unbounded `NUMERIC`, read as text.
+fn num<T: std::str::FromStr>(text: &str) -> anyhow::Result<T>
+where
+    T::Err: std::fmt::Display,
+{
     text.parse()
-        .map_err(|e| anyhow::anyhow!("a count of {text} requests in the sink: {e}"))
+        .map_err(|e| anyhow::anyhow!("{text} in the sink does not fit: {e}"))
 }
 
-/// The sink's rows of `tenant`'s window ending at `window_end`.
-pub fn sink_rows(url: &str, tenant: &str, window_end: i64) -> anyhow::Result<SinkRows> {
+const LINE: &str = "SELECT sum(cost_pico)::TEXT, sum(requests)::TEXT, count(*) \
+     FROM tenant_cost_minute WHERE tenant_id = $1 AND window_start >= $2 AND window_end <= $3";
+const LINES: &str = "SELECT model, sum(cost_pico)::TEXT, sum(requests)::TEXT \
+     FROM tenant_cost_minute_line WHERE tenant_id = $1 AND window_start >= $2 AND window_end <= $3 \
+     GROUP BY model ORDER BY model";
+const PARTIALS: &str = "SELECT source_partition, sum(cost_pico)::TEXT, sum(requests)::TEXT, \
+     sum(version)::TEXT FROM tenant_cost_partial \
+     WHERE tenant_id = $1 AND window_start >= $2 AND window_end <= $3 \
+     GROUP BY source_partition ORDER BY source_partition";
+const ADJUSTMENTS: &str = "SELECT request_id, model, cost_pico::TEXT, source \
+     FROM tenant_cost_adjustment \
+     WHERE tenant_id = $1 AND window_start >= $2 AND window_end <= $3 ORDER BY request_id";
+
+/// The sink's rows of `tenant`'s windows in `[start, end)`, summed over them.
+pub fn sink_rows(url: &str, tenant: &str, (start, end): (i64, i64)) -> anyhow::Result<SinkRows> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     rt.block_on(async {
         let db = crate::sink::connect(url).await?;
-        let one = |sql: &'static str| {
-            let db = &db;
-            async move { db.query(sql, &[&tenant, &window_end]).await }
-        };
+        let args: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&tenant, &start, &end];
         let mut rows = SinkRows::default();
-        for r in one(
-            "SELECT cost_pico::TEXT, requests::TEXT FROM tenant_cost_minute \
-             WHERE tenant_id = $1 AND window_end = $2",
-        )
-        .await?
-        {
-            rows.cost_pico = Some(r.get(0));
-            rows.requests = count(r.get(1))?;
+        for r in db.query(LINE, &args).await? {
+            if r.get::<_, i64>(2) > 0 {
+                rows.cost_pico = Some(r.get(0));
+                rows.requests = num(r.get(1))?;
+            }
         }
-        for r in one(
-            "SELECT model, cost_pico::TEXT, requests::TEXT FROM tenant_cost_minute_line \
-             WHERE tenant_id = $1 AND window_end = $2 ORDER BY model",
-        )
-        .await?
-        {
+        for r in db.query(LINES, &args).await? {
             rows.lines.push(SinkLine {
                 model: r.get(0),
                 cost_pico: r.get(1),
-                requests: count(r.get(2))?,
+                requests: num(r.get(2))?,
             });
         }
-        for r in one(
-            "SELECT source_partition, cost_pico::TEXT, requests, version FROM tenant_cost_partial \
-             WHERE tenant_id = $1 AND window_end = $2 ORDER BY source_partition",
-        )
-        .await?
-        {
+        for r in db.query(PARTIALS, &args).await? {
             rows.partials.push(SinkPartial {
                 source_partition: r.get(0),
                 cost_pico: r.get(1),
-                requests: r.get::<_, i64>(2) as u64,
-                version: r.get::<_, i64>(3) as u64,
+                requests: num(r.get(2))?,
+                version: num(r.get(3))?,
             });
         }
-        for r in one(
-            "SELECT request_id, model, cost_pico::TEXT, source FROM tenant_cost_adjustment \
-             WHERE tenant_id = $1 AND window_end = $2 ORDER BY request_id",
-        )
-        .await?
-        {
+        for r in db.query(ADJUSTMENTS, &args).await? {
             rows.adjustments.push(SinkAdjustment {
                 request_id: r.get(0),
                 model: r.get(1),

@@ -292,6 +292,56 @@ fn explain_lists_each_generated_record_of_a_window_with_its_route_and_the_sinks_
         );
     }
 
+    // A calendar bucket (here five minutes, its bounds given with an offset as
+    // a zone's would be): every window of it, totals against the sink's sum.
+    let (tenant, end) = &pairs[2];
+    let (from, to) = (end - MIN, end + 4 * MIN);
+    let fmt = |ms: i64| {
+        chrono::DateTime::from_timestamp_millis(ms)
+            .unwrap()
+            .with_timezone(&chrono::FixedOffset::east_opt(3600).unwrap())
+            .to_rfc3339()
+    };
+    let (s, e) = (fmt(from), fmt(to));
+    let out = tally_ok(
+        &[
+            "explain",
+            "--config",
+            cfg,
+            "--tenant",
+            tenant,
+            "--window-start",
+            &s,
+            "--window-end",
+            &e,
+            "--sink-url",
+            &db,
+            "--json",
+        ],
+        &[],
+        Duration::from_secs(120),
+    );
+    let x: Explanation = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((x.window_start, x.window_end), (from, to));
+    let want: BTreeSet<Entry> = t
+        .pairs
+        .range((tenant.clone(), from + MIN)..=(tenant.clone(), to))
+        .flat_map(|(_, v)| v.iter().cloned())
+        .collect();
+    assert_eq!(listed(&x), want, "the bucket's records");
+    assert_eq!(x.agrees, Some(true), "{:?}", x.notes);
+    let sum = query(
+        &db,
+        &format!(
+            "SELECT coalesce(sum(cost_pico), 0)::TEXT FROM tenant_cost_minute WHERE tenant_id = \
+             '{tenant}' AND window_start >= {from} AND window_end <= {to}"
+        ),
+    );
+    assert_eq!(
+        sum[0][0].as_deref(),
+        Some(x.totals.expected_line_cost_pico.as_str())
+    );
+
     // The table says the same to a terminal.
     let (tenant, end) = &pairs[1];
     let start = (end - MIN).to_string();
