@@ -171,8 +171,8 @@ fn requests(tenant: &str, a: &ExplainArgs) -> anyhow::Result<()> {
         (None, true) => Some(cfg.sink.database_url.clone()),
         (None, false) => None,
     };
-    let x = explain(&cfg, tenant, asked, url.as_deref()).map_err(|e| match e {
-        Failure::Usage(m) => ExplainError::Usage(m),
+    let x = explain(&cfg, tenant, asked, url.as_deref(), None).map_err(|e| match e {
+        Failure::Usage(m) | Failure::TooLarge(m) => ExplainError::Usage(m),
         Failure::Kafka(why) => ExplainError::Unreachable {
             addr: cfg.kafka.bootstrap_servers.clone(),
             why,

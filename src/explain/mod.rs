@@ -17,6 +17,7 @@
 pub mod join;
 mod render;
 mod replay;
+pub mod rows;
 pub mod run;
 pub mod source;
 

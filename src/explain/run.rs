@@ -29,6 +29,9 @@ pub enum Failure {
     /// The sink's database cannot be read.
     #[error("reading the sink's rows: {0}")]
     Sink(String),
+    /// The input holds more records than the caller's bound.
+    #[error("{0}")]
+    TooLarge(String),
 }
 
 /// The windows `[start, end)` asked for, on `spec`'s grid.
@@ -57,17 +60,23 @@ pub fn window(asked: Asked, spec: &crate::time::WindowSpec) -> Result<(i64, i64)
 }
 
 /// `tenant`'s window explained from the topics `cfg` names (and the sink at
-/// `sink_url`, if given).
+/// `sink_url`, if given), refused when the input holds more than `max_records`.
 pub fn explain(
     cfg: &Config,
     tenant: &str,
     asked: Asked,
     sink_url: Option<&str>,
+    max_records: Option<u64>,
 ) -> Result<Explanation, Failure> {
     let engine = cfg.engine().map_err(|e| Failure::Usage(e.to_string()))?;
     let (start, end) = window(asked, &engine.window)?;
     let kafka = |e: crate::kafka::KafkaIoError| Failure::Kafka(e.to_string());
-    let logs = source::read_partitions(&cfg.kafka, &cfg.topics.input).map_err(kafka)?;
+    let logs = source::read_partitions(&cfg.kafka, &cfg.topics.input, max_records).map_err(
+        |e| match e {
+            source::ReadError::TooLarge { .. } => Failure::TooLarge(e.to_string()),
+            source::ReadError::Kafka(e) => kafka(e),
+        },
+    )?;
     let late = read_topic(&cfg.kafka, &cfg.topics.late).map_err(kafka)?;
     let dead = read_topic(&cfg.kafka, &cfg.topics.dead_letter).map_err(kafka)?;
     let now = now_ms();

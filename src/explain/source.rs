@@ -15,14 +15,28 @@ use crate::kafka::{client_config, KafkaIoError};
 /// How long reading a topic may take at most.
 const READ_FOR: Duration = Duration::from_secs(300);
 
+/// Why the input could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error(transparent)]
+    Kafka(#[from] KafkaIoError),
+    /// The partitions hold more records than the caller will replay.
+    #[error(
+        "the input topic holds {records} records, more than {limit} (the bound of this reader)"
+    )]
+    TooLarge { records: u64, limit: u64 },
+}
+
 /// Every record of every partition of `topic`, from its log start to the log
 /// end read at the start (`read_committed`: the last stable offset), with both
-/// bounds. A partition is done when a record at `end - 1` or a position at
-/// `end` was seen (transaction markers leave offsets without records).
+/// bounds; refused before reading when they span more than `max_records`. A
+/// partition is done when a record at `end - 1` or a position at `end` was seen
+/// (transaction markers leave offsets without records).
 pub fn read_partitions(
     kafka: &KafkaConfig,
     topic: &str,
-) -> Result<Vec<PartitionLog>, KafkaIoError> {
+    max_records: Option<u64>,
+) -> Result<Vec<PartitionLog>, ReadError> {
     let mut c = client_config(
         kafka,
         &[
@@ -36,9 +50,7 @@ pub fn read_partitions(
         .map_err(KafkaIoError::client("creating a reader"))?;
     let n = crate::kafka::partition_count(&consumer, topic)? as i32;
     if n == 0 {
-        return Err(KafkaIoError::Fatal(format!(
-            "input topic {topic} does not exist"
-        )));
+        return Err(KafkaIoError::Fatal(format!("input topic {topic} does not exist")).into());
     }
     let mut logs = Vec::new();
     let mut tpl = TopicPartitionList::new();
@@ -55,6 +67,13 @@ pub fn read_partitions(
         tpl.add_partition_offset(topic, p, Offset::Offset(low))
             .map_err(KafkaIoError::client("assignment"))?;
     }
+    let records: u64 = logs
+        .iter()
+        .map(|l| (l.log_end - l.log_start).max(0) as u64)
+        .sum();
+    if let Some(limit) = max_records.filter(|l| records > *l) {
+        return Err(ReadError::TooLarge { records, limit });
+    }
     consumer
         .assign(&tpl)
         .map_err(KafkaIoError::client("assigning"))?;
@@ -62,9 +81,9 @@ pub fn read_partitions(
     let deadline = Instant::now() + READ_FOR;
     while !done.iter().all(|d| *d) {
         if Instant::now() > deadline {
-            return Err(KafkaIoError::Fatal(format!(
-                "timed out reading {topic} to its end"
-            )));
+            return Err(
+                KafkaIoError::Fatal(format!("timed out reading {topic} to its end")).into(),
+            );
         }
         let Some(msg) = consumer.poll(Duration::from_millis(200)) else {
             let at = consumer
