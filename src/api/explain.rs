@@ -6,8 +6,8 @@
 //!
 //! Invariants: the scope is applied (a tenant outside it answers 404) before
 //! anything is read; one explanation runs at a time (another answers 429), on a
-//! blocking thread, over an input of at most `MAX_RECORDS` records (more: 422,
-//! `tally explain` has no bound) and for at most `TIMEOUT` (then 503; the
+//! blocking thread, over an input of at most `api.explain_max_records` records
+//! (more: 422, `tally explain` has no bound) and for at most `TIMEOUT` (then 503; the
 //! replay finishes in the background and still holds the one place).
 
 use std::sync::Arc;
@@ -24,8 +24,6 @@ use crate::explain::rows::{Row, CSV_HEADER};
 use crate::explain::run::{explain, Asked, Failure};
 use crate::explain::{Explanation, PartitionRange, SinkRows, Totals};
 
-/// The most input records one explanation replays.
-pub(crate) const MAX_RECORDS: u64 = 2_000_000;
 /// How long the API waits for one.
 const TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -89,7 +87,8 @@ async fn run(ex: &Explainer, q: &params::ExplainQuery) -> Result<Explanation, Re
     let task = tokio::task::spawn_blocking(move || {
         let _held = permit;
         let url = cfg.sink.database_url.clone();
-        explain(&cfg, &tenant, asked, Some(&url), Some(MAX_RECORDS))
+        let bound = cfg.api.explain_max_records;
+        explain(&cfg, &tenant, asked, Some(&url), Some(bound))
     });
     match tokio::time::timeout(TIMEOUT, task).await {
         Err(_) => Err(error(
