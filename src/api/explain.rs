@@ -71,6 +71,7 @@ fn failed(f: Failure) -> Response<Body> {
         ),
         Failure::Kafka(m) => error(503, None, &format!("the input cannot be read: {m}")),
         Failure::Sink(m) => error(503, None, &m),
+        Failure::Replay(m) => error(503, None, &format!("the explanation failed: {m}")),
     }
 }
 
@@ -96,7 +97,7 @@ async fn run(ex: &Explainer, q: &params::ExplainQuery) -> Result<Explanation, Re
             None,
             "the explanation did not finish within 120 s",
         )),
-        Ok(Err(e)) => Err(error(500, None, &format!("the explanation failed: {e}"))),
+        Ok(Err(e)) => Err(error(503, None, &format!("the explanation failed: {e}"))),
         Ok(Ok(Err(f))) => Err(failed(f)),
         Ok(Ok(Ok(x))) => Ok(x),
     }

@@ -177,6 +177,7 @@ fn requests(tenant: &str, a: &ExplainArgs) -> anyhow::Result<()> {
             addr: cfg.kafka.bootstrap_servers.clone(),
             why,
         },
+        Failure::Replay(m) => ExplainError::Report(m),
         Failure::Sink(why) => ExplainError::Unreachable {
             addr: "the sink's database".into(),
             why,

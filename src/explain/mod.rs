@@ -22,7 +22,7 @@ pub mod run;
 pub mod source;
 
 pub use join::{join, Sides};
-pub use replay::{replay, PartitionLog, Replayed};
+pub use replay::{replay, PartitionLog, Replayed, Replayer};
 
 use serde::{Deserialize, Serialize};
 

@@ -37,96 +37,155 @@ pub struct Replayed {
 
 /// Replays `log` through a fresh task under `cfg`, keeping the records of
 /// `tenant` in the windows of `[start, end)` (one window, or a calendar bucket
-/// of whole windows). `now_ms` stands in for the
-/// ingest clock of a record without a Kafka timestamp (the `max_future` guard
-/// reads it; with one, the record's timestamp stands in).
+/// of whole windows): `Replayer` over records held in memory.
 pub fn replay(
     cfg: &Arc<EngineConfig>,
     tenant: &str,
-    (start, end): (i64, i64),
+    range: (i64, i64),
     log: &PartitionLog,
     now_ms: i64,
 ) -> Result<Replayed, String> {
-    let inside = |w: crate::time::Window| w.start >= start && w.end <= end;
-    let mut task = PartitionTask::new(Partition(log.partition), cfg.clone());
-    let mut panes = Vec::new();
-    // Request id → the offset of its first billed or too-late record, for the
-    // tenant's records of the window (what a duplicate repeats).
-    let mut first: HashMap<String, i64> = HashMap::new();
-    let mut out = Replayed {
-        billed: Vec::new(),
-        elsewhere: Vec::new(),
-        range: PartitionRange {
-            partition: log.partition,
-            from_offset: log.log_start,
-            to_offset: log.log_end,
-            watermark: None,
-            final_here: false,
-            unreadable_dead_letters: 0,
-        },
-    };
-    for r in &log.records {
+    let bounds = (log.log_start, log.log_end);
+    let mut r = Replayer::new(cfg, tenant, range, (log.partition, bounds), now_ms);
+    for rec in &log.records {
+        r.push(rec)?;
+    }
+    Ok(r.finish())
+}
+
+/// One partition's replay, fed a record at a time in offset order (so a reader
+/// need not hold the partition): a fresh `PartitionTask` routes each record,
+/// and the records of the tenant in `[start, end)` are kept with their routes.
+/// `now_ms` stands in for the ingest clock of a record without a Kafka
+/// timestamp (the `max_future` guard reads it; with one, the record's
+/// timestamp stands in).
+pub struct Replayer<'a> {
+    cfg: &'a Arc<EngineConfig>,
+    tenant: &'a str,
+    range: (i64, i64),
+    now_ms: i64,
+    task: PartitionTask,
+    panes: Vec<crate::engine::ResultRecord>,
+    /// Request id → the offset of its first billed or too-late record, for the
+    /// tenant's records of the windows (what a duplicate repeats).
+    first: HashMap<String, i64>,
+    out: Replayed,
+}
+
+impl<'a> Replayer<'a> {
+    /// A replay of `partition`, whose log is `[log_start, log_end)`.
+    pub fn new(
+        cfg: &'a Arc<EngineConfig>,
+        tenant: &'a str,
+        range: (i64, i64),
+        (partition, (log_start, log_end)): (i32, (i64, i64)),
+        now_ms: i64,
+    ) -> Self {
+        Self {
+            task: PartitionTask::new(Partition(partition), cfg.clone()),
+            cfg,
+            tenant,
+            range,
+            now_ms,
+            panes: Vec::new(),
+            first: HashMap::new(),
+            out: Replayed {
+                billed: Vec::new(),
+                elsewhere: Vec::new(),
+                range: PartitionRange {
+                    partition,
+                    from_offset: log_start,
+                    to_offset: log_end,
+                    watermark: None,
+                    final_here: false,
+                    unreadable_dead_letters: 0,
+                },
+            },
+        }
+    }
+
+    fn inside(&self, w: crate::time::Window) -> bool {
+        w.start >= self.range.0 && w.end <= self.range.1
+    }
+
+    /// The next record of the partition.
+    pub fn push(&mut self, r: &InputRecord) -> Result<(), String> {
+        let (cfg, partition) = (self.cfg, self.out.range.partition);
         let rec = RecordIn {
             payload: &r.payload,
             kafka_ts: r.kafka_ts,
-            now_ms: r.kafka_ts.unwrap_or(now_ms),
+            now_ms: r.kafka_ts.unwrap_or(self.now_ms),
         };
-        let w = task.watermark().0;
+        let w = self.task.watermark().0;
         let valid = validate(cfg, rec);
-        let route = task
-            .process(rec, &mut panes)
-            .map_err(|e| format!("replaying partition {}: {e:?}", log.partition))?;
-        panes.clear();
+        let route = self
+            .task
+            .process(rec, &mut self.panes)
+            .map_err(|e| format!("replaying partition {partition}: {e:?}"))?;
+        self.panes.clear();
         let at = Here {
-            partition: log.partition,
+            partition,
             offset: r.offset,
             watermark: (w != i64::MIN).then_some(w),
         };
         match valid {
-            Ok(v) if v.ev.tenant_id == tenant && inside(v.window) => {
-                let id = v.ev.request_id.to_string();
-                let kept = Kept { cfg, valid: &v, at };
-                match route {
-                    Route::Window => {
-                        first.entry(id).or_insert(r.offset);
-                        out.billed.push(kept.billed(w >= v.window.end - 1));
-                    }
-                    Route::TooLate { watermark, .. } => {
-                        first.entry(id.clone()).or_insert(r.offset);
-                        out.elsewhere
-                            .push(kept.elsewhere(Some(id), too_late(watermark, &v)));
-                    }
-                    Route::Duplicate => {
-                        let of_offset = first.get(&id).copied();
-                        out.elsewhere
-                            .push(kept.elsewhere(Some(id), Routed::Duplicate { of_offset }));
-                    }
-                    Route::DeadLetter(reason) => {
-                        out.elsewhere
-                            .push(kept.elsewhere(Some(id), dead_letter(&reason)));
-                    }
-                }
+            Ok(v) if v.ev.tenant_id == self.tenant && self.inside(v.window) => {
+                self.kept(Kept { cfg, valid: &v, at }, route, w);
             }
             Ok(_) => {}
             Err(reason) => match attribute(cfg, r) {
-                (Some(t), Some(w)) if t == tenant && inside(w) => {
-                    out.elsewhere.push(Elsewhere {
+                (Some(t), Some(win)) if t == self.tenant && self.inside(win) => {
+                    self.out.elsewhere.push(Elsewhere {
                         request_id: request_id(&cfg.input, &r.payload),
-                        window_end: w.end,
-                        partition: log.partition,
+                        window_end: win.end,
+                        partition,
                         offset: r.offset,
                         route: dead_letter(&reason),
                     });
                 }
-                (Some(t), None) if t == tenant => out.range.unreadable_dead_letters += 1,
+                (Some(t), None) if t == self.tenant => self.out.range.unreadable_dead_letters += 1,
                 _ => {}
             },
         }
+        Ok(())
     }
-    let w = task.watermark().0;
-    out.range.watermark = (w != i64::MIN).then_some(w);
-    out.range.final_here = task.final_through().is_some_and(|f| f >= end);
-    Ok(out)
+
+    /// A valid record of the windows asked, by the route it took (`w`: the
+    /// watermark it met).
+    fn kept(&mut self, kept: Kept<'_, '_>, route: Route, w: i64) {
+        let v = kept.valid;
+        let id = v.ev.request_id.to_string();
+        let offset = kept.at.offset;
+        let out = &mut self.out;
+        match route {
+            Route::Window => {
+                self.first.entry(id).or_insert(offset);
+                out.billed.push(kept.billed(w >= v.window.end - 1));
+            }
+            Route::TooLate { watermark, .. } => {
+                self.first.entry(id.clone()).or_insert(offset);
+                out.elsewhere
+                    .push(kept.elsewhere(Some(id), too_late(watermark, v)));
+            }
+            Route::Duplicate => {
+                let of_offset = self.first.get(&id).copied();
+                out.elsewhere
+                    .push(kept.elsewhere(Some(id), Routed::Duplicate { of_offset }));
+            }
+            Route::DeadLetter(reason) => {
+                out.elsewhere
+                    .push(kept.elsewhere(Some(id), dead_letter(&reason)));
+            }
+        }
+    }
+
+    /// What the replay found, with the partition's watermark at its end.
+    pub fn finish(mut self) -> Replayed {
+        let w = self.task.watermark().0;
+        self.out.range.watermark = (w != i64::MIN).then_some(w);
+        self.out.range.final_here = self.task.final_through().is_some_and(|f| f >= self.range.1);
+        self.out
+    }
 }
 
 /// Where a record was met.

@@ -3,7 +3,7 @@
 //! partition replayed; the sink's rows when a URL is given; the join.
 //! What `tally explain --tenant` prints (and what a service would serve).
 
-use super::{join, replay, source, Explanation, Sides};
+use super::{join, source, Explanation, Replayer, Sides};
 use crate::base::clock::now_ms;
 use crate::config::Config;
 use crate::kafka::read::read_topic;
@@ -32,6 +32,10 @@ pub enum Failure {
     /// The input holds more records than the caller's bound.
     #[error("{0}")]
     TooLarge(String),
+    /// The engine failed to replay a record (not expected: the replay's task
+    /// keeps every window in memory).
+    #[error("{0}")]
+    Replay(String),
 }
 
 /// The windows `[start, end)` asked for, on `spec`'s grid.
@@ -71,19 +75,25 @@ pub fn explain(
     let engine = cfg.engine().map_err(|e| Failure::Usage(e.to_string()))?;
     let (start, end) = window(asked, &engine.window)?;
     let kafka = |e: crate::kafka::KafkaIoError| Failure::Kafka(e.to_string());
-    let logs = source::read_partitions(&cfg.kafka, &cfg.topics.input, max_records).map_err(
-        |e| match e {
-            source::ReadError::TooLarge { .. } => Failure::TooLarge(e.to_string()),
-            source::ReadError::Kafka(e) => kafka(e),
-        },
-    )?;
+    let read = |e: source::ReadError| match e {
+        source::ReadError::TooLarge { .. } => Failure::TooLarge(e.to_string()),
+        source::ReadError::Replay(m) => Failure::Replay(m),
+        source::ReadError::Kafka(e) => kafka(e),
+    };
+    let input = source::open(&cfg.kafka, &cfg.topics.input, max_records).map_err(read)?;
     let late = read_topic(&cfg.kafka, &cfg.topics.late).map_err(kafka)?;
     let dead = read_topic(&cfg.kafka, &cfg.topics.dead_letter).map_err(kafka)?;
     let now = now_ms();
-    let mut replays = Vec::with_capacity(logs.len());
-    for log in &logs {
-        replays.push(replay(&engine, tenant, (start, end), log, now).map_err(Failure::Kafka)?);
-    }
+    let mut replays: Vec<Replayer<'_>> = input
+        .bounds()
+        .iter()
+        .enumerate()
+        .map(|(p, b)| Replayer::new(&engine, tenant, (start, end), (p as i32, *b), now))
+        .collect();
+    input
+        .read(|p, r| replays[p as usize].push(r))
+        .map_err(read)?;
+    let replays = replays.into_iter().map(Replayer::finish).collect();
     let sink = sink_url
         .map(|u| source::sink_rows(u, tenant, (start, end)))
         .transpose()

@@ -1,6 +1,7 @@
 //! What `tally explain` reads: the input topic's partitions from their log
-//! start to the log end seen at the start (`read_partitions`), and the sink's
-//! rows of one (tenant, window) (`sink_rows`). The only I/O of `explain`.
+//! start to the log end seen at the start, a record at a time (`open`,
+//! `InputReader::read`: nothing of the topic is held), and the sink's rows of
+//! the tenant's windows (`sink_rows`). The I/O of `explain`, with `run`.
 
 use std::time::{Duration, Instant};
 
@@ -8,12 +9,12 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
-use super::{InputRecord, PartitionLog, SinkAdjustment, SinkLine, SinkPartial, SinkRows};
+use super::{InputRecord, SinkAdjustment, SinkLine, SinkPartial, SinkRows};
 use crate::kafka::config::KafkaConfig;
 use crate::kafka::{client_config, KafkaIoError};
 
-/// How long reading a topic may take at most.
-const READ_FOR: Duration = Duration::from_secs(300);
+/// How long reading may see nothing move before it fails.
+const STALL: Duration = Duration::from_secs(60);
 
 /// Why the input could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -25,18 +26,27 @@ pub enum ReadError {
         "the input topic holds {records} records, more than {limit} (the bound of this reader)"
     )]
     TooLarge { records: u64, limit: u64 },
+    /// The caller's handling of a record failed.
+    #[error("{0}")]
+    Replay(String),
 }
 
-/// Every record of every partition of `topic`, from its log start to the log
-/// end read at the start (`read_committed`: the last stable offset), with both
-/// bounds; refused before reading when they span more than `max_records`. A
-/// partition is done when a record at `end - 1` or a position at `end` was seen
-/// (transaction markers leave offsets without records).
-pub fn read_partitions(
+/// The input topic opened at its log starts, with the log ends read now.
+pub struct InputReader {
+    consumer: BaseConsumer<crate::kafka::logging::Logged>,
+    topic: String,
+    /// `(log_start, log_end)` by partition.
+    bounds: Vec<(i64, i64)>,
+}
+
+/// Opens `topic` at every partition's log start, with the log end read now
+/// (`read_committed`: the last stable offset) as where reading stops; refused
+/// before reading when the partitions span more than `max_records`.
+pub fn open(
     kafka: &KafkaConfig,
     topic: &str,
     max_records: Option<u64>,
-) -> Result<Vec<PartitionLog>, ReadError> {
+) -> Result<InputReader, ReadError> {
     let mut c = client_config(
         kafka,
         &[
@@ -52,65 +62,82 @@ pub fn read_partitions(
     if n == 0 {
         return Err(KafkaIoError::Fatal(format!("input topic {topic} does not exist")).into());
     }
-    let mut logs = Vec::new();
+    let mut bounds = Vec::new();
     let mut tpl = TopicPartitionList::new();
     for p in 0..n {
         let (low, high) = consumer
             .fetch_watermarks(topic, p, Duration::from_secs(10))
             .map_err(KafkaIoError::client(format!("log range of {topic}/{p}")))?;
-        logs.push(PartitionLog {
-            partition: p,
-            log_start: low,
-            log_end: high,
-            records: Vec::new(),
-        });
+        bounds.push((low, high));
         tpl.add_partition_offset(topic, p, Offset::Offset(low))
             .map_err(KafkaIoError::client("assignment"))?;
     }
-    let records: u64 = logs
-        .iter()
-        .map(|l| (l.log_end - l.log_start).max(0) as u64)
-        .sum();
+    let records: u64 = bounds.iter().map(|(l, h)| (h - l).max(0) as u64).sum();
     if let Some(limit) = max_records.filter(|l| records > *l) {
         return Err(ReadError::TooLarge { records, limit });
     }
     consumer
         .assign(&tpl)
         .map_err(KafkaIoError::client("assigning"))?;
-    let mut done: Vec<bool> = logs.iter().map(|l| l.log_start >= l.log_end).collect();
-    let deadline = Instant::now() + READ_FOR;
-    while !done.iter().all(|d| *d) {
-        if Instant::now() > deadline {
-            return Err(
-                KafkaIoError::Fatal(format!("timed out reading {topic} to its end")).into(),
-            );
-        }
-        let Some(msg) = consumer.poll(Duration::from_millis(200)) else {
-            let at = consumer
-                .position()
-                .map_err(KafkaIoError::client("position"))?;
-            for e in at.elements() {
-                let p = e.partition() as usize;
-                if let Offset::Offset(o) = e.offset() {
-                    done[p] = done[p] || o >= logs[p].log_end;
-                }
-            }
-            continue;
-        };
-        let m = msg.map_err(KafkaIoError::client(format!("reading {topic}")))?;
-        let p = m.partition() as usize;
-        let log = &mut logs[p];
-        if m.offset() < log.log_end {
-            log.records.push(InputRecord {
-                offset: m.offset(),
-                key: m.key().map(<[u8]>::to_vec),
-                payload: m.payload().unwrap_or_default().to_vec(),
-                kafka_ts: m.timestamp().to_millis(),
-            });
-        }
-        done[p] = done[p] || m.offset() + 1 >= log.log_end;
+    Ok(InputReader {
+        consumer,
+        topic: topic.to_string(),
+        bounds,
+    })
+}
+
+impl InputReader {
+    /// `(log_start, log_end)` of each partition, by partition.
+    pub fn bounds(&self) -> &[(i64, i64)] {
+        &self.bounds
     }
-    Ok(logs)
+
+    /// Hands every record to `each` (its partition, the record), in offset
+    /// order within a partition, until every partition reached its end. A
+    /// partition is done when a record at `end - 1` or a position at `end` was
+    /// seen (transaction markers leave offsets without records); reading fails
+    /// when nothing moves for `STALL`.
+    pub fn read(
+        self,
+        mut each: impl FnMut(i32, &InputRecord) -> Result<(), String>,
+    ) -> Result<(), ReadError> {
+        let (consumer, topic, bounds) = (self.consumer, self.topic, self.bounds);
+        let mut done: Vec<bool> = bounds.iter().map(|(l, h)| l >= h).collect();
+        let mut moved = Instant::now();
+        while !done.iter().all(|d| *d) {
+            if moved.elapsed() > STALL {
+                let why = format!("reading {topic}: nothing for {} s", STALL.as_secs());
+                return Err(KafkaIoError::Fatal(why).into());
+            }
+            let Some(msg) = consumer.poll(Duration::from_millis(200)) else {
+                let at = consumer
+                    .position()
+                    .map_err(KafkaIoError::client("position"))?;
+                for e in at.elements() {
+                    let p = e.partition() as usize;
+                    if let Offset::Offset(o) = e.offset() {
+                        done[p] = done[p] || o >= bounds[p].1;
+                    }
+                }
+                continue;
+            };
+            let m = msg.map_err(KafkaIoError::client(format!("reading {topic}")))?;
+            moved = Instant::now();
+            let p = m.partition() as usize;
+            let end = bounds[p].1;
+            if m.offset() < end {
+                let r = InputRecord {
+                    offset: m.offset(),
+                    key: m.key().map(<[u8]>::to_vec),
+                    payload: m.payload().unwrap_or_default().to_vec(),
+                    kafka_ts: m.timestamp().to_millis(),
+                };
+                each(m.partition(), &r).map_err(ReadError::Replay)?;
+            }
+            done[p] = done[p] || m.offset() + 1 >= end;
+        }
+        Ok(())
+    }
 }
 
 /// A sum the sink's views give as an unbounded `NUMERIC`, read as text.
