@@ -114,6 +114,47 @@ fn sink_line(db: &str, tenant: &str, end: i64) -> Option<String> {
     rows.first().and_then(|r| r[0].clone())
 }
 
+/// Two records per partition, after the generated ones, for the window ending
+/// two minutes before the partition's newest event: its on-time pane fired (the
+/// watermark is that event less a 5 s bound) and lateness (5 min) keeps it, so
+/// they are late, billed by a late pane. Added to the truth; their pairs and
+/// coordinates returned.
+fn late_within_lateness(
+    broker: &DevBroker,
+    path: &Path,
+    t: &mut Truth,
+) -> BTreeMap<(String, i64), BTreeSet<(i32, i64)>> {
+    // Per partition: the records sent, the newest event time, a tenant.
+    let mut parts: BTreeMap<i32, (i64, i64, String)> = BTreeMap::new();
+    for line in std::fs::read_to_string(path).unwrap().lines() {
+        let r: GeneratedRecord = serde_json::from_str(line).unwrap();
+        let e = parts.entry(r.partition).or_insert((0, 0, r.key.clone()));
+        e.0 += 1;
+        if r.route == "normal" {
+            let j: serde_json::Value = serde_json::from_str(&r.payload).unwrap();
+            e.1 = e.1.max(j["completed_ts"].as_i64().unwrap());
+        }
+    }
+    let mut late = BTreeMap::new();
+    for (p, (sent, newest, tenant)) in parts {
+        let end = newest.div_euclid(MIN) * MIN - MIN;
+        let payloads: Vec<String> = (0..2)
+            .map(|i| event(&format!("late-{p}-{i}"), &tenant, "small", end - 30_000 + i))
+            .collect();
+        produce(broker, "requests", p, &tenant, &payloads);
+        for i in 0..2 {
+            let at = (p, sent + i);
+            let key = (tenant.clone(), end);
+            t.pairs
+                .entry(key.clone())
+                .or_default()
+                .insert((at.0, at.1, "billed".into()));
+            late.entry(key).or_insert_with(BTreeSet::new).insert(at);
+        }
+    }
+    late
+}
+
 /// Up to 10 pairs with records routed elsewhere, the rest at random: 20 in all.
 fn pick(t: &Truth, seed: u64) -> Vec<(String, i64)> {
     let mut rng = tally::gen::Rng::new(seed);
@@ -191,7 +232,14 @@ fn explain_lists_each_generated_record_of_a_window_with_its_route_and_the_sinks_
         ("requests.late", 2),
         ("requests.dlq", 2),
     ]);
-    let cfg = write_config(dir.path(), &broker, "explain", "");
+    // Five minutes of lateness: the window two minutes behind a partition's
+    // newest event has fired and is not purged, so records for it are late.
+    let cfg = write_config(
+        dir.path(),
+        &broker,
+        "explain",
+        "[window]\nallowed_lateness = \"5m\"\n",
+    );
     let records = dir.path().join("records.jsonl");
     generate(
         &cfg,
@@ -218,7 +266,8 @@ fn explain_lists_each_generated_record_of_a_window_with_its_route_and_the_sinks_
             records.to_str().unwrap(),
         ],
     );
-    let t = truth(&records);
+    let mut t = truth(&records);
+    let late = late_within_lateness(&broker, &records, &mut t);
     let cfg = cfg.to_str().unwrap();
     let killed = tally(
         &["run", "--config", cfg, "--until-end"],
@@ -290,6 +339,23 @@ fn explain_lists_each_generated_record_of_a_window_with_its_route_and_the_sinks_
             routes.get(route).is_some_and(|n| *n > 0),
             "no {route} among {routes:?}"
         );
+    }
+    // The late records: billed by a late pane.
+    for ((tenant, end), at) in &late {
+        let x = explain(cfg, tenant, end - MIN, Some(&db));
+        let unreadable = t.unreadable.get(tenant).copied().unwrap_or(0);
+        check_pair(&x, &t.pairs[&(tenant.clone(), *end)], &db, unreadable);
+        let mut seen = 0;
+        for b in x
+            .billed
+            .iter()
+            .filter(|b| at.contains(&(b.partition, b.offset)))
+        {
+            assert_eq!(b.pane, "late", "{b:?}");
+            assert!(b.watermark.is_some_and(|w| w >= end - 1), "{b:?}");
+            seen += 1;
+        }
+        assert_eq!(seen, at.len(), "{tenant} {end}");
     }
 
     // A calendar bucket (here five minutes, its bounds given with an offset as
@@ -364,7 +430,10 @@ fn explain_lists_each_generated_record_of_a_window_with_its_route_and_the_sinks_
     assert!(table.contains("BILLED INTO THE WINDOW"), "{table}");
     assert!(table.contains("AGREES with the sink"), "{table}");
 
-    over_the_api(dir.path(), &broker, &db, &pairs[..3], cfg);
+    // Over the API: the pair with the most records first (several pages).
+    let mut by_size = pairs.clone();
+    by_size.sort_by_key(|k| std::cmp::Reverse(t.pairs[k].len()));
+    over_the_api(dir.path(), &broker, &db, &by_size, cfg);
 }
 
 /// `GET /v1/explain/{tenant}` answers what `tally explain` answers, paged and
