@@ -163,3 +163,34 @@ fn without_a_sink_nothing_is_compared() {
     };
     assert_eq!(*adjustment, None);
 }
+
+#[test]
+fn rows_follow_the_offsets_and_csv_quotes_text() {
+    let x = explain(0, Some(sink(true, 2)));
+    let rows = x.rows();
+    let order: Vec<_> = rows.iter().map(|r| (r.offset, r.route.as_str())).collect();
+    assert_eq!(
+        order,
+        [
+            (0, "billed"),
+            (1, "billed"),
+            (2, "duplicate"),
+            (3, "too_late")
+        ]
+    );
+    assert_eq!(rows[2].duplicate_of_offset, Some(0));
+    assert_eq!(rows[3].adjusted, Some(true));
+    let quote = |s: &str| format!("<{s}>");
+    assert_eq!(
+        rows[3].csv_line(quote),
+        "0,3,60000,<c>,too_late,,,,5,,,,99,,true,\r\n"
+    );
+    assert_eq!(
+        crate::explain::rows::CSV_HEADER.split(',').count(),
+        rows[0].csv_line(quote).split(',').count()
+    );
+    let table = x.render_table();
+    assert!(table.contains("duplicate of offset 0"), "{table}");
+    assert!(table.contains("too late at watermark 99"), "{table}");
+    assert!(table.contains("AGREES with the sink"), "{table}");
+}
