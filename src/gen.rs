@@ -90,9 +90,47 @@ pub(crate) struct GenRecord {
     pub partition: i32,
     pub key: String,
     pub payload: String,
-    /// What the record is meant to be: read by the generator's own model test.
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// What the record is meant to be: read by the generator's own model test
+    /// and written to `--records-file`.
     pub kind: Kind,
+}
+
+/// One line of `tally gen --records-file`: a generated record and where the
+/// rules must route it, so a test can check a per-record account
+/// (`tally explain`) against the construction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GeneratedRecord {
+    pub partition: i32,
+    /// The how-manieth record this run sent to the partition (its offset when
+    /// the partition was empty before the run).
+    pub seq: u64,
+    pub key: String,
+    pub payload: String,
+    /// `normal` (billed into its window), `too_late`, `duplicate` or
+    /// `dead_letter`.
+    pub route: String,
+    /// A dead letter's code.
+    pub code: Option<String>,
+}
+
+impl GenRecord {
+    /// This record as a `GeneratedRecord`, the `seq`-th of its partition.
+    pub(crate) fn describe(&self, seq: u64) -> GeneratedRecord {
+        let (route, code) = match self.kind {
+            Kind::Normal => ("normal", None),
+            Kind::TooLate => ("too_late", None),
+            Kind::Duplicate => ("duplicate", None),
+            Kind::Malformed(c) => ("dead_letter", Some(c.to_string())),
+        };
+        GeneratedRecord {
+            partition: self.partition,
+            seq,
+            key: self.key.clone(),
+            payload: self.payload.clone(),
+            route: route.into(),
+            code,
+        }
+    }
 }
 
 /// One expected invoice line.

@@ -13,6 +13,7 @@ pub mod cli;
 pub mod config;
 pub mod devtools;
 pub mod engine;
+pub mod explain;
 pub(crate) mod failpoint;
 pub mod gen;
 pub mod kafka;

@@ -20,6 +20,7 @@
 //! beyond the URL, which is never logged or answered.
 
 pub(crate) mod access;
+mod explain;
 pub(crate) mod keys;
 pub(crate) mod limits;
 pub(crate) mod negotiate;
@@ -102,6 +103,8 @@ pub(crate) struct Api {
     /// HTTPS (`api.tls`), or plain HTTP.
     tls: Option<tls::Tls>,
     registry: Registry,
+    /// What `/v1/explain` runs with (`None`: answered 503).
+    explainer: Option<explain::Explainer>,
 }
 
 impl Api {
@@ -133,7 +136,15 @@ impl Api {
             access,
             tls,
             registry,
+            explainer: None,
         }
+    }
+
+    /// Serves `/v1/explain` with the explainer of `cfg` (its `[kafka]`,
+    /// `[topics]` and engine settings).
+    pub(crate) fn with_explainer(mut self, cfg: &crate::config::Config) -> Self {
+        self.explainer = explain::Explainer::from_config(cfg);
+        self
     }
 
     /// Whether `tz` is a zone of the database's tzdata.
@@ -282,7 +293,7 @@ fn not_acceptable() -> Response<Body> {
         406,
         None,
         "nothing this route answers with is acceptable (Accept): it offers application/json, \
-         and text/csv on /v1/usage",
+         and text/csv on /v1/usage and /v1/explain",
     )
 }
 
@@ -309,7 +320,10 @@ async fn route(api: &Api, req: Request<hyper::body::Incoming>) -> (&'static str,
         },
     };
     // The routes that query: bounded in flight and per key.
-    let data = path == "/v1/usage" || path == "/v1/tenants" || path.starts_with("/v1/invoices/");
+    let data = path == "/v1/usage"
+        || path == "/v1/tenants"
+        || path.starts_with("/v1/invoices/")
+        || path.starts_with("/v1/explain/");
     let permit = if data {
         if let Some(key) = &key {
             if let Err(after) = api
@@ -377,6 +391,7 @@ async fn route(api: &Api, req: Request<hyper::body::Incoming>) -> (&'static str,
                 routes::get_invoice(api, &scope, tenant, &query).await,
             )
         }
+        p if p.starts_with("/v1/explain/") => explain::route(api, &req, &scope, p, &query).await,
         "/v1/tenants" => match negotiated(&req, &[negotiate::Offer::Json]) {
             Some(_) => ("tenants", routes::get_tenants(api, &scope, &query).await),
             None => ("tenants", not_acceptable()),

@@ -39,7 +39,7 @@ async fn serve(cfg: &Config) -> anyhow::Result<()> {
         .as_ref()
         .map(tls::Tls::from_config)
         .transpose()?;
-    let api = Arc::new(Api::new(&cfg.api, &cfg.sink.database_url, access, tls));
+    let api = Arc::new(Api::new(&cfg.api, &cfg.sink.database_url, access, tls).with_explainer(cfg));
     if api.access.reloads() || api.tls.is_some() {
         crate::base::shutdown::install_reload();
         let api = api.clone();
@@ -55,7 +55,7 @@ async fn serve(cfg: &Config) -> anyhow::Result<()> {
             }
         });
     }
-    info!(addr = %listener.local_addr()?, "usage API: serving /v1/usage, /v1/invoices, /healthz, /readyz, /metrics");
+    info!(addr = %listener.local_addr()?, "usage API: serving /v1/usage, /v1/invoices, /v1/explain, /healthz, /readyz, /metrics");
     match api.ready().await {
         Ok(()) => info!("usage API: the database is ready"),
         Err(why) => warn!(%why, "usage API: not ready yet (answering 503 until it is)"),

@@ -1,12 +1,14 @@
-//! `tally explain`: why a window is what it is. Its one mode so far is
-//! `--finality` — which input partitions hold a window back from being final,
-//! and why (`metrics::finality`), read from the workers' `/status.json` or their
-//! `report.json`. Explaining a tenant's window by its requests (`--tenant`) is
-//! not built yet: asked for, it is a usage error (exit 2).
+//! `tally explain`: why a window is what it is. Two modes: `--finality` —
+//! which input partitions hold a window back from being final, and why
+//! (`metrics::finality`), read from the workers' `/status.json` or their
+//! `report.json`; and `--tenant` — a tenant's window explained down to its
+//! requests by replaying the logs through the engine (`crate::explain`,
+//! `explain_requests`).
 //!
 //! Exit statuses: 0 with an answer (final or not: `is_final` in the JSON, the
-//! last line of the table), 2 for a usage error or a report file that cannot be
-//! read, 4 when a worker's address does not answer with a report (yet).
+//! last line of the table; agreeing with the sink or not: `agrees`), 2 for a
+//! usage error or a report file that cannot be read, 4 when a worker's address
+//! (or, for `--tenant`, the broker) does not answer.
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -19,17 +21,35 @@ use crate::metrics::finality::{self, WindowRef};
 use crate::metrics::WorkerReport;
 
 #[derive(Args, Debug)]
-#[command(group(ArgGroup::new("window").required(true).args(["window_start", "window_end"])))]
-#[command(group(ArgGroup::new("source").required(true).multiple(true).args(["from", "report"])))]
+#[command(group(ArgGroup::new("window").required(true).multiple(true).args(["window_start", "window_end"])))]
+#[command(group(ArgGroup::new("source").multiple(true).args(["from", "report"])))]
+#[command(group(ArgGroup::new("mode").required(true).args(["finality", "tenant"])))]
 pub struct ExplainArgs {
     /// Explain the window's finality: per input partition its watermark and
     /// progress, the records its lead rule holds, its idleness, the lateness
-    /// still to run, and which partition holds the window back. (The only mode
-    /// built so far; explaining a tenant's window by its requests is not.)
+    /// still to run, and which partition holds the window back (needs --from
+    /// or --report).
     #[arg(long)]
     pub finality: bool,
+    /// Explain this tenant's window down to its requests: every request billed
+    /// into it and every one routed elsewhere, re-derived from the input topic by
+    /// the engine, joined with the late and dead-letter topics and the sink's
+    /// rows (needs --config; --sink-url or --sink to compare with the sink).
+    #[arg(long, value_name = "TENANT_ID", conflicts_with_all = ["from", "report"])]
+    pub tenant: Option<String>,
+    #[command(flatten)]
+    pub config: super::ConfigArg,
+    /// With --tenant: compare with the sink's rows in this PostgreSQL database.
+    #[arg(long, value_name = "URL", requires = "tenant")]
+    pub sink_url: Option<String>,
+    /// With --tenant: compare with the sink's rows in the config's
+    /// `sink.database_url`.
+    #[arg(long, requires = "tenant", conflicts_with = "sink_url")]
+    pub sink: bool,
     /// The window starting at this time (RFC 3339, e.g. 2026-01-01T10:00:00Z,
-    /// or integer ms since the epoch).
+    /// or integer ms since the epoch). With --tenant and --window-end too: every
+    /// window from this one up to --window-end (a calendar bucket: give its
+    /// bounds with the zone's offset, e.g. 2026-01-01T00:00:00+01:00).
     #[arg(long, value_name = "TIME", value_parser = crate::time::utc::parse_utc_ms)]
     pub window_start: Option<i64>,
     /// The window ending at this time (exclusive; RFC 3339 or integer ms).
@@ -136,21 +156,64 @@ fn read(path: &PathBuf) -> Result<WorkerReport, ExplainError> {
         .map_err(|e| ExplainError::Report(format!("{}: not a worker report: {e}", path.display())))
 }
 
+/// `--tenant`: the window explained down to its requests.
+fn requests(tenant: &str, a: &ExplainArgs) -> anyhow::Result<()> {
+    use crate::explain::run::{explain, Asked, Failure};
+    let cfg = a.config.load()?;
+    let asked = match (a.window_start, a.window_end) {
+        (Some(s), Some(e)) => Asked::Range(s, e),
+        (Some(s), None) => Asked::Start(s),
+        (None, Some(e)) => Asked::End(e),
+        (None, None) => unreachable!("clap requires one of them"),
+    };
+    let url = match (&a.sink_url, a.sink) {
+        (Some(u), _) => Some(u.clone()),
+        (None, true) => Some(cfg.sink.database_url.clone()),
+        (None, false) => None,
+    };
+    let x = explain(&cfg, tenant, asked, url.as_deref(), None).map_err(|e| match e {
+        Failure::Usage(m) | Failure::TooLarge(m) => ExplainError::Usage(m),
+        Failure::Kafka(why) => ExplainError::Unreachable {
+            addr: cfg.kafka.bootstrap_servers.clone(),
+            why,
+        },
+        Failure::Replay(m) => ExplainError::Report(m),
+        Failure::Sink(why) => ExplainError::Unreachable {
+            addr: "the sink's database".into(),
+            why,
+        },
+    })?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&x)?);
+    } else {
+        print!("{}", x.render_table());
+    }
+    Ok(())
+}
+
 pub(crate) fn run(a: ExplainArgs) -> anyhow::Result<()> {
-    if !a.finality {
+    if let Some(tenant) = &a.tenant {
+        return requests(tenant, &a);
+    }
+    if a.from.is_empty() && a.report.is_empty() {
         let mut cli = super::Cli::command();
         cli.build();
         cli.find_subcommand_mut("explain")
             .expect("tally explain is a subcommand")
             .error(
                 clap::error::ErrorKind::MissingRequiredArgument,
-                "tally explain needs --finality: it is the only mode built so far (explaining a \
-                 tenant's window by its requests is not built yet)",
+                "tally explain --finality needs --from or --report",
             )
             .exit();
     }
     let window = match (a.window_start, a.window_end) {
-        (Some(s), _) => WindowRef::Start(s),
+        (Some(_), Some(_)) => {
+            return Err(ExplainError::Usage(
+                "--finality explains one window: give --window-start or --window-end".into(),
+            )
+            .into())
+        }
+        (Some(s), None) => WindowRef::Start(s),
         (None, Some(e)) => WindowRef::End(e),
         (None, None) => unreachable!("clap requires one of them"),
     };

@@ -60,6 +60,46 @@ pub struct GenArgs {
     /// pointers, timestamp formats, CloudEvents).
     #[arg(long, value_name = "FILE")]
     pub output_file: Option<PathBuf>,
+    /// Write every generated record here, one JSON line each: its partition,
+    /// its sequence number there, key, payload, and the route the rules must
+    /// give it (`normal`, `too_late`, `duplicate`, `dead_letter` with its code).
+    #[arg(long, value_name = "FILE")]
+    pub records_file: Option<PathBuf>,
+}
+
+/// `--records-file`: one `GeneratedRecord` per line, numbered per partition.
+struct RecordsFile {
+    out: Option<std::io::BufWriter<std::fs::File>>,
+    seq: std::collections::BTreeMap<i32, u64>,
+}
+
+impl RecordsFile {
+    fn open(path: Option<&std::path::Path>) -> anyhow::Result<Self> {
+        let out = path
+            .map(|p| std::fs::File::create(p).with_context(|| p.display().to_string()))
+            .transpose()?
+            .map(std::io::BufWriter::new);
+        Ok(Self {
+            out,
+            seq: Default::default(),
+        })
+    }
+
+    fn write(&mut self, r: &crate::gen::GenRecord) -> anyhow::Result<()> {
+        if let Some(out) = &mut self.out {
+            let seq = self.seq.entry(r.partition).or_default();
+            writeln!(out, "{}", serde_json::to_string(&r.describe(*seq))?)?;
+            *seq += 1;
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> anyhow::Result<()> {
+        if let Some(mut out) = self.out {
+            out.flush()?;
+        }
+        Ok(())
+    }
 }
 
 fn per_million(f: f64, name: &str) -> anyhow::Result<u32> {
@@ -121,7 +161,9 @@ pub fn run(a: GenArgs) -> anyhow::Result<()> {
         let mut out = std::io::BufWriter::new(
             std::fs::File::create(path).with_context(|| path.display().to_string())?,
         );
+        let mut records = RecordsFile::open(a.records_file.as_deref())?;
         for r in gen.by_ref() {
+            records.write(&r)?;
             if crate::base::shutdown::requested() {
                 out.flush()?;
                 anyhow::bail!(
@@ -132,6 +174,7 @@ pub fn run(a: GenArgs) -> anyhow::Result<()> {
             writeln!(out, "{}", r.payload)?;
         }
         out.flush()?;
+        records.finish()?;
         gen.expected()
     } else {
         produce(&a, &cfg, &prices, &engine)?
@@ -190,7 +233,9 @@ fn produce(
     .with_input(engine.input.clone());
     let started = Instant::now();
     let mut sent: u64 = 0;
+    let mut records = RecordsFile::open(a.records_file.as_deref())?;
     for r in gen.by_ref() {
+        records.write(&r)?;
         if crate::base::shutdown::requested() {
             producer
                 .flush(Duration::from_secs(60))
@@ -222,5 +267,6 @@ fn produce(
         .flush(Duration::from_secs(60))
         .context("flushing generated records")?;
     producer.context().take_failures()?;
+    records.finish()?;
     Ok(gen.expected())
 }

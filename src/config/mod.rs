@@ -181,6 +181,9 @@ pub struct ApiConfig {
     /// PostgreSQL connections, each lent to one request at a time.
     #[serde(deserialize_with = "crate::base::duration::de_u64")]
     pub pool_size: u64,
+    /// The most input records one `/v1/explain` replays (422 beyond).
+    #[serde(deserialize_with = "crate::base::duration::de_u64")]
+    pub explain_max_records: u64,
 }
 
 /// `[api.tls]`.
@@ -205,6 +208,7 @@ impl Default for ApiConfig {
             max_concurrent: 64,
             rate_limit: 50,
             pool_size: 8,
+            explain_max_records: 2_000_000,
         }
     }
 }

@@ -139,9 +139,12 @@ impl Probe {
         let schema = &media["schema"];
         if ct.starts_with("text/csv") {
             // The columns are the row's documented fields.
-            let row = self
-                .spec
-                .deref(&self.spec.0["components"]["schemas"]["UsageRow"]);
+            let name = if what.contains("/v1/explain/") {
+                "ExplainRow"
+            } else {
+                "UsageRow"
+            };
+            let row = self.spec.deref(&self.spec.0["components"]["schemas"][name]);
             let header = r.body.split("\r\n").next().unwrap();
             for column in header.split(',') {
                 assert!(
@@ -172,6 +175,7 @@ fn sample(name: &str) -> &'static str {
         "quantity" => "prompt_tokens",
         "tz" => "Europe/Berlin",
         "limit" => "5",
+        "window_end" => "2026-01-01T10:02:00Z",
         other => panic!("no sample value for {other}"),
     }
 }
@@ -332,13 +336,40 @@ const RATED: &str = "INSERT INTO tenant_cost_quantity_partial VALUES
   ('acme', 1767261660000, 0, 'small', 'batch', 'enterprise', 'prompt_tokens', 1767261600000, 1, 4, 1, 1),
   ('acme', 1767261660000, 0, 'small', '', '', 'fee', 1767261600000, 1, 1, 1, 1);";
 
+/// acme's requests on the input topic /v1/explain replays: r-1, its duplicate,
+/// r-2, in the minute 10:00.
+fn input() -> DevBroker {
+    let broker = DevBroker::start(&[
+        ("requests", 1),
+        ("tenant-cost", 1),
+        ("requests.late", 1),
+        ("requests.dlq", 1),
+    ]);
+    let t10 = 1_767_261_600_000;
+    let records = [
+        event("r-1", "acme", "small", t10 + 10_000),
+        event("r-1", "acme", "small", t10 + 10_000),
+        event("r-2", "acme", "small", t10 + 20_000),
+    ];
+    produce(&broker, "requests", 0, "acme", &records);
+    broker
+}
+
+const EXPLAIN: &str = "window_start=2026-01-01T10:00:00Z";
+
 #[test]
 fn the_server_answers_as_docs_openapi_yaml_says() {
     let dir = TempDir::new("api-openapi");
     let cfg = dir.path().join("api.toml");
+    let broker = input();
+    // At most 4 input records explained: the 3 produced, then 5 (422).
     std::fs::write(
         &cfg,
-        format!("{PRICES}\n[api]\nmax_concurrent = 1\nrate_limit = 0\nquery_timeout = \"4s\"\n"),
+        format!(
+            "{PRICES}\n[kafka]\nbootstrap_servers = \"{}\"\n[api]\nmax_concurrent = 1\n\
+             rate_limit = 0\nquery_timeout = \"4s\"\nexplain_max_records = 4\n",
+            broker.bootstrap
+        ),
     )
     .unwrap();
     let cfg = cfg.to_str().unwrap();
@@ -377,6 +408,7 @@ fn the_server_answers_as_docs_openapi_yaml_says() {
     let usage = Some("/v1/usage");
     let invoice = Some("/v1/invoices/{tenant_id}");
     let tenants = Some("/v1/tenants");
+    let explain = Some("/v1/explain/{tenant_id}");
 
     // Every route, GET and HEAD; the probes without a key, the rest with one.
     let routes = [
@@ -386,6 +418,10 @@ fn the_server_answers_as_docs_openapi_yaml_says() {
             "/v1/invoices/acme?period=2026-01".into(),
         ),
         ("/v1/tenants", "/v1/tenants".into()),
+        (
+            "/v1/explain/{tenant_id}",
+            format!("/v1/explain/acme?{EXPLAIN}"),
+        ),
         ("/healthz", "/healthz".into()),
         ("/readyz", "/readyz".into()),
         ("/metrics", "/metrics".into()),
@@ -426,6 +462,15 @@ fn the_server_answers_as_docs_openapi_yaml_says() {
         "text/csv",
     );
     assert!(r.body.starts_with("tenant_id,window_start"), "{}", r.body);
+    let r = p.call(
+        "GET",
+        explain,
+        &format!("/v1/explain/acme?{EXPLAIN}"),
+        Some(&admin),
+        "text/csv",
+    );
+    assert!(r.body.starts_with("partition,offset"), "{}", r.body);
+    assert_eq!(r.body.matches("\r\n").count(), 4, "{}", r.body);
     // Quantity rows with every dimension and `count`, in JSON and CSV; the
     // invoice's quantity lines with a variant and a plan.
     let every = format!(
@@ -459,6 +504,7 @@ fn the_server_answers_as_docs_openapi_yaml_says() {
         "/v1/usage/x",
         "/v1/invoices/a/b",
         "/v1/tenants/acme",
+        "/v1/explain/acme/x",
         "/v2/usage",
     ] {
         p.call("GET", None, path, Some(&admin), any);
@@ -475,6 +521,13 @@ fn the_server_answers_as_docs_openapi_yaml_says() {
         "period=2026-01",
     );
     parameters(&mut p, &admin, "/v1/tenants", "/v1/tenants", "");
+    parameters(
+        &mut p,
+        &admin,
+        "/v1/explain/{tenant_id}",
+        "/v1/explain/acme",
+        EXPLAIN,
+    );
     // A path parameter that is empty; a page token followed.
     p.call(
         "GET",
@@ -486,6 +539,7 @@ fn the_server_answers_as_docs_openapi_yaml_says() {
     for (template, first) in [
         (usage, format!("/v1/usage?{USAGE}&group_by=model&limit=1")),
         (tenants, "/v1/tenants?limit=1".into()),
+        (explain, format!("/v1/explain/acme?{EXPLAIN}&limit=1")),
     ] {
         let r = p.call("GET", template, &first, Some(&admin), json);
         let v: Value = serde_json::from_str(&r.body).unwrap();
@@ -518,7 +572,18 @@ fn the_server_answers_as_docs_openapi_yaml_says() {
         .status,
         404
     );
-    for (template, path) in &routes[..3] {
+    assert_eq!(
+        p.call(
+            "GET",
+            explain,
+            &format!("/v1/explain/globex?{EXPLAIN}"),
+            Some(&acme),
+            json
+        )
+        .status,
+        404
+    );
+    for (template, path) in &routes[..4] {
         p.call("GET", Some(template), path, Some(&admin), "image/png");
     }
 
@@ -537,7 +602,7 @@ fn the_server_answers_as_docs_openapi_yaml_says() {
         })
     };
     lock.wait_for_waiters(1);
-    for (template, path) in &routes[..3] {
+    for (template, path) in &routes[..4] {
         let r = p.call("GET", Some(template), path, Some(&acme), json);
         assert_eq!(r.status, 429, "{path}: {}", r.body);
     }
@@ -575,6 +640,21 @@ fn the_server_answers_as_docs_openapi_yaml_says() {
         p.call("GET", Some("/readyz"), "/readyz", None, any).status,
         503
     );
+
+    // /v1/explain: an input over api.explain_max_records is 422; a broker that
+    // does not answer, 503.
+    let t10 = 1_767_261_600_000;
+    let more = [
+        event("r-3", "acme", "small", t10 + 30_000),
+        event("r-4", "acme", "small", t10 + 40_000),
+    ];
+    produce(&broker, "requests", 0, "acme", &more);
+    let path = format!("/v1/explain/acme?{EXPLAIN}");
+    let r = p.call("GET", explain, &path, Some(&admin), json);
+    assert_eq!(r.status, 422, "{}", r.body);
+    broker.kill();
+    let r = p.call("GET", explain, &path, Some(&admin), json);
+    assert_eq!(r.status, 503, "{}", r.body);
 
     // Every documented status was answered.
     let mut missing = vec![];

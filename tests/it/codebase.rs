@@ -114,7 +114,7 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("checkpoint", &["checkpoint"]),
     ("adapters", &["kafka", "metrics", "service"]),
     ("config", &["config"]),
-    ("programs", &["sink", "worker", "api"]),
+    ("programs", &["sink", "worker", "api", "explain"]),
     ("commands", &["cli", "devtools"]),
 ];
 

@@ -20,6 +20,7 @@ mod demo;
 mod endpoints;
 mod evolution;
 mod exit_codes;
+mod explain;
 mod file_mode;
 mod finality;
 mod harness;

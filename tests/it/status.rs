@@ -129,7 +129,7 @@ fn explain_finality_names_the_silent_partition_until_it_has_data() {
         },
     );
 
-    // Usage errors exit 2 (the request-level mode is not built), an address
+    // Usage errors exit 2 (no mode, --finality or --tenant, given), an address
     // that does not answer exits 4.
     let out = explain(&["--window-start", "2026-01-01T10:00:00Z", "--from", &addr]);
     assert_eq!(out.status.code(), Some(2));

@@ -6,9 +6,11 @@
 //! the API does not know is refused rather than ignored (a typo must not widen a
 //! query silently). Times are RFC 3339 with an offset; `[from, to)` is half-open.
 
+mod explain;
 mod page;
 mod usage;
 
+pub(crate) use explain::{explain, ExplainQuery};
 pub(crate) use page::{next_tenants_page, Cursor};
 pub(crate) use usage::{next_page, usage, Group, UsageQuery};
 

@@ -1,0 +1,211 @@
+//! `tally explain --tenant … --window-start …`: one (tenant, window) of a bill
+//! explained down to its requests (docs/DESIGN.md §6.2).
+//!
+//! The answer is re-derived from the logs by the engine's own code: every input
+//! partition is replayed, in offset order, through a fresh `PartitionTask`
+//! (`replay`), the route it gives each record of the tenant and window is kept,
+//! with the watermark it met; then the late and dead-letter topics and the
+//! sink's rows are joined to it (`join`), and the totals are compared with the
+//! sink's line, every difference named.
+//!
+//! Invariants: no second implementation of a rule — routes come from
+//! `PartitionTask::process`, prices and quantities from `engine::validate`; an
+//! explanation over a log that no longer starts at offset 0 is marked
+//! `exact: false` and says which offsets are gone, never presented as exact.
+//! Everything here but `source` and `run` is pure (no I/O).
+
+pub mod join;
+mod render;
+mod replay;
+pub mod rows;
+pub mod run;
+pub mod source;
+
+pub use join::{join, Sides};
+pub use replay::{replay, PartitionLog, Replayed, Replayer};
+
+use serde::{Deserialize, Serialize};
+
+/// One record as read from the input topic.
+#[derive(Debug, Clone)]
+pub struct InputRecord {
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub payload: Vec<u8>,
+    /// The Kafka record timestamp.
+    pub kafka_ts: Option<i64>,
+}
+
+/// A request the engine billed into the window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Billed {
+    pub request_id: String,
+    /// The end of the window it is billed into.
+    pub window_end: i64,
+    pub partition: i32,
+    pub offset: i64,
+    pub model: String,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub completed_ts: i64,
+    /// The price entry that priced it (`effective_from` of the model's entry in
+    /// effect at `completed_ts`); `None` under a rating.
+    pub price_effective_from: Option<i64>,
+    /// Under a rating: the plan and variant that priced it, and its quantities.
+    pub plan: Option<String>,
+    pub variant: Option<String>,
+    pub quantities: Vec<Quantity>,
+    pub cost_pico: String,
+    /// `on_time`, or `late` (folded after the window's on-time pane, within the
+    /// allowed lateness).
+    pub pane: String,
+    /// The partition's watermark when the record arrived (`None`: none yet).
+    pub watermark: Option<i64>,
+}
+
+/// One quantity of a rated request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quantity {
+    pub quantity: String,
+    pub count: u64,
+    pub cost_pico: String,
+}
+
+/// A record of the tenant and window that the engine did not bill into it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Elsewhere {
+    /// `None` for a dead letter whose request id cannot be read.
+    pub request_id: Option<String>,
+    /// The end of the window it belongs to.
+    pub window_end: i64,
+    pub partition: i32,
+    pub offset: i64,
+    #[serde(flatten)]
+    pub route: Routed,
+}
+
+/// Where such a record went, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "route", rename_all = "snake_case")]
+pub enum Routed {
+    /// A repeat of the request id within the dedup horizon; `of_offset`: the
+    /// first record of that id in the partition (`None`: not of this tenant
+    /// and window).
+    Duplicate { of_offset: Option<i64> },
+    /// Too late: the window was purged at this watermark. `adjustment`: whether
+    /// the sink holds its `reprocess-late` adjustment (`None`: no sink given);
+    /// `on_late_topic`: whether the late topic holds it.
+    TooLate {
+        watermark: i64,
+        cost_pico: String,
+        on_late_topic: bool,
+        adjustment: Option<bool>,
+    },
+    /// A dead letter, with its stable code; `on_dead_letter_topic`: whether the
+    /// dead-letter topic holds it.
+    DeadLetter {
+        code: String,
+        detail: String,
+        on_dead_letter_topic: bool,
+    },
+}
+
+/// The offsets replayed of one input partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionRange {
+    pub partition: i32,
+    /// The log start: offsets below it were deleted by retention.
+    pub from_offset: i64,
+    /// The log end read to (exclusive).
+    pub to_offset: i64,
+    /// The partition's watermark at the end of the replay.
+    pub watermark: Option<i64>,
+    /// Whether the partition has purged the window (nothing but an adjustment
+    /// can change its share).
+    pub final_here: bool,
+    /// Dead letters keyed by the tenant whose window cannot be read (malformed
+    /// JSON, an unreadable time): counted, not attributed to a window.
+    pub unreadable_dead_letters: u64,
+}
+
+/// The sink's rows for the tenant's windows asked, summed over them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SinkRows {
+    /// The invoice line (`tenant_cost_minute`); `None`: no row.
+    pub cost_pico: Option<String>,
+    pub requests: u64,
+    /// `tenant_cost_minute_line`: model → (cost, requests).
+    pub lines: Vec<SinkLine>,
+    /// Per source partition: the stored partials (`version`: their versions
+    /// summed, the events folded).
+    pub partials: Vec<SinkPartial>,
+    pub adjustments: Vec<SinkAdjustment>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SinkLine {
+    pub model: String,
+    pub cost_pico: String,
+    pub requests: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SinkPartial {
+    pub source_partition: i32,
+    pub cost_pico: String,
+    pub requests: u64,
+    pub version: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SinkAdjustment {
+    pub request_id: String,
+    pub model: String,
+    pub cost_pico: String,
+    pub source: String,
+}
+
+/// What the explanation adds up to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Totals {
+    /// Billed by the engine (on time and late panes).
+    pub requests: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cost_pico: String,
+    /// Per model: what the sink's line items should hold of the engine's share.
+    pub lines: Vec<SinkLine>,
+    /// Too-late records the sink holds an adjustment for, and their cost.
+    pub adjusted_requests: u64,
+    pub adjusted_cost_pico: String,
+    /// `cost_pico + adjusted_cost_pico`: what the sink's line should be.
+    pub expected_line_cost_pico: String,
+}
+
+/// The whole answer, for the tenant's windows in `[window_start, window_end)`:
+/// one window, or a calendar bucket of whole windows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Explanation {
+    pub tenant_id: String,
+    pub window_start: i64,
+    pub window_end: i64,
+    pub partitions: Vec<PartitionRange>,
+    pub billed: Vec<Billed>,
+    pub elsewhere: Vec<Elsewhere>,
+    pub totals: Totals,
+    /// `None`: no sink was given to compare with.
+    pub sink: Option<SinkRows>,
+    /// Whether every record that can bear on the window was read (no input
+    /// partition starts above offset 0).
+    pub exact: bool,
+    /// Whether the totals equal the sink's line and line items (`None`: no sink).
+    pub agrees: Option<bool>,
+    /// Every difference and caveat, named.
+    pub notes: Vec<String>,
+}
+
+impl Explanation {
+    pub fn render_table(&self) -> String {
+        render::table(self)
+    }
+}
