@@ -240,9 +240,9 @@ if section kafka; then
   cp "$kdir/kafka.toml" "$kdir/preload.toml"
   printf '"linger.ms" = "200"\n"batch.num.messages" = "20000"\n"batch.size" = "4000000"\n' >>"$kdir/preload.toml"
   "$bin" gen --config "$kdir/preload.toml" --count "$kevents" --tenants 1000 --skew 0 --partitions 32 >/dev/null 2>&1
-  echo "### Kafka end to end (dev broker, same machine; checkpoints every 10 s)"
+  echo "### Kafka end to end (dev broker, same machine; both sides pinned to 1, then 2 cores)"
   echo
-  TALLY_LOG=warn "$dev" bench-kafka --config "$kdir/kafka.toml" --rounds 3 --dir "$kdir/runs"
+  TALLY_LOG=warn "$dev" bench-kafka --config "$kdir/kafka.toml" --rounds 3 --cores 1,2 --dir "$kdir/runs"
   kill $broker 2>/dev/null || true
   echo
 fi
