@@ -217,11 +217,13 @@ pub fn run(a: BenchKafkaArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Both sides' figures over the rounds of one `--cores` setting: the best wall
-/// time and the least CPU of each.
+/// A side's run of the best wall time, and its least CPU seconds over the rounds.
+type Best = (Cost, f64);
+
+/// Both sides' figures over the rounds of one `--cores` setting.
 struct Sides {
-    raw: (Cost, f64),
-    tally: (Cost, f64),
+    raw: Best,
+    tally: Best,
 }
 
 impl Sides {
@@ -234,8 +236,8 @@ impl Sides {
     ) -> anyhow::Result<Self> {
         let exe = std::env::current_exe()?;
         let tally_bin = super::support::tally_beside_me()?;
-        let (mut raw, mut tally): (Option<(Cost, f64)>, Option<(Cost, f64)>) = (None, None);
-        let keep = |slot: &mut Option<(Cost, f64)>, c: Cost| {
+        let (mut raw, mut tally): (Option<Best>, Option<Best>) = (None, None);
+        let keep = |slot: &mut Option<Best>, c: Cost| {
             let (best, cpu) = slot.map_or((c, c.cpu_s), |(b, cpu)| {
                 (if c.wall_s < b.wall_s { c } else { b }, cpu.min(c.cpu_s))
             });
