@@ -60,6 +60,18 @@ if section engine; then
   rm -rf "$work/state" "$work/checkpoints"
   TALLY_LOG=warn taskset -c 0 "$dev" bench-engine --config "$work/bench.toml" --input-file "$work/events-$events.jsonl"
   echo
+  # High cardinality: 1 M tenants, uniform, 10 % duplicates (issue 38 target 2).
+  hc="$work/events-$events-1m-tenants.jsonl"
+  if [ ! -s "$hc" ]; then
+    echo "generating $events events (1,000,000 tenants, uniform, 10 % duplicates) ..." >&2
+    "$bin" gen --config "$work/bench.toml" --count "$events" --tenants 1000000 --skew 0 \
+      --duplicate-fraction 0.1 --partitions 1 --output-file "$hc" 2>/dev/null
+  fi
+  echo "### Engine from a file, one core, high cardinality (1 M tenants, 10 % duplicates)"
+  echo
+  rm -rf "$work/state" "$work/checkpoints"
+  TALLY_LOG=warn taskset -c 0 "$dev" bench-engine --config "$work/bench.toml" --input-file "$hc"
+  echo
 fi
 
 if section mapped; then
