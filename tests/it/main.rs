@@ -21,6 +21,7 @@ mod endpoints;
 mod evolution;
 mod exit_codes;
 mod explain;
+mod explain_rated;
 mod file_mode;
 mod finality;
 mod harness;
