@@ -20,6 +20,7 @@ use tokio::sync::Semaphore;
 use super::negotiate::Offer;
 use super::{access, error, keys, params, reply, too_many, Api, Body, CSV, JSON};
 use crate::config::Config;
+use crate::explain::finality::StoredFinality;
 use crate::explain::rows::{Row, CSV_HEADER};
 use crate::explain::run::{explain, Asked, Failure};
 use crate::explain::{Explanation, PartitionRange, SinkRows, Totals};
@@ -57,6 +58,7 @@ struct Page<'a> {
     sink: &'a Option<SinkRows>,
     partitions: &'a [PartitionRange],
     notes: &'a [String],
+    finality: &'a Option<StoredFinality>,
     data: &'a [Row],
     next_page: Option<String>,
 }
@@ -76,13 +78,13 @@ fn failed(f: Failure) -> Response<Body> {
 }
 
 /// Runs the explainer for `q` on a blocking thread, within `TIMEOUT`.
-async fn run(ex: &Explainer, q: &params::ExplainQuery) -> Result<Explanation, Response<Body>> {
+async fn run(
+    ex: &Explainer,
+    q: &params::ExplainQuery,
+    asked: Asked,
+) -> Result<Explanation, Response<Body>> {
     let Ok(permit) = ex.busy.clone().try_acquire_owned() else {
         return Err(too_many(5, "an explanation is running (one at a time)"));
-    };
-    let asked = match q.window_end {
-        Some(e) => Asked::Range(q.window_start, e),
-        None => Asked::Start(q.window_start),
     };
     let (cfg, tenant) = (ex.cfg.clone(), q.tenant_id.clone());
     let task = tokio::task::spawn_blocking(move || {
@@ -147,7 +149,11 @@ async fn get_explain(
             "this API's config has no engine settings ([prices] or [rating]) to explain with",
         );
     };
-    let x = match run(ex, &q).await {
+    let asked = match q.window_end {
+        Some(e) => Asked::Range(q.window_start, e),
+        None => Asked::Start(q.window_start),
+    };
+    let x = match run(ex, &q, asked).await {
         Ok(x) => x,
         Err(r) => return r,
     };
@@ -176,6 +182,7 @@ async fn get_explain(
         sink: &x.sink,
         partitions: &x.partitions,
         notes: &x.notes,
+        finality: &x.finality,
         data: page,
         next_page,
     };

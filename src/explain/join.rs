@@ -59,6 +59,7 @@ pub fn join(
         exact: true,
         agrees: None,
         notes: Vec::new(),
+        finality: None,
     };
     for r in replays {
         x.partitions.push(r.range);

@@ -14,6 +14,7 @@
 //! `exact: false` and says which offsets are gone, never presented as exact.
 //! Everything here but `source` and `run` is pure (no I/O).
 
+pub mod finality;
 pub mod join;
 mod render;
 mod replay;
@@ -237,6 +238,10 @@ pub struct Explanation {
     pub agrees: Option<bool>,
     /// Every difference and caveat, named.
     pub notes: Vec<String>,
+    /// Whether the windows are final, as the sink's database holds it (`None`:
+    /// no sink given).
+    #[serde(default)]
+    pub finality: Option<finality::StoredFinality>,
 }
 
 impl Explanation {

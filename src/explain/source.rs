@@ -9,6 +9,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
+use crate::service::stored_progress::{self, Stored};
+
 use super::{InputRecord, Quantity, QuantityLine, SinkAdjustment, SinkLine, SinkPartial, SinkRows};
 use crate::kafka::config::KafkaConfig;
 use crate::kafka::{client_config, KafkaIoError};
@@ -173,7 +175,12 @@ const ADJUSTMENT_QUANTITIES: &str = "SELECT a.request_id, q.quantity, q.count::T
      ORDER BY a.request_id, q.quantity";
 
 /// The sink's rows of `tenant`'s windows in `[start, end)`, summed over them,
-pub fn sink_rows(url: &str, tenant: &str, (start, end): (i64, i64)) -> anyhow::Result<SinkRows> {
+/// and its stored progress (`tally_progress`, as the API's `/status.json` reads it).
+pub fn sink_rows(
+    url: &str,
+    tenant: &str,
+    (start, end): (i64, i64),
+) -> anyhow::Result<(SinkRows, Stored)> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -233,6 +240,6 @@ pub fn sink_rows(url: &str, tenant: &str, (start, end): (i64, i64)) -> anyhow::R
                 cost_pico: r.get(5),
             });
         }
-        Ok(rows)
+        Ok((rows, stored_progress::read(&db).await?))
     })
 }

@@ -156,6 +156,59 @@ fn check_pair(x: &Explanation, db: &str, want: &tally::gen::rated::RatedWindow) 
     );
 }
 
+/// The explanation's `finality` against `tally_progress` itself: a window is
+/// final exactly when every input partition's stored `final_through` reached its
+/// end; a non-final one names the partition with the lowest progress.
+fn check_finality(x: &Explanation, db: &str) {
+    let f = x.finality.as_ref().expect("a sink was given: finality");
+    let rows = query(
+        db,
+        "SELECT source_partition::TEXT, min(final_through)::TEXT, min(watermark)::TEXT \
+         FROM tally_progress GROUP BY source_partition ORDER BY source_partition",
+    );
+    let stored: Vec<(i32, i64, i64)> = rows
+        .iter()
+        .map(|r| {
+            let v = |i: usize| r[i].clone().unwrap();
+            (
+                v(0).parse().unwrap(),
+                v(1).parse().unwrap(),
+                v(2).parse().unwrap(),
+            )
+        })
+        .collect();
+    // A partition with no progress row holds every window back, and is named first.
+    let missing = (0..4).find(|n| !stored.iter().any(|s| s.0 == *n));
+    let lowest = stored.iter().min_by_key(|(p, ft, _)| (*ft, *p)).unwrap();
+    let held = missing.unwrap_or(lowest.0);
+    assert_eq!(
+        f.is_final,
+        missing.is_none() && lowest.1 >= x.window_end,
+        "{f:?}"
+    );
+    assert_eq!(f.partitions.len(), 4);
+    for p in &f.partitions {
+        match stored.iter().find(|s| s.0 == p.partition) {
+            Some((_, ft, wm)) => {
+                assert_eq!((p.final_through, p.watermark), (Some(*ft), Some(*wm)));
+                assert_eq!(p.holds_back, *ft < x.window_end, "{p:?}");
+            }
+            None => assert!(p.holds_back && p.watermark.is_none(), "{p:?}"),
+        }
+    }
+    if f.is_final {
+        assert_eq!(
+            (f.held_back_by, f.lateness_to_run_ms),
+            (None, Some(0)),
+            "{f:?}"
+        );
+    } else {
+        assert_eq!(f.held_back_by, Some(held), "{f:?}");
+        assert!(f.partitions[held as usize].holds_back);
+        assert!(f.source.contains("--finality --from"));
+    }
+}
+
 #[test]
 fn explain_under_a_rating_shows_each_requests_pricing_and_the_sinks_quantity_lines() {
     let dir = TempDir::new("explain-rated");
@@ -163,7 +216,7 @@ fn explain_under_a_rating_shows_each_requests_pricing_and_the_sinks_quantity_lin
     let cfg = config(dir.path(), &broker);
     let book = tally::config::rating::from_toml(RATING).unwrap().book;
     let mut tenants: Vec<String> = ["acme", "initech", "globex"].map(String::from).to_vec();
-    tenants.extend((0..3).map(|i| format!("t{i}")));
+    tenants.extend((0..7).map(|i| format!("t{i}")));
     let opts = RatedOptions {
         seed: 40,
         count: 2_000,
@@ -241,6 +294,16 @@ fn explain_under_a_rating_shows_each_requests_pricing_and_the_sinks_quantity_lin
             })
             .count();
     }
+    // The last window of the stream is not final (no later event passed it);
+    // the early ones are.
+    let last = stream.expected.keys().max_by_key(|k| k.1).unwrap().clone();
+    let x = explain(cfg_s, &last.0, last.1, &db);
+    check_finality(&x, &db);
+    assert!(!x.finality.as_ref().unwrap().is_final, "{:?}", x.finality);
+    assert!(x.finality.as_ref().unwrap().held_back_by.is_some());
+    let x = explain(cfg_s, "acme", T0 + 2 * MIN, &db);
+    check_finality(&x, &db);
+    assert!(x.finality.as_ref().unwrap().is_final, "{:?}", x.finality);
     assert!(batch > 0, "no batch variant among the pairs");
     assert!(too_late > 0, "no adjusted too-late record among the pairs");
     eprintln!(
