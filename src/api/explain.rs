@@ -20,6 +20,7 @@ use tokio::sync::Semaphore;
 use super::negotiate::Offer;
 use super::{access, error, keys, params, reply, too_many, Api, Body, CSV, JSON};
 use crate::config::Config;
+use crate::explain::bucket::{bounds, Anchor, BucketError, Unit};
 use crate::explain::finality::StoredFinality;
 use crate::explain::rows::{Row, CSV_HEADER};
 use crate::explain::run::{explain, Asked, Failure};
@@ -105,6 +106,19 @@ async fn run(
     }
 }
 
+/// The windows of the `unit` bucket of `tz` holding `at`, its bounds the
+/// database's (the zone checked as `/v1/usage` checks it).
+async fn bucket(api: &Api, unit: Unit, tz: &str, at: i64) -> Result<Asked, Response<Body>> {
+    let client = super::routes::client_for(api, tz).await?;
+    match bounds(&client, unit, tz, &Anchor::Instant(at)).await {
+        Ok((s, e)) => Ok(Asked::Range(s, e)),
+        Err(BucketError::Usage(m)) => Err(error(400, Some("tz"), &m)),
+        Err(BucketError::Database(m)) => {
+            Err(error(503, None, &format!("database unavailable: {m}")))
+        }
+    }
+}
+
 /// `/v1/explain/{tenant}`: its answer, negotiated (JSON or CSV), and the
 /// route's name for the metrics.
 pub(super) async fn route(
@@ -149,9 +163,13 @@ async fn get_explain(
             "this API's config has no engine settings ([prices] or [rating]) to explain with",
         );
     };
-    let asked = match q.window_end {
-        Some(e) => Asked::Range(q.window_start, e),
-        None => Asked::Start(q.window_start),
+    let asked = match (&q.bucket, q.window_end) {
+        (Some((unit, tz)), _) => match bucket(api, *unit, tz, q.window_start).await {
+            Ok(range) => range,
+            Err(r) => return r,
+        },
+        (None, Some(e)) => Asked::Range(q.window_start, e),
+        (None, None) => Asked::Start(q.window_start),
     };
     let x = match run(ex, &q, asked).await {
         Ok(x) => x,

@@ -14,6 +14,7 @@
 //! `exact: false` and says which offsets are gone, never presented as exact.
 //! Everything here but `source` and `run` is pure (no I/O).
 
+pub mod bucket;
 pub mod finality;
 pub mod join;
 mod render;
