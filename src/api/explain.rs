@@ -20,6 +20,8 @@ use tokio::sync::Semaphore;
 use super::negotiate::Offer;
 use super::{access, error, keys, params, reply, too_many, Api, Body, CSV, JSON};
 use crate::config::Config;
+use crate::explain::bucket::{bounds, Anchor, BucketError, Unit};
+use crate::explain::finality::StoredFinality;
 use crate::explain::rows::{Row, CSV_HEADER};
 use crate::explain::run::{explain, Asked, Failure};
 use crate::explain::{Explanation, PartitionRange, SinkRows, Totals};
@@ -57,6 +59,7 @@ struct Page<'a> {
     sink: &'a Option<SinkRows>,
     partitions: &'a [PartitionRange],
     notes: &'a [String],
+    finality: &'a Option<StoredFinality>,
     data: &'a [Row],
     next_page: Option<String>,
 }
@@ -76,13 +79,13 @@ fn failed(f: Failure) -> Response<Body> {
 }
 
 /// Runs the explainer for `q` on a blocking thread, within `TIMEOUT`.
-async fn run(ex: &Explainer, q: &params::ExplainQuery) -> Result<Explanation, Response<Body>> {
+async fn run(
+    ex: &Explainer,
+    q: &params::ExplainQuery,
+    asked: Asked,
+) -> Result<Explanation, Response<Body>> {
     let Ok(permit) = ex.busy.clone().try_acquire_owned() else {
         return Err(too_many(5, "an explanation is running (one at a time)"));
-    };
-    let asked = match q.window_end {
-        Some(e) => Asked::Range(q.window_start, e),
-        None => Asked::Start(q.window_start),
     };
     let (cfg, tenant) = (ex.cfg.clone(), q.tenant_id.clone());
     let task = tokio::task::spawn_blocking(move || {
@@ -100,6 +103,19 @@ async fn run(ex: &Explainer, q: &params::ExplainQuery) -> Result<Explanation, Re
         Ok(Err(e)) => Err(error(503, None, &format!("the explanation failed: {e}"))),
         Ok(Ok(Err(f))) => Err(failed(f)),
         Ok(Ok(Ok(x))) => Ok(x),
+    }
+}
+
+/// The windows of the `unit` bucket of `tz` holding `at`, its bounds the
+/// database's (the zone checked as `/v1/usage` checks it).
+async fn bucket(api: &Api, unit: Unit, tz: &str, at: i64) -> Result<Asked, Response<Body>> {
+    let client = super::routes::client_for(api, tz).await?;
+    match bounds(&client, unit, tz, &Anchor::Instant(at)).await {
+        Ok((s, e)) => Ok(Asked::Range(s, e)),
+        Err(BucketError::Usage(m)) => Err(error(400, Some("tz"), &m)),
+        Err(BucketError::Database(m)) => {
+            Err(error(503, None, &format!("database unavailable: {m}")))
+        }
     }
 }
 
@@ -147,7 +163,15 @@ async fn get_explain(
             "this API's config has no engine settings ([prices] or [rating]) to explain with",
         );
     };
-    let x = match run(ex, &q).await {
+    let asked = match (&q.bucket, q.window_end) {
+        (Some((unit, tz)), _) => match bucket(api, *unit, tz, q.window_start).await {
+            Ok(range) => range,
+            Err(r) => return r,
+        },
+        (None, Some(e)) => Asked::Range(q.window_start, e),
+        (None, None) => Asked::Start(q.window_start),
+    };
+    let x = match run(ex, &q, asked).await {
         Ok(x) => x,
         Err(r) => return r,
     };
@@ -176,6 +200,7 @@ async fn get_explain(
         sink: &x.sink,
         partitions: &x.partitions,
         notes: &x.notes,
+        finality: &x.finality,
         data: page,
         next_page,
     };

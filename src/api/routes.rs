@@ -18,7 +18,7 @@ use super::{
 
 /// The connection, once the zone is known to the database's tzdata: else 503
 /// (no database) or 400 naming `tz`.
-async fn client_for(api: &Api, tz: &str) -> Result<pool::Conn, Response<Body>> {
+pub(super) async fn client_for(api: &Api, tz: &str) -> Result<pool::Conn, Response<Body>> {
     let client = api
         .pool
         .get()

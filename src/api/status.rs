@@ -1,16 +1,12 @@
 //! `/status` and `/status.json` of the usage API: gathers what the API knows
 //! (`service::status_api` renders it). Reads only: the schema version, the
-//! sink's progress rows and `tally_final`, each under `CONNECT_TIMEOUT`. A
-//! database error is shown masked (`crate::secrets`), never the URL.
+//! sink's progress rows and `tally_final` (`service::stored_progress`), each
+//! under `CONNECT_TIMEOUT`. A database error is shown masked
+//! (`crate::secrets`), never the URL.
 
 use super::{reply, Api, Body, CONNECT_TIMEOUT, JSON};
 use crate::service::logged;
 use crate::service::status_api::{self, ApiStatus, SourceProgress};
-
-const PROGRESS: &str = "SELECT source_partition, min(final_through), min(watermark), \
-     count(*), max(results_partitions)::BIGINT, \
-     (extract(epoch FROM max(updated_at)) * 1000)::BIGINT \
-     FROM tally_progress GROUP BY source_partition ORDER BY source_partition";
 
 /// The database's part: schema version, progress, `tally_final`, source count.
 type Db = (Option<i32>, Vec<SourceProgress>, Option<i64>, i64);
@@ -22,32 +18,12 @@ async fn database(api: &Api) -> Result<Db, String> {
             .query_one("SELECT max(version) FROM tally_migrations", &[])
             .await?
             .get(0);
-        let progress = c
-            .query(PROGRESS, &[])
-            .await?
-            .iter()
-            .map(|r| SourceProgress {
-                source_partition: r.get(0),
-                final_through: r.get(1),
-                watermark: r.get(2),
-                reported: r.get(3),
-                results_partitions: r.get(4),
-                updated_ms: r.get(5),
-            })
-            .collect();
-        let final_through: Option<i64> = c
-            .query_one("SELECT final_through FROM tally_final", &[])
-            .await?
-            .get(0);
-        let sources: Option<i32> = c
-            .query_one("SELECT max(source_partitions) FROM tally_progress", &[])
-            .await?
-            .get(0);
+        let stored = crate::service::stored_progress::read(&c).await?;
         Ok::<_, tokio_postgres::Error>((
             version,
-            progress,
-            final_through,
-            i64::from(sources.unwrap_or(0)),
+            stored.progress,
+            stored.final_through,
+            stored.source_partitions,
         ))
     };
     match tokio::time::timeout(CONNECT_TIMEOUT, read).await {

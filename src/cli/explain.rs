@@ -21,7 +21,7 @@ use crate::metrics::finality::{self, WindowRef};
 use crate::metrics::WorkerReport;
 
 #[derive(Args, Debug)]
-#[command(group(ArgGroup::new("window").required(true).multiple(true).args(["window_start", "window_end"])))]
+#[command(group(ArgGroup::new("window").required(true).multiple(true).args(["window_start", "window_end", "at"])))]
 #[command(group(ArgGroup::new("source").multiple(true).args(["from", "report"])))]
 #[command(group(ArgGroup::new("mode").required(true).args(["finality", "tenant"])))]
 pub struct ExplainArgs {
@@ -55,6 +55,19 @@ pub struct ExplainArgs {
     /// The window ending at this time (exclusive; RFC 3339 or integer ms).
     #[arg(long, value_name = "TIME", value_parser = crate::time::utc::parse_utc_ms)]
     pub window_end: Option<i64>,
+    /// With --tenant: explain every window of a calendar bucket of this IANA
+    /// zone (e.g. Europe/Berlin), as the usage API buckets — its bounds are
+    /// asked of the sink's database (needs --sink-url or --sink), with --bucket
+    /// and --at.
+    #[arg(long, value_name = "ZONE", requires_all = ["tenant", "bucket", "at"])]
+    pub tz: Option<String>,
+    /// With --tz: the bucket, `hour`, `day` or `month`.
+    #[arg(long, value_name = "UNIT", requires = "tz", value_parser = ["hour", "day", "month"])]
+    pub bucket: Option<String>,
+    /// With --tz: a local date or date-time of the zone inside the bucket
+    /// (e.g. 2026-03-29, or 2026-03-29T10:00 for an hour).
+    #[arg(long, value_name = "LOCAL", requires = "tz", conflicts_with_all = ["window_start", "window_end"])]
+    pub at: Option<String>,
     /// A worker's service address (`metrics.listen`, e.g. 127.0.0.1:9464 or
     /// http://host:9464): its `/status.json` is read. Repeat for each worker of
     /// the group.
@@ -160,16 +173,16 @@ fn read(path: &PathBuf) -> Result<WorkerReport, ExplainError> {
 fn requests(tenant: &str, a: &ExplainArgs) -> anyhow::Result<()> {
     use crate::explain::run::{explain, Asked, Failure};
     let cfg = a.config.load()?;
-    let asked = match (a.window_start, a.window_end) {
-        (Some(s), Some(e)) => Asked::Range(s, e),
-        (Some(s), None) => Asked::Start(s),
-        (None, Some(e)) => Asked::End(e),
-        (None, None) => unreachable!("clap requires one of them"),
-    };
     let url = match (&a.sink_url, a.sink) {
         (Some(u), _) => Some(u.clone()),
         (None, true) => Some(cfg.sink.database_url.clone()),
         (None, false) => None,
+    };
+    let asked = match (a.window_start, a.window_end) {
+        (Some(s), Some(e)) => Asked::Range(s, e),
+        (Some(s), None) => Asked::Start(s),
+        (None, Some(e)) => Asked::End(e),
+        (None, None) => bucket(a, url.as_deref())?,
     };
     let x = explain(&cfg, tenant, asked, url.as_deref(), None).map_err(|e| match e {
         Failure::Usage(m) | Failure::TooLarge(m) => ExplainError::Usage(m),
@@ -189,6 +202,35 @@ fn requests(tenant: &str, a: &ExplainArgs) -> anyhow::Result<()> {
         print!("{}", x.render_table());
     }
     Ok(())
+}
+
+/// `--tz --bucket --at`: the bucket's windows, its bounds asked of the sink's
+/// database (PostgreSQL's tzdata, as the usage API buckets).
+fn bucket(a: &ExplainArgs, url: Option<&str>) -> anyhow::Result<crate::explain::run::Asked> {
+    use crate::explain::bucket::{bounds_at, Anchor, BucketError};
+    let (Some(tz), Some(unit), Some(at)) = (&a.tz, &a.bucket, &a.at) else {
+        unreachable!("clap requires a window, or --tz with --bucket and --at")
+    };
+    let Some(url) = url else {
+        return Err(ExplainError::Usage(
+            "--tz computes the bucket's bounds with the sink's database (PostgreSQL's time zone \
+             rules, as the usage API buckets): give --sink-url URL or --sink, or give the \
+             bounds with the zone's offset (--window-start 2026-03-29T00:00:00+01:00 \
+             --window-end 2026-03-30T00:00:00+02:00)"
+                .into(),
+        )
+        .into());
+    };
+    let unit = unit.parse().map_err(ExplainError::Usage)?;
+    match bounds_at(url, unit, tz, &Anchor::Local(at.clone())) {
+        Ok((s, e)) => Ok(crate::explain::run::Asked::Range(s, e)),
+        Err(BucketError::Usage(m)) => Err(ExplainError::Usage(m).into()),
+        Err(BucketError::Database(why)) => Err(ExplainError::Unreachable {
+            addr: "the sink's database".into(),
+            why,
+        }
+        .into()),
+    }
 }
 
 pub(crate) fn run(a: ExplainArgs) -> anyhow::Result<()> {

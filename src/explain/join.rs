@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::replay::Replayed;
-use super::{Explanation, Routed, SinkLine, SinkRows, Totals};
+use super::{Explanation, QuantityLine, Routed, SinkLine, SinkRows, Totals};
 use crate::kafka::headers;
 use crate::kafka::read::StoredRecord;
 
@@ -59,6 +59,7 @@ pub fn join(
         exact: true,
         agrees: None,
         notes: Vec::new(),
+        finality: None,
     };
     for r in replays {
         x.partitions.push(r.range);
@@ -97,6 +98,7 @@ pub fn join(
         }
     }
     x.totals = totals(&x, &adjusted);
+    x.totals.quantities = quantity_totals(&x, sides.sink.as_ref());
     compare(&mut x, sides.sink);
     x
 }
@@ -131,6 +133,49 @@ fn totals(x: &Explanation, adjusted: &BTreeMap<&str, &str>) -> Totals {
         })
         .collect();
     t
+}
+
+/// A `(model, variant, plan, quantity)` key, `""` for none.
+type QuantityKey = (String, String, String, String);
+
+/// Per quantity line item: the billed requests' quantities and the sink's
+/// adjustments' (as `totals` counts the adjustments' cost from the sink).
+fn quantity_totals(x: &Explanation, sink: Option<&SinkRows>) -> Vec<QuantityLine> {
+    let mut sums: BTreeMap<QuantityKey, (u64, u128)> = BTreeMap::new();
+    let text = |s: &Option<String>| s.clone().unwrap_or_default();
+    let billed = x.billed.iter().map(|b| {
+        let key = (b.model.clone(), text(&b.variant), text(&b.plan));
+        (key, &b.quantities)
+    });
+    let adjusted = sink.iter().flat_map(|s| &s.adjustments).map(|a| {
+        let key = (a.model.clone(), a.variant.clone(), a.plan.clone());
+        (key, &a.quantities)
+    });
+    for ((model, variant, plan), qs) in billed.chain(adjusted) {
+        for q in qs {
+            let k = (
+                model.clone(),
+                variant.clone(),
+                plan.clone(),
+                q.quantity.clone(),
+            );
+            let s = sums.entry(k).or_default();
+            s.0 += q.count;
+            s.1 += pico(&q.cost_pico);
+        }
+    }
+    sums.into_iter()
+        .map(
+            |((model, variant, plan, quantity), (count, cost))| QuantityLine {
+                model,
+                variant,
+                plan,
+                quantity,
+                count,
+                cost_pico: cost.to_string(),
+            },
+        )
+        .collect()
 }
 
 /// Compares the totals with the sink's rows and names every difference.
@@ -273,6 +318,14 @@ fn sink_differences(x: &Explanation, sink: &SinkRows) -> Vec<String> {
     if have != want {
         notes.push(format!(
             "the sink's line items {have:?} differ from the replay's {want:?}"
+        ));
+    }
+    if sink.quantities != t.quantities {
+        let (mut want, mut have) = (t.quantities.clone(), sink.quantities.clone());
+        want.retain(|q| !sink.quantities.contains(q));
+        have.retain(|q| !t.quantities.contains(q));
+        notes.push(format!(
+            "the sink's quantity line items {have:?} differ from the replay's {want:?}"
         ));
     }
     notes

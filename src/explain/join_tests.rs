@@ -17,6 +17,7 @@ fn billed(id: &str, offset: i64, cost: u128) -> Billed {
         price_effective_from: Some(0),
         plan: None,
         variant: None,
+        tier_above: None,
         quantities: vec![],
         cost_pico: cost.to_string(),
         pane: "on_time".into(),
@@ -91,10 +92,14 @@ fn sink(adjusted: bool, partial_requests: u64) -> SinkRows {
                 model: "small".into(),
                 cost_pico: "5".into(),
                 source: "requests/0/3".into(),
+                variant: String::new(),
+                plan: String::new(),
+                quantities: vec![],
             }]
         } else {
             vec![]
         },
+        quantities: vec![],
     }
 }
 

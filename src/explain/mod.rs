@@ -14,6 +14,8 @@
 //! `exact: false` and says which offsets are gone, never presented as exact.
 //! Everything here but `source` and `run` is pure (no I/O).
 
+pub mod bucket;
+pub mod finality;
 pub mod join;
 mod render;
 mod replay;
@@ -48,12 +50,17 @@ pub struct Billed {
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
     pub completed_ts: i64,
-    /// The price entry that priced it (`effective_from` of the model's entry in
-    /// effect at `completed_ts`); `None` under a rating.
+    /// The price entry that priced it: `effective_from` of the model's entry
+    /// (under a rating, of its list price) in effect at `completed_ts`.
     pub price_effective_from: Option<i64>,
-    /// Under a rating: the plan and variant that priced it, and its quantities.
+    /// Under a rating: the plan and variant that priced it (`None`: the list
+    /// price; the variant's default value), the tier that priced it (its
+    /// `above`), and its quantities, its fee (if any) as the quantity `fee`
+    /// counting 1 — as the sink's `tenant_cost_minute_quantity` counts it.
     pub plan: Option<String>,
     pub variant: Option<String>,
+    #[serde(default)]
+    pub tier_above: Option<u64>,
     pub quantities: Vec<Quantity>,
     pub cost_pico: String,
     /// `on_time`, or `late` (folded after the window's on-time pane, within the
@@ -140,6 +147,10 @@ pub struct SinkRows {
     /// summed, the events folded).
     pub partials: Vec<SinkPartial>,
     pub adjustments: Vec<SinkAdjustment>,
+    /// `tenant_cost_minute_quantity`, summed over the windows (empty unless a
+    /// rating billed them).
+    #[serde(default)]
+    pub quantities: Vec<QuantityLine>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -163,6 +174,27 @@ pub struct SinkAdjustment {
     pub model: String,
     pub cost_pico: String,
     pub source: String,
+    /// Under a rating: its variant and plan (`""`: none) and its quantity rows
+    /// (`tenant_cost_adjustment_quantity`, the fee as `fee`); empty otherwise.
+    #[serde(default)]
+    pub variant: String,
+    #[serde(default)]
+    pub plan: String,
+    #[serde(default)]
+    pub quantities: Vec<Quantity>,
+}
+
+/// One line item of a rating, per `(model, variant, plan, quantity)` (`""` for
+/// no variant or plan; a line's fees are the quantity `fee`, counting the
+/// requests charged one): the key and sums of `tenant_cost_minute_quantity`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct QuantityLine {
+    pub model: String,
+    pub variant: String,
+    pub plan: String,
+    pub quantity: String,
+    pub count: u64,
+    pub cost_pico: String,
 }
 
 /// What the explanation adds up to.
@@ -180,6 +212,11 @@ pub struct Totals {
     pub adjusted_cost_pico: String,
     /// `cost_pico + adjusted_cost_pico`: what the sink's line should be.
     pub expected_line_cost_pico: String,
+    /// Under a rating: what the sink's quantity line items should hold — the
+    /// billed requests' quantities and the sink's adjustments', per
+    /// `(model, variant, plan, quantity)`; empty without a rating.
+    #[serde(default)]
+    pub quantities: Vec<QuantityLine>,
 }
 
 /// The whole answer, for the tenant's windows in `[window_start, window_end)`:
@@ -202,6 +239,10 @@ pub struct Explanation {
     pub agrees: Option<bool>,
     /// Every difference and caveat, named.
     pub notes: Vec<String>,
+    /// Whether the windows are final, as the sink's database holds it (`None`:
+    /// no sink given).
+    #[serde(default)]
+    pub finality: Option<finality::StoredFinality>,
 }
 
 impl Explanation {

@@ -166,6 +166,18 @@ fn totals(s: &mut String, x: &Explanation) {
         (true, None) => "not compared with a sink",
     };
     let _ = writeln!(s, "{verdict}");
+    if let Some(f) = &x.finality {
+        let held = f.held_back_by.map_or(String::new(), |p| {
+            format!(", held back by input partition {p}")
+        });
+        let _ = writeln!(
+            s,
+            "{} as the sink stored it{held} (lateness still to run: {})",
+            if f.is_final { "FINAL" } else { "NOT FINAL" },
+            f.lateness_to_run_ms
+                .map_or("unknown".into(), |l| format!("{l} ms"))
+        );
+    }
     for n in &x.notes {
         let _ = writeln!(s, "  - {n}");
     }

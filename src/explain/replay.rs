@@ -208,15 +208,20 @@ impl Kept<'_, '_> {
         let v = self.valid;
         let ev = &v.ev;
         let model = ev.model.to_string();
-        let price_effective_from = match v.rated {
-            Some(_) => None,
-            None => self
+        let at = |es: &mut dyn Iterator<Item = (&str, i64)>| {
+            es.filter(|(m, from)| *m == model.as_str() && *from <= ev.completed_ts)
+                .map(|(_, from)| from)
+                .max()
+        };
+        let price_effective_from = match &self.cfg.rating {
+            Some(book) if v.rated.is_some() => {
+                at(&mut book.list_entries().map(|(m, from, _)| (m, from)))
+            }
+            _ => at(&mut self
                 .cfg
                 .prices
                 .entries()
-                .filter(|(m, e)| *m == model.as_str() && e.effective_from_ms <= ev.completed_ts)
-                .map(|(_, e)| e.effective_from_ms)
-                .max(),
+                .map(|(m, e)| (m, e.effective_from_ms))),
         };
         let rated = v.rated.as_deref();
         Billed {
@@ -231,18 +236,8 @@ impl Kept<'_, '_> {
             price_effective_from,
             plan: rated.and_then(|r| r.plan.as_deref().map(str::to_string)),
             variant: rated.and_then(|r| r.variant.as_deref().map(str::to_string)),
-            quantities: rated
-                .map(|r| {
-                    r.lines
-                        .iter()
-                        .map(|l| Quantity {
-                            quantity: l.name.to_string(),
-                            count: l.count,
-                            cost_pico: l.cost.0.to_string(),
-                        })
-                        .collect()
-                })
-                .unwrap_or_default(),
+            tier_above: rated.and_then(|r| r.tier_above),
+            quantities: rated.map(quantities).unwrap_or_default(),
             cost_pico: v.cost.0.to_string(),
             pane: if late_pane { "late" } else { "on_time" }.into(),
             watermark: self.at.watermark,
@@ -258,6 +253,25 @@ impl Kept<'_, '_> {
             route,
         }
     }
+}
+
+/// A rated request's quantities, then its fee (when it has one) as the quantity
+/// `fee` counting 1, as the sink's quantity rows hold them.
+fn quantities(r: &crate::model::rating::Rated) -> Vec<Quantity> {
+    let fee = (!r.fee.is_zero()).then(|| Quantity {
+        quantity: "fee".into(),
+        count: 1,
+        cost_pico: r.fee.0.to_string(),
+    });
+    r.lines
+        .iter()
+        .map(|l| Quantity {
+            quantity: l.name.to_string(),
+            count: l.count,
+            cost_pico: l.cost.0.to_string(),
+        })
+        .chain(fee)
+        .collect()
 }
 
 fn too_late(watermark: i64, v: &crate::engine::Valid<'_>) -> Routed {

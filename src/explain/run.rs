@@ -3,6 +3,7 @@
 //! partition replayed; the sink's rows when a URL is given; the join.
 //! What `tally explain --tenant` prints (and what a service would serve).
 
+use super::finality::stored_finality;
 use super::{join, source, Explanation, Replayer, Sides};
 use crate::base::clock::now_ms;
 use crate::config::Config;
@@ -94,11 +95,12 @@ pub fn explain(
         .read(|p, r| replays[p as usize].push(r))
         .map_err(read)?;
     let replays = replays.into_iter().map(Replayer::finish).collect();
-    let sink = sink_url
+    let read = sink_url
         .map(|u| source::sink_rows(u, tenant, (start, end)))
         .transpose()
         .map_err(|e| Failure::Sink(format!("{e:#}")))?;
-    Ok(join(
+    let (sink, stored) = read.unzip();
+    let mut x = join(
         tenant,
         (start, end),
         replays,
@@ -108,5 +110,7 @@ pub fn explain(
             dead_letters: &dead,
             sink,
         },
-    ))
+    );
+    x.finality = stored.map(|s| stored_finality(&s, end, engine.allowed_lateness_ms));
+    Ok(x)
 }

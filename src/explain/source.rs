@@ -9,7 +9,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
-use super::{InputRecord, SinkAdjustment, SinkLine, SinkPartial, SinkRows};
+use crate::service::stored_progress::{self, Stored};
+
+use super::{InputRecord, Quantity, QuantityLine, SinkAdjustment, SinkLine, SinkPartial, SinkRows};
 use crate::kafka::config::KafkaConfig;
 use crate::kafka::{client_config, KafkaIoError};
 
@@ -158,12 +160,27 @@ const PARTIALS: &str = "SELECT source_partition, sum(cost_pico)::TEXT, sum(reque
      sum(version)::TEXT FROM tenant_cost_partial \
      WHERE tenant_id = $1 AND window_start >= $2 AND window_end <= $3 \
      GROUP BY source_partition ORDER BY source_partition";
-const ADJUSTMENTS: &str = "SELECT request_id, model, cost_pico::TEXT, source \
+const ADJUSTMENTS: &str = "SELECT request_id, model, cost_pico::TEXT, source, variant, plan \
      FROM tenant_cost_adjustment \
      WHERE tenant_id = $1 AND window_start >= $2 AND window_end <= $3 ORDER BY request_id";
 
-/// The sink's rows of `tenant`'s windows in `[start, end)`, summed over them.
-pub fn sink_rows(url: &str, tenant: &str, (start, end): (i64, i64)) -> anyhow::Result<SinkRows> {
+const QUANTITIES: &str = "SELECT model, variant, plan, quantity, sum(count)::TEXT, \
+     sum(cost_pico)::TEXT FROM tenant_cost_minute_quantity \
+     WHERE tenant_id = $1 AND window_start >= $2 AND window_end <= $3 \
+     GROUP BY model, variant, plan, quantity ORDER BY model, variant, plan, quantity";
+const ADJUSTMENT_QUANTITIES: &str = "SELECT a.request_id, q.quantity, q.count::TEXT, \
+     q.cost_pico::TEXT FROM tenant_cost_adjustment_quantity q \
+     JOIN tenant_cost_adjustment a USING (request_id, generation) \
+     WHERE a.tenant_id = $1 AND a.window_start >= $2 AND a.window_end <= $3 \
+     ORDER BY a.request_id, q.quantity";
+
+/// The sink's rows of `tenant`'s windows in `[start, end)`, summed over them,
+/// and its stored progress (`tally_progress`, as the API's `/status.json` reads it).
+pub fn sink_rows(
+    url: &str,
+    tenant: &str,
+    (start, end): (i64, i64),
+) -> anyhow::Result<(SinkRows, Stored)> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -198,8 +215,31 @@ pub fn sink_rows(url: &str, tenant: &str, (start, end): (i64, i64)) -> anyhow::R
                 model: r.get(1),
                 cost_pico: r.get(2),
                 source: r.get(3),
+                variant: r.get(4),
+                plan: r.get(5),
+                quantities: Vec::new(),
             });
         }
-        Ok(rows)
+        for r in db.query(ADJUSTMENT_QUANTITIES, &args).await? {
+            let id: String = r.get(0);
+            if let Some(a) = rows.adjustments.iter_mut().find(|a| a.request_id == id) {
+                a.quantities.push(Quantity {
+                    quantity: r.get(1),
+                    count: num(r.get(2))?,
+                    cost_pico: r.get(3),
+                });
+            }
+        }
+        for r in db.query(QUANTITIES, &args).await? {
+            rows.quantities.push(QuantityLine {
+                model: r.get(0),
+                variant: r.get(1),
+                plan: r.get(2),
+                quantity: r.get(3),
+                count: num(r.get(4))?,
+                cost_pico: r.get(5),
+            });
+        }
+        Ok((rows, stored_progress::read(&db).await?))
     })
 }

@@ -26,6 +26,7 @@ pub(crate) mod http;
 pub(crate) mod logged;
 pub mod status_api;
 pub mod status_page;
+pub mod stored_progress;
 
 use std::fmt;
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -441,7 +441,7 @@ fn explain_lists_each_generated_record_of_a_window_with_its_route_and_the_sinks_
 fn over_the_api(d: &Path, broker: &DevBroker, db: &str, pairs: &[(String, i64)], cli_cfg: &str) {
     let keys = d.join("keys");
     let section = format!(
-        "[api]\nlisten = \"127.0.0.1:0\"\nkeys = \"{}\"\n",
+        "[api]\nlisten = \"127.0.0.1:0\"\nkeys = \"{}\"\n[window]\nallowed_lateness = \"5m\"\n",
         keys.display()
     );
     let cfg = write_config(d, broker, "explain-api", &section);
@@ -475,6 +475,7 @@ fn over_the_api(d: &Path, broker: &DevBroker, db: &str, pairs: &[(String, i64)],
         let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
         assert_eq!(v["agrees"], true, "{v}");
         assert_eq!(v["totals"], serde_json::to_value(&want.totals).unwrap());
+        assert_eq!(v["finality"], serde_json::to_value(&want.finality).unwrap());
         let page: Vec<tally::explain::rows::Row> =
             serde_json::from_value(v["data"].clone()).unwrap();
         assert!(page.len() <= 3);

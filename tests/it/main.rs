@@ -21,6 +21,8 @@ mod endpoints;
 mod evolution;
 mod exit_codes;
 mod explain;
+mod explain_rated;
+mod explain_tz;
 mod file_mode;
 mod finality;
 mod harness;

@@ -13,9 +13,9 @@ use crate::common::*;
 use tally::gen::rated::{rated_stream, LineKey, RatedOptions, RatedWindow};
 use tally::kafka::read::read_topic;
 
-const T0: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+pub(crate) const T0: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
 
-const RATING: &str = r#"
+pub(crate) const RATING: &str = r#"
 [input]
 prompt_tokens = "/usage/prompt_tokens"
 completion_tokens = "/usage/completion_tokens"
@@ -86,7 +86,7 @@ plan = "startup"
 effective_from = "2026-01-01T00:04:00Z"
 "#;
 
-const TOPICS: &[(&str, i32)] = &[
+pub(crate) const TOPICS: &[(&str, i32)] = &[
     ("requests", 4),
     ("tenant-cost", 2),
     ("requests.late", 2),
@@ -96,7 +96,7 @@ const TOPICS: &[(&str, i32)] = &[
     ("replay-dlq", 1),
 ];
 
-fn config(dir: &Path, broker: &DevBroker) -> PathBuf {
+pub(crate) fn config(dir: &Path, broker: &DevBroker) -> PathBuf {
     let d = dir.display();
     let path = dir.join("stream.toml");
     let text = format!(

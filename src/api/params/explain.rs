@@ -2,7 +2,10 @@
 //! windows of a calendar bucket), the page size and the page token.
 //!
 //! Invariants: `window_start` is required, `window_end` optional (given, every
-//! window of `[window_start, window_end)`); each parameter at most once; a page
+//! window of `[window_start, window_end)`); `tz` or `bucket` (`tz` defaulting
+//! to UTC as on `/v1/usage`, `bucket` to `day`) exclude `window_end`: the bucket
+//! of the zone holding `window_start`, its bounds the database's, as
+//! `/v1/usage` buckets; each parameter at most once; a page
 //! token resumes after `(partition, offset)` and only for the tenant and windows
 //! that made it.
 
@@ -10,7 +13,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
-use super::{bad, limit_of, time, ParamError};
+use super::{bad, check_tz, limit_of, time, ParamError};
+use crate::explain::bucket::Unit;
 
 /// `GET /v1/explain/{tenant_id}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,6 +22,8 @@ pub(crate) struct ExplainQuery {
     pub tenant_id: String,
     pub window_start: i64,
     pub window_end: Option<i64>,
+    /// `bucket` and `tz`: the calendar bucket holding `window_start`.
+    pub bucket: Option<(Unit, String)>,
     pub limit: usize,
     /// Rows after this `(partition, offset)` (from `page`).
     pub after: Option<(i32, i64)>,
@@ -33,8 +39,8 @@ struct Token {
 impl ExplainQuery {
     fn fingerprint(&self) -> String {
         format!(
-            "explain {} {} {:?}",
-            self.tenant_id, self.window_start, self.window_end
+            "explain {} {} {:?} {:?}",
+            self.tenant_id, self.window_start, self.window_end, self.bucket
         )
     }
 
@@ -57,19 +63,21 @@ pub(crate) fn explain(tenant: &str, query: &str) -> Result<ExplainQuery, ParamEr
         return Err(bad("tenant_id", "empty"));
     }
     let (mut start, mut end, mut limit, mut page) = (None, None, None, None);
+    let (mut tz, mut unit) = (None, None);
     for (k, v) in form_urlencoded::parse(query.as_bytes()) {
-        let slot = match &*k {
-            "window_start" => &mut start,
-            "window_end" => &mut end,
-            "limit" => &mut limit,
-            "page" => &mut page,
-            other => {
-                return Err(bad(
+        let slot =
+            match &*k {
+                "window_start" => &mut start,
+                "window_end" => &mut end,
+                "limit" => &mut limit,
+                "page" => &mut page,
+                "tz" => &mut tz,
+                "bucket" => &mut unit,
+                other => return Err(bad(
                     other,
-                    "unknown parameter (known: window_start, window_end, limit, page)",
-                ))
-            }
-        };
+                    "unknown parameter (known: window_start, window_end, tz, bucket, limit, page)",
+                )),
+            };
         if slot.replace(v.into_owned()).is_some() {
             return Err(bad(&k, "given more than once"));
         }
@@ -78,7 +86,8 @@ pub(crate) fn explain(tenant: &str, query: &str) -> Result<ExplainQuery, ParamEr
     let mut q = ExplainQuery {
         tenant_id,
         window_start: time("window_start", &start)?,
-        window_end: end.map(|e| time("window_end", &e)).transpose()?,
+        window_end: end.as_deref().map(|e| time("window_end", e)).transpose()?,
+        bucket: bucket(tz, unit, end.is_some())?,
         limit: limit_of(limit.as_deref())?,
         after: None,
     };
@@ -105,6 +114,29 @@ pub(crate) fn explain(tenant: &str, query: &str) -> Result<ExplainQuery, ParamEr
     Ok(q)
 }
 
+/// `tz` (default UTC) and `bucket` (default `day`), either naming a bucket,
+/// without `window_end`.
+fn bucket(
+    tz: Option<String>,
+    unit: Option<String>,
+    end: bool,
+) -> Result<Option<(Unit, String)>, ParamError> {
+    match (tz, unit) {
+        (None, None) => Ok(None),
+        _ if end => Err(bad(
+            "window_end",
+            "not with `bucket`: the bucket holding `window_start` is explained",
+        )),
+        (tz, u) => {
+            let tz = tz.unwrap_or_else(|| "UTC".into());
+            check_tz(&tz)?;
+            let unit = u.as_deref().unwrap_or("day");
+            let unit = unit.parse().map_err(|m: String| bad("bucket", m))?;
+            Ok(Some((unit, tz)))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,6 +154,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(next.after, Some((1, 42)));
+        let day = explain("t", "window_start=2026-03-29T12:00:00Z&tz=Europe/Berlin").unwrap();
+        assert_eq!(day.bucket, Some((Unit::Day, "Europe/Berlin".into())));
+        let hour = explain("t", "window_start=2026-03-29T12:00:00Z&bucket=hour").unwrap();
+        assert_eq!(hour.bucket, Some((Unit::Hour, "UTC".into())));
         let other = explain(
             "c",
             &format!("window_start=2026-01-01T10:00:00Z&page={token}"),
@@ -135,7 +171,12 @@ mod tests {
                 "window_end",
             ),
             ("window_start=2026-01-01T10:00:00Z&limit=0", "limit"),
-            ("window_start=2026-01-01T10:00:00Z&tz=UTC", "tz"),
+            ("window_start=2026-01-01T10:00:00Z&tz=UTC&bucket=week", "bucket"),
+            ("window_start=2026-01-01T10:00:00Z&tz=Europe/../x&bucket=day", "tz"),
+            (
+                "window_start=2026-01-01T10:00:00Z&tz=UTC&bucket=day&window_end=2026-01-02T00:00:00Z",
+                "window_end",
+            ),
             (
                 "window_start=2026-01-01T10:00:00Z&window_start=2026-01-01T10:00:00Z",
                 "window_start",
