@@ -185,10 +185,16 @@ fn rows_follow_the_offsets_and_csv_quotes_text() {
     );
     assert_eq!(rows[2].duplicate_of_offset, Some(0));
     assert_eq!(rows[3].adjusted, Some(true));
+    // A price table's request bills no quantity: null, an empty CSV cell.
+    assert_eq!(
+        (rows[0].quantities.as_ref(), rows[0].tier_above),
+        (None, None)
+    );
+    assert_eq!(rows[0].quantities_cell(), None);
     let quote = |s: &str| format!("<{s}>");
     assert_eq!(
         rows[3].csv_line(quote),
-        "0,3,60000,<c>,too_late,,,,5,,,,99,,true,\r\n"
+        "0,3,60000,<c>,too_late,,,,5,,,,,,,99,,true,\r\n"
     );
     assert_eq!(
         crate::explain::rows::CSV_HEADER.split(',').count(),

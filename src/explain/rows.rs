@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Explanation, Routed};
+use super::{Explanation, Quantity, Routed};
 
 /// One request of an explanation. Fields that do not apply to its route are
 /// `None` (`null` in JSON, empty in CSV).
@@ -27,6 +27,15 @@ pub struct Row {
     pub pane: Option<String>,
     pub price_effective_from: Option<i64>,
     pub plan: Option<String>,
+    /// Billed by a rating: the variant that priced it (`None`: the default).
+    pub variant: Option<String>,
+    /// Billed by a rating: the tier that priced it, its `above`.
+    pub tier_above: Option<u64>,
+    /// Billed by a rating: its quantities, its fee as the quantity `fee` — as
+    /// `tally explain --json` lists them (`None`: it bills none — a price
+    /// table's request, or a rated one without usage). In CSV one cell,
+    /// `name=count:cost_pico` joined by `;`.
+    pub quantities: Option<Vec<Quantity>>,
     /// Billed: the watermark it met; too late: the one that made it so.
     pub watermark: Option<i64>,
     pub duplicate_of_offset: Option<i64>,
@@ -36,7 +45,7 @@ pub struct Row {
 
 /// The CSV columns, in `Row`'s field order.
 pub const CSV_HEADER: &str = "partition,offset,window_end,request_id,route,model,prompt_tokens,\
-completion_tokens,cost_pico,pane,price_effective_from,plan,watermark,duplicate_of_offset,\
+completion_tokens,cost_pico,pane,price_effective_from,plan,variant,tier_above,quantities,watermark,duplicate_of_offset,\
 adjusted,dead_letter_code";
 
 fn empty(route: &str, partition: i32, offset: i64, window_end: i64) -> Row {
@@ -53,6 +62,9 @@ fn empty(route: &str, partition: i32, offset: i64, window_end: i64) -> Row {
         pane: None,
         price_effective_from: None,
         plan: None,
+        variant: None,
+        tier_above: None,
+        quantities: None,
         watermark: None,
         duplicate_of_offset: None,
         adjusted: None,
@@ -75,6 +87,9 @@ impl Explanation {
                 pane: Some(b.pane.clone()),
                 price_effective_from: b.price_effective_from,
                 plan: b.plan.clone(),
+                variant: b.variant.clone(),
+                tier_above: b.tier_above,
+                quantities: (!b.quantities.is_empty()).then(|| b.quantities.clone()),
                 watermark: b.watermark,
                 ..empty("billed", b.partition, b.offset, b.window_end)
             })
@@ -112,6 +127,17 @@ impl Explanation {
 }
 
 impl Row {
+    /// The quantities as one CSV cell: `name=count:cost_pico`, joined by `;`,
+    /// in the CLI's order (`None`: none).
+    pub fn quantities_cell(&self) -> Option<String> {
+        self.quantities.as_ref().map(|qs| {
+            qs.iter()
+                .map(|q| format!("{}={}:{}", q.quantity, q.count, q.cost_pico))
+                .collect::<Vec<_>>()
+                .join(";")
+        })
+    }
+
     /// The row as a CSV line (`\r\n`-terminated); `text` quotes a text cell.
     pub fn csv_line(&self, text: impl Fn(&str) -> String) -> String {
         fn n<T: ToString>(v: Option<T>) -> String {
@@ -131,6 +157,9 @@ impl Row {
             n(self.pane.as_ref()),
             n(self.price_effective_from),
             t(&self.plan),
+            t(&self.variant),
+            n(self.tier_above),
+            t(&self.quantities_cell()),
             n(self.watermark),
             n(self.duplicate_of_offset),
             n(self.adjusted),

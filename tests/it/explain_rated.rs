@@ -4,14 +4,15 @@
 //! worker and the sink; then for several (tenant, window) pairs every billed
 //! request shows its quantities, price entry, variant and plan, and the
 //! explanation's totals equal the sink's line, line items and quantity line
-//! items — and the generator's bill.
+//! items — and the generator's bill; and `GET /v1/explain` shows each billed
+//! request's variant, plan, tier and quantities as the CLI does, JSON and CSV.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::common::*;
 use crate::rating_stream::{config, RATING, T0, TOPICS};
-use tally::explain::{Explanation, Routed};
+use tally::explain::{Billed, Explanation, Quantity, Routed};
 use tally::gen::rated::{rated_stream, LineKey, RatedOptions};
 
 const MIN: i64 = 60_000;
@@ -156,6 +157,127 @@ fn check_pair(x: &Explanation, db: &str, want: &tally::gen::rated::RatedWindow) 
     );
 }
 
+/// `tally api` on the stream's config (plus an `[api]` section) and the sink's
+/// database, and an admin key's bearer.
+fn start_api(dir: &std::path::Path, cfg: &str, db: &str) -> (Service, String, String) {
+    let keys = dir.join("keys");
+    let api_cfg = dir.join("api.toml");
+    let text = std::fs::read_to_string(cfg).unwrap()
+        + &format!(
+            "\n[api]\nlisten = \"127.0.0.1:0\"\nkeys = \"{}\"\n",
+            keys.display()
+        );
+    std::fs::write(&api_cfg, text).unwrap();
+    let api_cfg = api_cfg.to_str().unwrap();
+    let key = crate::usage_api::mint(api_cfg, keys.to_str().unwrap(), "ops", "admin");
+    let api = Service::start(
+        &["api", "--config", api_cfg],
+        &[("TALLY_SINK__DATABASE_URL", db), ("TALLY_LOG", "info")],
+        dir.join("api.log"),
+    );
+    let addr = bound_addr(&api.log, "usage API: serving");
+    wait_until("the API listens", Duration::from_secs(30), || {
+        http_get(&addr, "/healthz")
+    });
+    (api, addr, format!("Bearer {key}"))
+}
+
+/// A billed request's pricing facts: request id, variant, plan, tier, quantities.
+type Facts = (
+    String,
+    Option<String>,
+    Option<String>,
+    Option<u64>,
+    Vec<Quantity>,
+);
+
+fn cli_facts(x: &Explanation) -> Vec<Facts> {
+    let mut v: Vec<Facts> = x
+        .billed
+        .iter()
+        .map(|b: &Billed| {
+            let f = (b.variant.clone(), b.plan.clone(), b.tier_above);
+            (b.request_id.clone(), f.0, f.1, f.2, b.quantities.clone())
+        })
+        .collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+/// The API's rows of `x`'s tenant and window, JSON and CSV, against the CLI's
+/// billed requests on id, variant, plan, tier and quantities.
+fn check_api(addr: &str, bearer: &str, x: &Explanation) {
+    let utc = tally::time::utc::format_utc_ms;
+    let path = format!(
+        "/v1/explain/{}?window_start={}",
+        x.tenant_id,
+        utc(x.window_start)
+    );
+    let get = |accept| crate::api_http::api_request(addr, &path, Some(bearer), accept);
+    let want = cli_facts(x);
+    let r = get("application/json");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+    assert!(v["next_page"].is_null(), "one page: {v}");
+    let rows: Vec<tally::explain::rows::Row> = serde_json::from_value(v["data"].clone()).unwrap();
+    let mut got: Vec<Facts> = rows
+        .into_iter()
+        .filter(|r| r.route == "billed")
+        .map(|r| {
+            let id = r.request_id.unwrap();
+            (
+                id,
+                r.variant,
+                r.plan,
+                r.tier_above,
+                r.quantities.unwrap_or_default(),
+            )
+        })
+        .collect();
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(got, want, "{} {}: JSON rows", x.tenant_id, x.window_start);
+    // CSV: the same facts, the quantities one cell `name=count:cost;…`.
+    let r = get("text/csv");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let mut lines = r.body.split("\r\n").filter(|l| !l.is_empty());
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name| header.iter().position(|h| *h == name).unwrap();
+    let opt = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    let mut got: Vec<Facts> = lines
+        .map(|l| {
+            assert!(!l.contains('"'), "{l}");
+            l.split(',').collect::<Vec<_>>()
+        })
+        .filter(|c| c[col("route")] == "billed")
+        .map(|c| {
+            let quantities = c[col("quantities")]
+                .split(';')
+                .filter(|q| !q.is_empty())
+                .map(|q| {
+                    let (name, rest) = q.split_once('=').unwrap();
+                    let (count, cost) = rest.split_once(':').unwrap();
+                    Quantity {
+                        quantity: name.into(),
+                        count: count.parse().unwrap(),
+                        cost_pico: cost.into(),
+                    }
+                })
+                .collect();
+            let tier = opt(c[col("tier_above")]).map(|t| t.parse().unwrap());
+            let (variant, plan) = (opt(c[col("variant")]), opt(c[col("plan")]));
+            (
+                c[col("request_id")].to_string(),
+                variant,
+                plan,
+                tier,
+                quantities,
+            )
+        })
+        .collect();
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(got, want, "{} {}: CSV rows", x.tenant_id, x.window_start);
+}
+
 /// The explanation's `finality` against `tally_progress` itself: a window is
 /// final exactly when every input partition's stored `final_through` reached its
 /// end; a non-final one names the partition with the lowest progress.
@@ -273,11 +395,13 @@ fn explain_under_a_rating_shows_each_requests_pricing_and_the_sinks_quantity_lin
             pairs.push(pair);
         }
     }
+    let (_api, addr, bearer) = start_api(dir.path(), cfg_s, &db);
     let (mut tiers, mut batch, mut too_late) = (0, 0, 0);
     for (tenant, start) in &pairs {
         let want = &stream.expected[&(tenant.clone(), *start)];
         let x = explain(cfg_s, tenant, *start, &db);
         check_pair(&x, &db, want);
+        check_api(&addr, &bearer, &x);
         tiers += x.billed.iter().filter(|b| b.tier_above.is_some()).count();
         batch += x.billed.iter().filter(|b| b.variant.is_some()).count();
         too_late += x
