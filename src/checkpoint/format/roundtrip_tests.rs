@@ -94,7 +94,7 @@ fn segment(kind: SegmentKind) -> impl Strategy<Value = Segment> {
     );
     (any::<u64>(), "[a-z0-9]{1,8}", parts).prop_map(move |(id, worker, parts)| Segment {
         checkpoint: format!("chk-{id:020}-{worker}"),
-        kind: kind.clone(),
+        kind,
         parts,
     })
 }
