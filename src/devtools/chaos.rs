@@ -281,13 +281,14 @@ pub fn run_plan(plan: &Plan, sv: &Services) -> anyhow::Result<ChaosReport> {
     };
     drain(&kafka, plan.partitions, &workers)?;
     let drained_secs = started.elapsed().as_secs_f64();
-    stop_workers(&mut workers)?;
+    let hung = stop_workers(&mut workers)?;
     let final_state = dir.join("state-final");
     tail(&exe, &cfg_s, &final_state, sink)?;
 
     let f = compare(&db, &expected, &final_state, &kafka)?;
     let mut report = ChaosReport::new(plan, count, &expected, log, &f, &workers);
     report.phases_s = [produce_secs, drained_secs, started.elapsed().as_secs_f64()];
+    report.faults.hung_at_stop = hung;
     if sv.verbose {
         print_report(&report, produce_secs, drained_secs);
     }

@@ -112,6 +112,8 @@ pub struct Totals {
     pub zombies: usize,
     pub pg_restarts: usize,
     pub unexpected_exits: usize,
+    #[serde(default)]
+    pub hung_at_stop: usize,
     pub lost_windows: usize,
     pub double_counted_windows: usize,
     pub extra_windows: usize,
@@ -147,6 +149,10 @@ pub struct CampaignReport {
     pub recovery: Vec<Recovery>,
     /// Per protocol, store and membership.
     pub recovery_by_membership: Vec<Recovery>,
+    /// Per protocol and store, of the isolated kills only (no other fault between
+    /// the death and the recovery).
+    #[serde(default)]
+    pub recovery_isolated: Vec<Recovery>,
     pub runs: Vec<RunEntry>,
 }
 
@@ -159,6 +165,7 @@ impl CampaignReport {
             totals: Totals::default(),
             recovery: Vec::new(),
             recovery_by_membership: Vec::new(),
+            recovery_isolated: Vec::new(),
             runs: Vec::new(),
         }
     }
@@ -182,6 +189,7 @@ impl CampaignReport {
             t.zombies += f.zombies;
             t.pg_restarts += f.pg_restarts;
             t.unexpected_exits += f.unexpected_exits;
+            t.hung_at_stop += f.hung_at_stop;
             t.never_recovered += f.never_recovered;
             t.lost_windows += r.lost_windows;
             t.double_counted_windows += r.double_counted_windows;
@@ -194,18 +202,24 @@ impl CampaignReport {
         t.failed = t.runs - t.passed;
         t.kills_per_minute = t.kills as f64 / (t.elapsed_s / 60.0).max(1e-9);
         self.totals = t;
-        self.recovery = self.recovery_by(|p| format!("{} / {}", p.group_protocol, p.store));
-        self.recovery_by_membership = self.recovery_by(Plan::class);
+        let by_store = |p: &Plan| format!("{} / {}", p.group_protocol, p.store);
+        self.recovery = self.recovery_by(by_store, false);
+        self.recovery_by_membership = self.recovery_by(Plan::class, false);
+        self.recovery_isolated = self.recovery_by(by_store, true);
     }
 
-    fn recovery_by(&self, class: impl Fn(&Plan) -> String) -> Vec<Recovery> {
+    fn recovery_by(&self, class: impl Fn(&Plan) -> String, isolated: bool) -> Vec<Recovery> {
         let mut by: BTreeMap<String, (Vec<f64>, f64)> = BTreeMap::new();
         for run in &self.runs {
             let Some(r) = &run.report else { continue };
             let e = by
                 .entry(class(&run.plan))
                 .or_insert((Vec::new(), run.plan.recovery_target_s()));
-            e.0.extend(&r.faults.recoveries);
+            e.0.extend(if isolated {
+                &r.faults.isolated_recoveries
+            } else {
+                &r.faults.recoveries
+            });
             e.1 = e.1.min(run.plan.recovery_target_s());
         }
         by.into_iter()
@@ -238,7 +252,8 @@ impl CampaignReport {
             "### Chaos campaign, master seed {}\n\n\
              {} runs in {:.1} min ({} passed, {} failed); **{} kills** ({} worker SIGKILLs, \
              {} workers dead at a crash point, {} sink kills), {:.1} kills/min; {} zombies \
-             (SIGSTOP past the session timeout), {} PostgreSQL restarts; {} unexpected exits.\n\n\
+             (SIGSTOP past the session timeout), {} PostgreSQL restarts; {} unexpected exits; \
+             {} workers not stopped 60 s after the final SIGTERM.\n\n\
              | check | result |\n|---|---|\n\
              | lost windows | {} |\n| double-counted windows | {} |\n| extra windows | {} |\n\
              | windows compared (sink view vs generator) | {} |\n| records generated | {} |\n\
@@ -257,6 +272,7 @@ impl CampaignReport {
             t.zombies,
             t.pg_restarts,
             t.unexpected_exits,
+            t.hung_at_stop,
             t.lost_windows,
             t.double_counted_windows,
             t.extra_windows,

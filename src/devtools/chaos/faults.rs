@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::kills::{kill, recovered, rss_kb, Worker};
+use super::kills::{kill, recovered, rss_kb, Pending, Worker};
 use super::plan::{Plan, SINK_CRASH_POINT, WORKER_CRASH_POINTS};
 use crate::devtools::support::{self, signal};
 use crate::gen::Rng;
@@ -87,7 +87,14 @@ pub struct FaultLog {
     pub unexpected_exits: usize,
     /// Seconds from each worker death until its partitions moved on.
     pub recoveries: Vec<f64>,
+    /// Those of `recoveries` that no other fault overlapped (from the death to
+    /// the recovery).
+    #[serde(default)]
+    pub isolated_recoveries: Vec<f64>,
     pub never_recovered: usize,
+    /// Workers that did not stop within 60 s of the final SIGTERM (then killed).
+    #[serde(default)]
+    pub hung_at_stop: usize,
     pub events: Vec<Event>,
 }
 
@@ -105,7 +112,10 @@ pub(super) struct Faults<'a> {
     pub(super) workers: Vec<Worker>,
     pub(super) sink: Option<Child>,
     sink_armed: bool,
-    pending: Vec<(Instant, BTreeMap<i32, i64>)>,
+    pending: Vec<Pending>,
+    /// Faults so far (kills, crash deaths, zombies, sink kills, restarts of
+    /// PostgreSQL).
+    faults: usize,
     restarts: Vec<(Instant, Target, Option<String>)>,
     conts: Vec<(Instant, usize)>,
     started: Instant,
@@ -131,6 +141,7 @@ impl<'a> Faults<'a> {
             sink: Some(sink),
             sink_armed: false,
             pending: Vec::new(),
+            faults: 0,
             restarts: Vec::new(),
             conts: Vec::new(),
             started: Instant::now(),
@@ -166,14 +177,13 @@ impl<'a> Faults<'a> {
             }
             self.reap()?;
             self.due(Instant::now())?;
-            let before = self.log.recoveries.len();
-            recovered(&self.workers, &mut self.pending, &mut self.log.recoveries);
-            let lines: Vec<String> = self.log.recoveries[before..]
-                .iter()
-                .map(|r| format!("recovered after {r:.1} s"))
-                .collect();
-            for line in lines {
-                self.event(line);
+            for (secs, isolated) in recovered(&self.workers, &mut self.pending, self.faults) {
+                self.log.recoveries.push(secs);
+                if isolated {
+                    self.log.isolated_recoveries.push(secs);
+                }
+                let alone = if isolated { " (isolated)" } else { "" };
+                self.event(format!("recovered after {secs:.1} s{alone}"));
             }
             if !gen_done && Instant::now() >= next {
                 self.fault()?;
@@ -199,6 +209,7 @@ impl<'a> Faults<'a> {
     /// One fault drawn from the plan's mix.
     fn fault(&mut self) -> anyhow::Result<()> {
         let f = self.plan.faults;
+        self.faults += 1;
         let x = self.rng.below(1000) as u32;
         let pg = if self.pg_dir.is_some() {
             f.pg_restart
@@ -243,11 +254,20 @@ impl<'a> Faults<'a> {
             "killed worker {i} (owned {:?}){armed}",
             owned.keys().collect::<Vec<_>>()
         ));
-        if !owned.is_empty() {
-            self.pending.push((Instant::now(), owned));
-        }
+        self.orphaned(owned);
         self.restarts.push((at, Target::Worker(i), crash));
         Ok(())
+    }
+
+    /// Starts timing the recovery of a death that left `owned` orphaned.
+    fn orphaned(&mut self, owned: BTreeMap<i32, i64>) {
+        if !owned.is_empty() {
+            self.pending.push(Pending {
+                at: Instant::now(),
+                orphans: owned,
+                faults: self.faults,
+            });
+        }
     }
 
     fn zombie(&mut self, i: usize) -> anyhow::Result<()> {
@@ -366,9 +386,8 @@ impl<'a> Faults<'a> {
                 self.log.unexpected_exits += 1;
                 self.event(format!("worker {i} exited by itself ({status})"));
             }
-            if !owned.is_empty() {
-                self.pending.push((Instant::now(), owned));
-            }
+            self.faults += 1;
+            self.orphaned(owned);
             let at = self.restart_at();
             self.restarts.push((at, Target::Worker(i), None));
         }

@@ -65,32 +65,46 @@ pub(super) fn kill(w: &mut Worker) -> anyhow::Result<Option<BTreeMap<i32, i64>>>
     Ok(Some(owned))
 }
 
+/// A worker death whose partitions have not moved on yet.
+pub(super) struct Pending {
+    pub(super) at: Instant,
+    /// The partitions the worker owned, and their next offsets.
+    pub(super) orphans: BTreeMap<i32, i64>,
+    /// The fault count just after this death: if it is still the count at the
+    /// recovery, no other fault overlapped this one (an isolated recovery).
+    pub(super) faults: usize,
+}
+
 /// Recovery: every orphaned partition is owned again and has moved past where it
-/// was. Drops the recovered (and those given up on after 120 s) from `pending`.
+/// was. Drops the recovered (and those given up on after 120 s) from `pending`
+/// and returns the recovered ones' times, each with whether it was isolated
+/// (`faults` is the fault count now).
 pub(super) fn recovered(
     workers: &[Worker],
-    pending: &mut Vec<(Instant, BTreeMap<i32, i64>)>,
-    recoveries: &mut Vec<f64>,
-) {
+    pending: &mut Vec<Pending>,
+    faults: usize,
+) -> Vec<(f64, bool)> {
     let live: Vec<WorkerReport> = workers
         .iter()
         .filter(|w| w.child.is_some())
         .filter_map(|w| report(&w.state))
         .collect();
-    pending.retain(|(at, orphans)| {
-        let recovered = orphans.iter().all(|(p, o)| {
+    let mut done = Vec::new();
+    pending.retain(|p| {
+        let recovered = p.orphans.iter().all(|(part, o)| {
             live.iter().any(|r| {
                 r.at_ms > 0
                     && r.partitions
                         .iter()
-                        .any(|x| x.partition.0 == *p && x.next_offset.0 > *o)
+                        .any(|x| x.partition.0 == *part && x.next_offset.0 > *o)
             })
         });
         if recovered {
-            recoveries.push(at.elapsed().as_secs_f64());
+            done.push((p.at.elapsed().as_secs_f64(), p.faults == faults));
         }
-        !recovered && at.elapsed() < Duration::from_secs(120)
+        !recovered && p.at.elapsed() < Duration::from_secs(120)
     });
+    done
 }
 
 /// Waits (up to 300 s) until the workers have consumed the whole input topic.
@@ -118,8 +132,9 @@ pub(super) fn drain(
 }
 
 /// SIGTERMs every live worker (all at once, so their leaves overlap) and waits
-/// for each to stop.
-pub(super) fn stop_workers(workers: &mut [Worker]) -> anyhow::Result<()> {
+/// for each to stop; returns how many did not within 60 s (then SIGKILLed).
+pub(super) fn stop_workers(workers: &mut [Worker]) -> anyhow::Result<usize> {
+    let mut hung = 0;
     for w in workers.iter_mut() {
         if let Some(c) = &w.child {
             w.peak_rss_kb = w.peak_rss_kb.max(rss_kb(c.id()));
@@ -139,11 +154,12 @@ pub(super) fn stop_workers(workers: &mut [Worker]) -> anyhow::Result<()> {
                     );
                     c.kill()?;
                     c.wait()?;
+                    hung += 1;
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
     }
-    Ok(())
+    Ok(hung)
 }
