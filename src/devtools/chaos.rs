@@ -279,7 +279,7 @@ pub fn run_plan(plan: &Plan, sv: &Services) -> anyhow::Result<ChaosReport> {
         bootstrap_servers: bootstrap.clone(),
         ..Default::default()
     };
-    drain(&kafka, plan.partitions, &workers)?;
+    let undrained = drain(&kafka, plan.partitions, &workers)?;
     let drained_secs = started.elapsed().as_secs_f64();
     let hung = stop_workers(&mut workers)?;
     let final_state = dir.join("state-final");
@@ -289,6 +289,7 @@ pub fn run_plan(plan: &Plan, sv: &Services) -> anyhow::Result<ChaosReport> {
     let mut report = ChaosReport::new(plan, count, &expected, log, &f, &workers);
     report.phases_s = [produce_secs, drained_secs, started.elapsed().as_secs_f64()];
     report.faults.hung_at_stop = hung;
+    report.faults.undrained_partitions = undrained;
     if sv.verbose {
         print_report(&report, produce_secs, drained_secs);
     }

@@ -114,6 +114,9 @@ pub struct Totals {
     pub unexpected_exits: usize,
     #[serde(default)]
     pub hung_at_stop: usize,
+    /// Runs whose workers had not drained the input 300 s after the faults.
+    #[serde(default)]
+    pub drain_timeouts: usize,
     pub lost_windows: usize,
     pub double_counted_windows: usize,
     pub extra_windows: usize,
@@ -190,6 +193,7 @@ impl CampaignReport {
             t.pg_restarts += f.pg_restarts;
             t.unexpected_exits += f.unexpected_exits;
             t.hung_at_stop += f.hung_at_stop;
+            t.drain_timeouts += usize::from(!f.undrained_partitions.is_empty());
             t.never_recovered += f.never_recovered;
             t.lost_windows += r.lost_windows;
             t.double_counted_windows += r.double_counted_windows;
@@ -253,7 +257,8 @@ impl CampaignReport {
              {} runs in {:.1} min ({} passed, {} failed); **{} kills** ({} worker SIGKILLs, \
              {} workers dead at a crash point, {} sink kills), {:.1} kills/min; {} zombies \
              (SIGSTOP past the session timeout), {} PostgreSQL restarts; {} unexpected exits; \
-             {} workers not stopped 60 s after the final SIGTERM.\n\n\
+             {} workers not stopped 60 s after the final SIGTERM; {} runs not drained by the \
+             workers 300 s after the faults.\n\n\
              | check | result |\n|---|---|\n\
              | lost windows | {} |\n| double-counted windows | {} |\n| extra windows | {} |\n\
              | windows compared (sink view vs generator) | {} |\n| records generated | {} |\n\
@@ -273,6 +278,7 @@ impl CampaignReport {
             t.pg_restarts,
             t.unexpected_exits,
             t.hung_at_stop,
+            t.drain_timeouts,
             t.lost_windows,
             t.double_counted_windows,
             t.extra_windows,

@@ -95,6 +95,10 @@ pub struct FaultLog {
     /// Workers that did not stop within 60 s of the final SIGTERM (then killed).
     #[serde(default)]
     pub hung_at_stop: usize,
+    /// Partitions no live worker had consumed to the end 300 s after the faults
+    /// stopped (the final bounded run then drained them).
+    #[serde(default)]
+    pub undrained_partitions: Vec<i32>,
     pub events: Vec<Event>,
 }
 

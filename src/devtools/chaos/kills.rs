@@ -107,25 +107,30 @@ pub(super) fn recovered(
     done
 }
 
-/// Waits (up to 300 s) until the workers have consumed the whole input topic.
+/// Waits (up to 300 s) until the workers have consumed the whole input topic;
+/// returns the partitions no worker was seen at the end of by then.
 pub(super) fn drain(
     kafka: &crate::config::KafkaConfig,
     partitions: i32,
     workers: &[Worker],
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<i32>> {
     let ends = support::log_ends(kafka, "requests", partitions)?;
     let drain_deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let reports: Vec<WorkerReport> = workers.iter().filter_map(|w| report(&w.state)).collect();
-        let done = ends.iter().all(|(p, end)| {
-            reports.iter().any(|r| {
-                r.partitions
-                    .iter()
-                    .any(|x| x.partition.0 == *p && x.next_offset.0 >= *end)
+        let behind: Vec<i32> = ends
+            .iter()
+            .filter(|(p, end)| {
+                !reports.iter().any(|r| {
+                    r.partitions
+                        .iter()
+                        .any(|x| x.partition.0 == **p && x.next_offset.0 >= **end)
+                })
             })
-        });
-        if done || Instant::now() > drain_deadline {
-            return Ok(());
+            .map(|(p, _)| *p)
+            .collect();
+        if behind.is_empty() || Instant::now() > drain_deadline {
+            return Ok(behind);
         }
         std::thread::sleep(Duration::from_millis(250));
     }
