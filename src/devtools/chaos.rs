@@ -27,7 +27,7 @@ pub mod plan;
 
 pub use faults::{Event, FaultLog};
 use faults::{Faults, Spawner};
-use kills::{drain, stop_workers, Worker};
+use kills::{stop_workers, Worker};
 pub use outcome::ChaosReport;
 use outcome::{compare, print_report};
 use plan::{FaultMix, Plan};
@@ -267,19 +267,18 @@ pub fn run_plan(plan: &Plan, sv: &Services) -> anyhow::Result<ChaosReport> {
     );
     faults.run(&mut gen)?;
     let produce_secs = started.elapsed().as_secs_f64();
+    // Drain: wait until the live workers have consumed everything, then stop them.
+    let kafka = crate::config::KafkaConfig {
+        bootstrap_servers: bootstrap.clone(),
+        ..Default::default()
+    };
+    let undrained = faults.drain(&kafka, plan.partitions)?;
     let Faults {
         mut workers,
         sink,
         log,
         ..
     } = faults;
-
-    // Drain: wait until the live workers have consumed everything, then stop them.
-    let kafka = crate::config::KafkaConfig {
-        bootstrap_servers: bootstrap.clone(),
-        ..Default::default()
-    };
-    let undrained = drain(&kafka, plan.partitions, &workers)?;
     let drained_secs = started.elapsed().as_secs_f64();
     let hung = stop_workers(&mut workers)?;
     let final_state = dir.join("state-final");

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::kills::{kill, recovered, rss_kb, Pending, Worker};
+use super::kills::{behind, kill, recovered, rss_kb, Pending, Worker};
 use super::plan::{Plan, SINK_CRASH_POINT, WORKER_CRASH_POINTS};
 use crate::devtools::support::{self, signal};
 use crate::gen::Rng;
@@ -196,6 +196,27 @@ impl<'a> Faults<'a> {
         }
         self.log.never_recovered = self.pending.len();
         Ok(())
+    }
+
+    /// After the faults: waits (up to 300 s) until the workers have consumed the
+    /// whole input, still restarting any worker that dies (one armed at a crash
+    /// point may reach it only now); returns the partitions not drained by then.
+    pub(super) fn drain(
+        &mut self,
+        kafka: &crate::config::KafkaConfig,
+        partitions: i32,
+    ) -> anyhow::Result<Vec<i32>> {
+        let ends = support::log_ends(kafka, "requests", partitions)?;
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            self.reap()?;
+            self.due(Instant::now())?;
+            let behind = behind(&ends, &self.workers);
+            if behind.is_empty() || Instant::now() > deadline {
+                return Ok(behind);
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
     }
 
     fn between_ms(&mut self, lo: u64, hi: u64) -> Duration {

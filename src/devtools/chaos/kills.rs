@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use crate::devtools::support::{self, signal};
+use crate::devtools::support::signal;
 use crate::metrics::WorkerReport;
 
 pub(super) struct Worker {
@@ -107,33 +107,20 @@ pub(super) fn recovered(
     done
 }
 
-/// Waits (up to 300 s) until the workers have consumed the whole input topic;
-/// returns the partitions no worker was seen at the end of by then.
-pub(super) fn drain(
-    kafka: &crate::config::KafkaConfig,
-    partitions: i32,
-    workers: &[Worker],
-) -> anyhow::Result<Vec<i32>> {
-    let ends = support::log_ends(kafka, "requests", partitions)?;
-    let drain_deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let reports: Vec<WorkerReport> = workers.iter().filter_map(|w| report(&w.state)).collect();
-        let behind: Vec<i32> = ends
-            .iter()
-            .filter(|(p, end)| {
-                !reports.iter().any(|r| {
-                    r.partitions
-                        .iter()
-                        .any(|x| x.partition.0 == **p && x.next_offset.0 >= **end)
-                })
+/// The partitions of `ends` (partition, log end) that no worker's report shows
+/// consumed to the end.
+pub(super) fn behind(ends: &BTreeMap<i32, i64>, workers: &[Worker]) -> Vec<i32> {
+    let reports: Vec<WorkerReport> = workers.iter().filter_map(|w| report(&w.state)).collect();
+    ends.iter()
+        .filter(|(p, end)| {
+            !reports.iter().any(|r| {
+                r.partitions
+                    .iter()
+                    .any(|x| x.partition.0 == **p && x.next_offset.0 >= **end)
             })
-            .map(|(p, _)| *p)
-            .collect();
-        if behind.is_empty() || Instant::now() > drain_deadline {
-            return Ok(behind);
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
+        })
+        .map(|(p, _)| *p)
+        .collect()
 }
 
 /// SIGTERMs every live worker (all at once, so their leaves overlap) and waits
