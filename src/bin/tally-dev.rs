@@ -27,6 +27,10 @@ struct Cli {
 enum Command {
     /// Scale-out acceptance run: N workers, random SIGKILLs, exact totals, one report.
     Chaos(chaos::ChaosArgs),
+    /// Chaos campaign: many short randomized chaos runs back to back (layouts,
+    /// workers, stores, protocols, membership, faults), a JSON report and a
+    /// Markdown summary; a failing run prints the command that replays it.
+    ChaosCampaign(chaos::campaign::CampaignArgs),
     /// Benchmark: the engine over a file vs a parse-only baseline, same run.
     BenchEngine(bench::BenchEngineArgs),
     /// Benchmark: tally draining a preloaded topic vs a raw consume+parse baseline.
@@ -66,6 +70,7 @@ fn main() -> ExitCode {
     tally::base::shutdown::install();
     let result = match cli.command {
         Command::Chaos(a) => chaos::run(a),
+        Command::ChaosCampaign(a) => chaos::campaign::run(a),
         Command::BenchEngine(a) => bench::run_engine(a),
         Command::BenchKafka(a) => bench_kafka::run(a),
         Command::BenchSink(a) => bench_sink::run(a),

@@ -7,7 +7,9 @@
 //! non-zero unless every figure is exact.
 //!
 //! All parts are separate `tally` processes (the binary beside this one), as in
-//! production.
+//! production. A run follows a `Plan` (from the flags, or drawn from a seed with
+//! `--replay`); `run_plan` is the one run code, which the campaign
+//! (`tally-dev chaos-campaign`, `campaign`) calls once per run.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -16,16 +18,23 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::Args;
 
+pub mod campaign;
+pub mod campaign_report;
+mod faults;
 mod kills;
 mod outcome;
+pub mod plan;
 
-use kills::{drain, kill_loop, stop_workers, Timing, Worker};
+pub use faults::{Event, FaultLog};
+use faults::{Faults, Spawner};
+use kills::{stop_workers, Worker};
 pub use outcome::ChaosReport;
 use outcome::{compare, print_report};
+use plan::{FaultMix, Plan};
 
 use super::support::{self, signal, tally_beside_me};
 use crate::base::duration::Millis;
-use crate::gen::{Expected, Rng};
+use crate::gen::Expected;
 
 #[derive(Args, Debug)]
 pub struct ChaosArgs {
@@ -64,8 +73,26 @@ pub struct ChaosArgs {
     /// (JoinGroup/SyncGroup, eager assignment, 6 s session timeout; the dev broker's
     /// classic rebalance waits up to a further session timeout after an eviction,
     /// so recovery takes about twice as long).
-    #[arg(long, default_value = "consumer", value_parser = ["classic", "consumer"])]
+    /// `cooperative-sticky` is the classic protocol with incremental assignment.
+    #[arg(long, default_value = "consumer", value_parser = plan::PROTOCOLS)]
     pub group_protocol: String,
+    /// Static membership: worker i runs with `group.instance.id = chaos-w<i>`, so
+    /// a restarted worker gets its own partitions back without a rebalance.
+    #[arg(long)]
+    pub static_membership: bool,
+    /// The group session timeout (classic: `session.timeout.ms`; KIP-848: the
+    /// dev broker's `--group-session-timeout`).
+    #[arg(long, default_value = "6s")]
+    pub session_timeout: String,
+    /// Replay one campaign run: draw the whole plan (layout, workers, store,
+    /// protocol, membership, timings, faults) from this seed, as the campaign
+    /// did; the flags above that the plan sets are then ignored.
+    #[arg(long, value_name = "SEED")]
+    pub replay: Option<u64>,
+    /// The PostgreSQL cluster's `scripts/pg.sh` directory: lets a replayed plan
+    /// restart PostgreSQL (`scripts/pg.sh restart DIR`, run from the repository).
+    #[arg(long, env = "TALLY_CHAOS_PG_DIR", value_name = "DIR")]
+    pub pg_dir: Option<PathBuf>,
     /// Keep the checkpoints in this S3-compatible server (bucket `tally`, a prefix
     /// of this run) instead of a local directory; credentials from `AWS_*`.
     #[arg(long, env = "TALLY_CHAOS_S3_ENDPOINT", value_name = "URL")]
@@ -100,87 +127,73 @@ fn run_ok(cmd: &mut Command, what: &str) -> anyhow::Result<std::process::Output>
     Ok(out)
 }
 
-pub fn run(a: ChaosArgs) -> anyhow::Result<()> {
-    let timing = Timing::parse(&a)?;
-    let dir = std::env::temp_dir().join(format!("tally-chaos-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let exe = tally_beside_me()?;
-    let mut rng = Rng::new(a.seed);
+/// The services a run uses, and how it reports.
+pub struct Services {
+    /// PostgreSQL admin URL (each run creates, and unless `keep` drops, a database).
+    pub database_url: String,
+    pub s3_endpoint: Option<String>,
+    /// `scripts/pg.sh` directory, for PostgreSQL restarts.
+    pub pg_dir: Option<PathBuf>,
+    pub keep: bool,
+    /// Print each fault and the full report.
+    pub verbose: bool,
+}
 
-    let broker = start_broker(&exe, a.partitions)?;
-    let bootstrap = broker.bootstrap.clone();
-    let db = support::create_database(&a.database_url, &format!("chaos_{}", std::process::id()))?;
-    let cfg = write_config(&a, &dir, &bootstrap, &db)?;
-    let cfg_s = cfg.to_str().context("config path")?.to_string();
-    let count = a.rate * timing.duration.as_secs().max(1);
-    let gen_args = gen_args(&a, &cfg_s, count);
-    let expected = expectation(&exe, &gen_args, &dir)?;
-
-    // Each worker logs to <state>.log (appended across restarts; kept with --keep).
-    let spawn_worker = |state: &Path| support::spawn_worker(&exe, &cfg, state, &[]);
-    let mut workers: Vec<Worker> = (0..a.workers)
-        .map(|i| {
-            let state = dir.join(format!("state-{i}"));
-            Ok(Worker {
-                child: Some(spawn_worker(&state)?),
-                state,
-                peak_rss_kb: 0,
-            })
-        })
-        .collect::<anyhow::Result<_>>()?;
-    let mut sink = Command::new(&exe)
-        .args(["sink", "--config", &cfg_s])
-        .env("TALLY_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()?;
-    let started = Instant::now();
-    let mut gen = Command::new(&exe)
-        .args(&gen_args)
-        .args(["--rate", &a.rate.to_string()])
-        .env("TALLY_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()?;
-    println!(
-        "chaos: {} workers, {} partitions, {count} records at {}/s, kills every {}–{}",
-        a.workers, a.partitions, a.rate, a.kill_min, a.kill_max
-    );
-
-    let kills = kill_loop(
-        &timing,
-        &mut rng,
-        &mut workers,
-        &spawn_worker,
-        &mut gen,
-        started,
-    )?;
-    let produce_secs = started.elapsed().as_secs_f64();
-
-    // Drain: wait until the live workers have consumed everything, then stop them.
-    let kafka = crate::config::KafkaConfig {
-        bootstrap_servers: bootstrap.clone(),
-        ..Default::default()
-    };
-    drain(&kafka, a.partitions, &workers)?;
-    let drained_secs = started.elapsed().as_secs_f64();
-    stop_workers(&mut workers)?;
-    let final_state = dir.join("state-final");
-    tail(&exe, &cfg_s, &final_state, &mut sink)?;
-
-    let f = compare(&db, &expected, &final_state, &kafka)?;
-    let report = ChaosReport::new(&a, count, &expected, &kills, &f, &workers);
-    print_report(&report, produce_secs, drained_secs);
-
-    drop(broker);
-    if !a.keep {
-        let _ = std::fs::remove_dir_all(&dir);
+/// The plan of the flags (or, with `--replay`, of the seed).
+fn plan_of(a: &ChaosArgs) -> anyhow::Result<Plan> {
+    if let Some(seed) = a.replay {
+        return Ok(Plan::draw(
+            seed,
+            a.s3_endpoint.is_some(),
+            a.pg_dir.is_some(),
+        ));
     }
+    let ms = |s: &str| dur(s).map(|d| d.as_millis() as u64);
+    let plan = Plan {
+        seed: a.seed,
+        workers: a.workers,
+        partitions: a.partitions,
+        duration_ms: ms(&a.duration)?,
+        rate: a.rate,
+        kill_min_ms: ms(&a.kill_min)?,
+        kill_max_ms: ms(&a.kill_max)?,
+        restart_min_ms: ms(&a.restart_min)?,
+        restart_max_ms: ms(&a.restart_max)?,
+        group_protocol: a.group_protocol.clone(),
+        static_membership: a.static_membership,
+        store: if a.s3_endpoint.is_some() {
+            "s3"
+        } else {
+            "local"
+        }
+        .into(),
+        session_timeout_ms: ms(&a.session_timeout)?,
+        faults: FaultMix::default(),
+    };
+    anyhow::ensure!(
+        plan.kill_min_ms <= plan.kill_max_ms && plan.restart_min_ms <= plan.restart_max_ms,
+        "min must not exceed max"
+    );
+    Ok(plan)
+}
+
+pub fn run(a: ChaosArgs) -> anyhow::Result<()> {
+    let plan = plan_of(&a)?;
+    let services = Services {
+        database_url: a.database_url.clone(),
+        s3_endpoint: a.s3_endpoint.clone(),
+        pg_dir: a.pg_dir.clone(),
+        keep: a.keep,
+        verbose: true,
+    };
+    let report = run_plan(&plan, &services)?;
     if let Some(path) = &a.json {
         std::fs::write(path, serde_json::to_vec_pretty(&report)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     anyhow::ensure!(report.exact, "chaos run NOT exact (see the report above)");
     anyhow::ensure!(
-        report.kills >= a.min_kills,
+        a.replay.is_some() || report.kills >= a.min_kills,
         "only {} kills (wanted at least {})",
         report.kills,
         a.min_kills
@@ -189,30 +202,133 @@ pub fn run(a: ChaosArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The dev broker with the run's topics.
-fn start_broker(exe: &Path, partitions: i32) -> anyhow::Result<support::DevBroker> {
-    support::DevBroker::start(
+/// One chaos run of `plan`: services up, faults until the generator is done,
+/// the drain, the tail, the comparison. Returns the report (exact or not); an
+/// error is a run that could not be carried out.
+pub fn run_plan(plan: &Plan, sv: &Services) -> anyhow::Result<ChaosReport> {
+    let tag = format!("{}-{}", std::process::id(), plan.seed);
+    let dir = std::env::temp_dir().join(format!("tally-chaos-{tag}"));
+    std::fs::create_dir_all(&dir)?;
+    let exe = tally_beside_me()?;
+    let broker = start_broker(&exe, plan)?;
+    let bootstrap = broker.bootstrap.clone();
+    let db_name = format!(
+        "chaos_{}_{}",
+        std::process::id(),
+        crate::base::clock::now_ms()
+    );
+    let db = support::create_database(&sv.database_url, &db_name)?;
+    let cfg = write_config(plan, sv, &dir, &bootstrap, &db)?;
+    let cfg_s = cfg.to_str().context("config path")?.to_string();
+    let count = plan.rate * (plan.duration_ms / 1000).max(1);
+    let gen_args = gen_args(plan, &cfg_s, count);
+    let expected = expectation(&exe, &gen_args, &dir)?;
+
+    let spawn = Spawner {
+        exe: exe.clone(),
+        cfg: cfg.clone(),
+        static_membership: plan.static_membership,
+    };
+    let workers: Vec<Worker> = (0..plan.workers)
+        .map(|i| {
+            let state = dir.join(format!("state-{i}"));
+            Ok(Worker {
+                child: Some(spawn.worker(i, &state, None)?),
+                state,
+                peak_rss_kb: 0,
+                stopped: false,
+                armed: None,
+            })
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let sink = spawn.sink(None)?;
+    let started = Instant::now();
+    let mut gen = Command::new(&exe)
+        .args(&gen_args)
+        .args(["--rate", &plan.rate.to_string()])
+        .env("TALLY_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()?;
+    if sv.verbose {
+        println!(
+            "chaos: seed {}, {} workers, {} partitions, {count} records at {}/s, {} ({}), store {}, faults every {}–{} ms",
+            plan.seed, plan.workers, plan.partitions, plan.rate, plan.group_protocol,
+            if plan.static_membership { "static" } else { "dynamic" }, plan.store,
+            plan.kill_min_ms, plan.kill_max_ms
+        );
+    }
+    let mut faults = Faults::new(
+        plan,
+        &spawn,
+        sv.pg_dir.as_deref(),
+        workers,
+        sink,
+        sv.verbose,
+    );
+    faults.run(&mut gen)?;
+    let produce_secs = started.elapsed().as_secs_f64();
+    // Drain: wait until the live workers have consumed everything, then stop them.
+    let kafka = crate::config::KafkaConfig {
+        bootstrap_servers: bootstrap.clone(),
+        ..Default::default()
+    };
+    let undrained = faults.drain(&kafka, plan.partitions)?;
+    let Faults {
+        mut workers,
+        sink,
+        log,
+        ..
+    } = faults;
+    let drained_secs = started.elapsed().as_secs_f64();
+    let hung = stop_workers(&mut workers)?;
+    let final_state = dir.join("state-final");
+    tail(&exe, &cfg_s, &final_state, sink)?;
+
+    let f = compare(&db, &expected, &final_state, &kafka)?;
+    let mut report = ChaosReport::new(plan, count, &expected, log, &f, &workers);
+    report.phases_s = [produce_secs, drained_secs, started.elapsed().as_secs_f64()];
+    report.faults.hung_at_stop = hung;
+    report.faults.undrained_partitions = undrained;
+    if sv.verbose {
+        print_report(&report, produce_secs, drained_secs);
+    }
+    drop(broker);
+    if !sv.keep {
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = support::execute(&sv.database_url, &format!("DROP DATABASE {db_name}"));
+    }
+    Ok(report)
+}
+
+/// The dev broker with the run's topics (and, for KIP-848 groups, its session
+/// timeout).
+fn start_broker(exe: &Path, plan: &Plan) -> anyhow::Result<support::DevBroker> {
+    let timeout = format!("{}ms", plan.session_timeout_ms);
+    support::DevBroker::start_with(
         exe,
         &[
-            ("requests", partitions),
+            ("requests", plan.partitions),
             ("tenant-cost", 4),
             ("requests.late", 4),
             ("requests.dlq", 4),
         ],
+        &["--group-session-timeout".as_ref(), timeout.as_ref()],
     )
 }
 
 /// The tail: one bounded run closes the last windows (end of input); then the sink
 /// stops and one bounded sink run applies everything.
-fn tail(exe: &Path, cfg: &str, final_state: &Path, sink: &mut Child) -> anyhow::Result<()> {
+fn tail(exe: &Path, cfg: &str, final_state: &Path, sink: Option<Child>) -> anyhow::Result<()> {
     run_ok(
         Command::new(exe)
             .args(["run", "--config", cfg, "--until-end"])
             .env("TALLY_STATE__DIR", final_state),
         "the final drain",
     )?;
-    signal(sink.id(), libc::SIGTERM);
-    sink.wait()?;
+    if let Some(mut sink) = sink {
+        signal(sink.id(), libc::SIGTERM);
+        sink.wait()?;
+    }
     run_ok(
         Command::new(exe).args(["sink", "--config", cfg, "--until-end"]),
         "the final sink run",
@@ -221,32 +337,35 @@ fn tail(exe: &Path, cfg: &str, final_state: &Path, sink: &mut Child) -> anyhow::
 }
 
 /// Writes the run's config into `dir` and returns its path.
-fn write_config(a: &ChaosArgs, dir: &Path, bootstrap: &str, db: &str) -> anyhow::Result<PathBuf> {
+fn write_config(
+    plan: &Plan,
+    sv: &Services,
+    dir: &Path,
+    bootstrap: &str,
+    db: &str,
+) -> anyhow::Result<PathBuf> {
     let cfg = dir.join("chaos.toml");
-    let checkpoints = match &a.s3_endpoint {
-        Some(endpoint) => format!(
+    let checkpoints = match (&sv.s3_endpoint, plan.store.as_str()) {
+        (Some(endpoint), "s3") => format!(
             "dir = \"s3://tally/chaos-{}-{}\"\nobject_store = {{ aws_endpoint = \"{endpoint}\", \
              aws_allow_http = \"true\" }}",
             std::process::id(),
             crate::base::clock::now_ms()
         ),
-        None => format!("dir = \"{}/checkpoints\"", dir.display()),
+        (None, "s3") => bail!("the plan keeps checkpoints on S3: give --s3-endpoint"),
+        _ => format!("dir = \"{}/checkpoints\"", dir.display()),
     };
     std::fs::write(
         &cfg,
         format!(
-            "[kafka]\nbootstrap_servers = \"{bootstrap}\"\ngroup_id = \"chaos\"\n{group}\n\
+            "[kafka]\nbootstrap_servers = \"{bootstrap}\"\ngroup_id = \"chaos\"\n{group}\
              [checkpoint]\n{checkpoints}\ninterval = \"1s\"\n[state]\ndir = \"{d}/state\"\n\
              [window]\nallowed_lateness = \"10s\"\n[sink]\ndatabase_url = \"{db}\"\n\
              [prices.small]\ninput_per_1k = \"0.00015\"\noutput_per_1k = \"0.0006\"\n\
              [prices.medium]\ninput_per_1k = \"0.003\"\noutput_per_1k = \"0.015\"\n\
              [prices.large]\ninput_per_1k = \"0.05\"\noutput_per_1k = \"0.10\"\n",
             d = dir.display(),
-            group = if a.group_protocol == "consumer" {
-                "\"group.protocol\" = \"consumer\""
-            } else {
-                "\"session.timeout.ms\" = \"6000\""
-            },
+            group = plan.kafka_properties(),
         ),
     )?;
     Ok(cfg)
@@ -254,7 +373,7 @@ fn write_config(a: &ChaosArgs, dir: &Path, bootstrap: &str, db: &str) -> anyhow:
 
 /// The arguments of `tally gen` for this run (the offline expectation and the
 /// live generator share them).
-fn gen_args(a: &ChaosArgs, cfg: &str, count: u64) -> Vec<String> {
+fn gen_args(plan: &Plan, cfg: &str, count: u64) -> Vec<String> {
     [
         "gen",
         "--config",
@@ -264,7 +383,7 @@ fn gen_args(a: &ChaosArgs, cfg: &str, count: u64) -> Vec<String> {
         "--tenants",
         "60",
         "--seed",
-        &a.seed.to_string(),
+        &plan.seed.to_string(),
         "--late-fraction",
         "0.01",
         "--duplicate-fraction",
@@ -272,14 +391,14 @@ fn gen_args(a: &ChaosArgs, cfg: &str, count: u64) -> Vec<String> {
         "--malformed-fraction",
         "0.005",
         "--partitions",
-        &a.partitions.to_string(),
+        &plan.partitions.to_string(),
     ]
     .iter()
     .map(|s| s.to_string())
     .collect()
 }
 
-/// The generator's exact expectation for `gen_args`, computed offline.
+/// The generator's expectation for `gen_args`, computed offline.
 fn expectation(exe: &Path, gen_args: &[String], dir: &Path) -> anyhow::Result<Expected> {
     let expected_path = dir.join("expected.json");
     run_ok(

@@ -11,6 +11,7 @@ mod api_openapi;
 mod api_quantities;
 mod api_queries;
 mod api_stream;
+mod chaos_campaign;
 mod codebase;
 mod common;
 mod compose;

@@ -1,21 +1,23 @@
-//! The kill loop of `tally-dev chaos`: workers killed at random and restarted,
-//! each kill timed until its partitions move on elsewhere; then the drain and the
-//! stop.
+//! The workers of `tally-dev chaos`: a kill, the partitions a worker owned, the
+//! recovery of a kill (its partitions owned again and moving on), the drain and
+//! the stop. The fault loop (`faults`) drives them.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use super::{dur, ChaosArgs};
-use crate::devtools::support::{self, signal};
-use crate::gen::Rng;
+use crate::devtools::support::signal;
 use crate::metrics::WorkerReport;
 
 pub(super) struct Worker {
     pub(super) child: Option<Child>,
     pub(super) state: PathBuf,
     pub(super) peak_rss_kb: u64,
+    /// SIGSTOPped (a zombie until its SIGCONT).
+    pub(super) stopped: bool,
+    /// The crash point (`<point>:<n>`) this run of the worker is armed at.
+    pub(super) armed: Option<String>,
 }
 
 pub(super) fn rss_kb(pid: u32) -> u64 {
@@ -33,212 +35,109 @@ pub(super) fn report(state: &Path) -> Option<WorkerReport> {
     crate::worker::report::read(state).ok()
 }
 
-/// The run's timings, parsed from the arguments.
-pub(super) struct Timing {
-    pub(super) duration: Duration,
-    pub(super) kill_min: Duration,
-    pub(super) kill_max: Duration,
-    pub(super) restart_min: Duration,
-    pub(super) restart_max: Duration,
-}
-
-impl Timing {
-    pub(super) fn parse(a: &ChaosArgs) -> anyhow::Result<Self> {
-        let t = Timing {
-            duration: dur(&a.duration)?,
-            kill_min: dur(&a.kill_min)?,
-            kill_max: dur(&a.kill_max)?,
-            restart_min: dur(&a.restart_min)?,
-            restart_max: dur(&a.restart_max)?,
-        };
-        anyhow::ensure!(
-            t.kill_min <= t.kill_max && t.restart_min <= t.restart_max,
-            "min must not exceed max"
-        );
-        Ok(t)
-    }
-
-    /// When the next kill is due, from `now`.
-    pub(super) fn next_kill(&self, now: Instant, rng: &mut Rng) -> Instant {
-        now + self.kill_min
-            + Duration::from_millis(
-                rng.below((self.kill_max - self.kill_min).as_millis() as u64 + 1),
-            )
-    }
-}
-
-/// What the kill loop saw.
-pub(super) struct Kills {
-    pub(super) kills: usize,
-    /// Seconds from a kill until its partitions moved on elsewhere.
-    pub(super) recoveries: Vec<f64>,
-    /// Kills whose partitions were not seen recovered within 120 s.
-    pub(super) never_recovered: usize,
-}
-
-/// Kills a random worker (sometimes two) every few seconds and restarts it after
-/// a random delay, until the generator is done and every kill is recovered.
-pub(super) fn kill_loop(
-    timing: &Timing,
-    rng: &mut Rng,
-    workers: &mut [Worker],
-    spawn_worker: &dyn Fn(&Path) -> anyhow::Result<Child>,
-    gen: &mut Child,
-    started: Instant,
-) -> anyhow::Result<Kills> {
-    let mut kills = 0usize;
-    let mut recoveries: Vec<f64> = Vec::new();
-    let mut pending: Vec<(Instant, BTreeMap<i32, i64>)> = Vec::new();
-    let mut restarts: Vec<(Instant, usize)> = Vec::new();
-    let mut next_kill = timing.next_kill(Instant::now(), rng);
-    let mut gen_done = false;
-    while !gen_done || !pending.is_empty() || !restarts.is_empty() {
-        std::thread::sleep(Duration::from_millis(100));
-        gen_done = gen_done || gen.try_wait()?.is_some();
-        for w in workers.iter_mut() {
-            if let Some(c) = &w.child {
-                w.peak_rss_kb = w.peak_rss_kb.max(rss_kb(c.id()));
-            }
-        }
-        // Restarts due.
-        let now = Instant::now();
-        for (_, i) in restarts.iter().filter(|(at, _)| *at <= now) {
-            workers[*i].child = Some(spawn_worker(&workers[*i].state)?);
-        }
-        restarts.retain(|(at, _)| *at > now);
-        recovered(workers, &mut pending, &mut recoveries);
-        if !gen_done && now >= next_kill {
-            let alive: Vec<usize> = (0..workers.len())
-                .filter(|i| workers[*i].child.is_some())
-                .collect();
-            let n = if alive.len() > 1 && rng.chance(200_000) {
-                2
-            } else {
-                1
-            };
-            for k in 0..n.min(alive.len()) {
-                let i = alive[(rng.below(alive.len() as u64) as usize + k) % alive.len()];
-                let Some(owned) = kill(&mut workers[i], i, started)? else {
-                    continue;
-                };
-                kills += 1;
-                if !owned.is_empty() {
-                    pending.push((Instant::now(), owned));
-                }
-                let span = (timing.restart_max - timing.restart_min).as_millis() as u64;
-                restarts.push((
-                    Instant::now()
-                        + timing.restart_min
-                        + Duration::from_millis(rng.below(span + 1)),
-                    i,
-                ));
-            }
-            next_kill = timing.next_kill(now, rng);
-        }
-    }
-    Ok(Kills {
-        kills,
-        recoveries,
-        never_recovered: pending.len(),
-    })
-}
-
-/// SIGKILLs worker `i`, if it runs, and returns the partitions it owned (and their
-/// next offsets).
-pub(super) fn kill(
-    w: &mut Worker,
-    i: usize,
-    started: Instant,
-) -> anyhow::Result<Option<BTreeMap<i32, i64>>> {
-    let Some(mut c) = w.child.take() else {
-        return Ok(None);
-    };
-    let owned: BTreeMap<i32, i64> = report(&w.state)
+/// The partitions worker `state` owned by its last report (and their next
+/// offsets).
+pub(super) fn owned(state: &Path) -> BTreeMap<i32, i64> {
+    report(state)
         .map(|r| {
             r.partitions
                 .iter()
                 .map(|p| (p.partition.0, p.next_offset.0))
                 .collect()
         })
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// SIGKILLs a worker, if it runs, and returns the partitions it owned (and their
+/// next offsets).
+pub(super) fn kill(w: &mut Worker) -> anyhow::Result<Option<BTreeMap<i32, i64>>> {
+    let Some(mut c) = w.child.take() else {
+        return Ok(None);
+    };
+    let owned = owned(&w.state);
+    if w.stopped {
+        signal(c.id(), libc::SIGCONT);
+        w.stopped = false;
+    }
     c.kill()?;
     c.wait()?;
-    println!(
-        "  {:>6.1} s  killed worker {i} (owned {:?})",
-        started.elapsed().as_secs_f64(),
-        owned.keys().collect::<Vec<_>>()
-    );
+    w.armed = None;
     Ok(Some(owned))
 }
 
+/// A worker death whose partitions have not moved on yet.
+pub(super) struct Pending {
+    pub(super) at: Instant,
+    /// The partitions the worker owned, and their next offsets.
+    pub(super) orphans: BTreeMap<i32, i64>,
+    /// The fault count just after this death: if it is still the count at the
+    /// recovery, no other fault overlapped this one (an isolated recovery).
+    pub(super) faults: usize,
+}
+
 /// Recovery: every orphaned partition is owned again and has moved past where it
-/// was. Drops the recovered (and those given up on after 120 s) from `pending`.
+/// was. Drops the recovered (and those given up on after 120 s) from `pending`
+/// and returns the recovered ones' times, each with whether it was isolated
+/// (`faults` is the fault count now).
 pub(super) fn recovered(
     workers: &[Worker],
-    pending: &mut Vec<(Instant, BTreeMap<i32, i64>)>,
-    recoveries: &mut Vec<f64>,
-) {
+    pending: &mut Vec<Pending>,
+    faults: usize,
+) -> Vec<(f64, bool)> {
     let live: Vec<WorkerReport> = workers
         .iter()
         .filter(|w| w.child.is_some())
         .filter_map(|w| report(&w.state))
         .collect();
-    pending.retain(|(at, orphans)| {
-        let recovered = orphans.iter().all(|(p, o)| {
+    let mut done = Vec::new();
+    pending.retain(|p| {
+        let recovered = p.orphans.iter().all(|(part, o)| {
             live.iter().any(|r| {
                 r.at_ms > 0
                     && r.partitions
                         .iter()
-                        .any(|x| x.partition.0 == *p && x.next_offset.0 > *o)
+                        .any(|x| x.partition.0 == *part && x.next_offset.0 > *o)
             })
         });
         if recovered {
-            recoveries.push(at.elapsed().as_secs_f64());
-            println!(
-                "           recovered {:?} after {:.1} s",
-                orphans.keys().collect::<Vec<_>>(),
-                at.elapsed().as_secs_f64()
-            );
+            done.push((p.at.elapsed().as_secs_f64(), p.faults == faults));
         }
-        !recovered && at.elapsed() < Duration::from_secs(120)
+        !recovered && p.at.elapsed() < Duration::from_secs(120)
     });
+    done
 }
 
-/// Waits (up to 300 s) until the workers have consumed the whole input topic.
-pub(super) fn drain(
-    kafka: &crate::config::KafkaConfig,
-    partitions: i32,
-    workers: &[Worker],
-) -> anyhow::Result<()> {
-    let ends = support::log_ends(kafka, "requests", partitions)?;
-    let drain_deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let reports: Vec<WorkerReport> = workers.iter().filter_map(|w| report(&w.state)).collect();
-        let done = ends.iter().all(|(p, end)| {
-            reports.iter().any(|r| {
+/// The partitions of `ends` (partition, log end) that no worker's report shows
+/// consumed to the end.
+pub(super) fn behind(ends: &BTreeMap<i32, i64>, workers: &[Worker]) -> Vec<i32> {
+    let reports: Vec<WorkerReport> = workers.iter().filter_map(|w| report(&w.state)).collect();
+    ends.iter()
+        .filter(|(p, end)| {
+            !reports.iter().any(|r| {
                 r.partitions
                     .iter()
-                    .any(|x| x.partition.0 == *p && x.next_offset.0 >= *end)
+                    .any(|x| x.partition.0 == **p && x.next_offset.0 >= **end)
             })
-        });
-        if done || Instant::now() > drain_deadline {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
+        })
+        .map(|(p, _)| *p)
+        .collect()
 }
 
-/// SIGTERMs every live worker and waits for it to stop.
-pub(super) fn stop_workers(workers: &mut [Worker]) -> anyhow::Result<()> {
+/// SIGTERMs every live worker (all at once, so their leaves overlap) and waits
+/// for each to stop; returns how many did not within 60 s (then SIGKILLed).
+pub(super) fn stop_workers(workers: &mut [Worker]) -> anyhow::Result<usize> {
+    let mut hung = 0;
     for w in workers.iter_mut() {
         if let Some(c) = &w.child {
             w.peak_rss_kb = w.peak_rss_kb.max(rss_kb(c.id()));
             signal(c.id(), libc::SIGTERM);
         }
+    }
+    // Bounded: a worker that does not stop is killed (its checkpoint is complete
+    // before it leaves the group), and the run goes on.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for w in workers.iter_mut() {
         if let Some(mut c) = w.child.take() {
-            // Bounded: a worker that does not stop is killed (its checkpoint is
-            // complete before it leaves the group), and the run goes on.
-            let deadline = Instant::now() + Duration::from_secs(60);
             while c.try_wait()?.is_none() {
                 if Instant::now() > deadline {
                     println!(
@@ -247,11 +146,12 @@ pub(super) fn stop_workers(workers: &mut [Worker]) -> anyhow::Result<()> {
                     );
                     c.kill()?;
                     c.wait()?;
+                    hung += 1;
                     break;
                 }
-                std::thread::sleep(Duration::from_millis(100));
+                std::thread::sleep(Duration::from_millis(50));
             }
         }
     }
-    Ok(())
+    Ok(hung)
 }

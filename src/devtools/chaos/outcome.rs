@@ -6,8 +6,9 @@ use std::path::Path;
 
 use anyhow::Context;
 
-use super::kills::{report, Kills, Worker};
-use super::ChaosArgs;
+use super::faults::FaultLog;
+use super::kills::{report, Worker};
+use super::plan::Plan;
 use crate::devtools::support;
 use crate::gen::Expected;
 use crate::kafka::headers;
@@ -44,9 +45,19 @@ pub struct ChaosReport {
     /// Both audits (records, offsets) of the final run.
     pub audit_balanced: bool,
     pub exact: bool,
+    /// The run's plan (seed, layout, protocol, store, faults).
+    #[serde(default)]
+    pub plan: Option<Plan>,
+    /// The faults as they happened, and every recovery time.
+    #[serde(default)]
+    pub faults: FaultLog,
+    /// Seconds from the generator's start until it was done and every kill
+    /// recovered, until the input was drained, and until the run was compared.
+    #[serde(default)]
+    pub phases_s: [f64; 3],
 }
 
-pub(super) fn pct(v: &[f64], q: usize) -> f64 {
+pub fn pct(v: &[f64], q: usize) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(|a, b| a.total_cmp(b));
     v.get(v.len().saturating_sub(1) * q / 100)
@@ -56,19 +67,20 @@ pub(super) fn pct(v: &[f64], q: usize) -> f64 {
 
 impl ChaosReport {
     pub(super) fn new(
-        a: &ChaosArgs,
+        plan: &Plan,
         count: u64,
         expected: &Expected,
-        kills: &Kills,
+        log: FaultLog,
         f: &Figures,
         workers: &[Worker],
     ) -> Self {
+        let recoveries = &log.recoveries;
         ChaosReport {
             records_generated: count,
-            workers: a.workers,
-            partitions: a.partitions,
-            group_protocol: a.group_protocol.clone(),
-            kills: kills.kills,
+            workers: plan.workers,
+            partitions: plan.partitions,
+            group_protocol: plan.group_protocol.clone(),
+            kills: log.kills + log.crash_point_kills,
             windows_compared: expected.windows.len(),
             extra_windows: f.extra,
             lost_windows: f.lost,
@@ -83,14 +95,17 @@ impl ChaosReport {
             dead_letter_sources_on_topic: f.dlq_sources,
             duplicates: f.c.duplicate,
             duplicates_injected: expected.duplicates,
-            recovery_p50_s: pct(&kills.recoveries, 50),
-            recovery_p99_s: pct(&kills.recoveries, 99),
-            recovery_max_s: kills.recoveries.iter().copied().fold(0.0, f64::max),
-            recoveries_observed: kills.recoveries.len(),
-            recoveries_never_observed: kills.never_recovered,
+            recovery_p50_s: pct(recoveries, 50),
+            recovery_p99_s: pct(recoveries, 99),
+            recovery_max_s: recoveries.iter().copied().fold(0.0, f64::max),
+            recoveries_observed: recoveries.len(),
+            recoveries_never_observed: log.never_recovered,
             peak_rss_mib: workers.iter().map(|w| w.peak_rss_kb / 1024).collect(),
             audit_balanced: f.audit_balanced,
             exact: f.exact,
+            plan: Some(plan.clone()),
+            faults: log,
+            phases_s: [0.0; 3],
         }
     }
 }
@@ -187,7 +202,11 @@ pub(super) fn print_report(r: &ChaosReport, produce_secs: f64, drained_secs: f64
         "workers / partitions     {} / {} (group protocol {})",
         r.workers, r.partitions, r.group_protocol
     );
-    println!("kills (SIGKILL)          {}", r.kills);
+    let l = &r.faults;
+    println!(
+        "kills                    {} ({} SIGKILL, {} at a crash point); sink kills {}; zombies {}; PostgreSQL restarts {}; unexpected exits {}",
+        r.kills, l.kills, l.crash_point_kills, l.sink_kills, l.zombies, l.pg_restarts, l.unexpected_exits
+    );
     println!(
         "windows compared         {} (extra in view: {})",
         r.windows_compared, r.extra_windows

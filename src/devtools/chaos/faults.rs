@@ -1,0 +1,440 @@
+//! The fault loop of a chaos run: every few seconds (the plan's kill interval)
+//! one fault from the plan's mix — a worker SIGKILLed and restarted, a worker
+//! SIGKILLed and restarted armed at a crash point (`TALLY_CRASH_AT`) where it then
+//! dies by itself, a worker SIGSTOPped past the session timeout and SIGCONTed (a
+//! zombie), the sink SIGKILLed (and sometimes restarted armed at its crash point),
+//! PostgreSQL restarted. Every death of a worker that owned partitions is timed
+//! until those partitions move on (`kills::recovered`).
+//!
+//! Invariants: the schedule is drawn from the plan's seed alone (the same seed
+//! draws the same kinds, targets and delays; what the processes do between is
+//! up to them); the loop ends only when the generator is done, every restart and
+//! SIGCONT is done and every kill is recovered (or given up on after 120 s).
+
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::kills::{behind, kill, recovered, rss_kb, Pending, Worker};
+use super::plan::{Plan, SINK_CRASH_POINT, WORKER_CRASH_POINTS};
+use crate::devtools::support::{self, signal};
+use crate::gen::Rng;
+
+/// How processes of a run are started.
+pub(super) struct Spawner {
+    pub(super) exe: PathBuf,
+    pub(super) cfg: PathBuf,
+    pub(super) static_membership: bool,
+}
+
+impl Spawner {
+    /// Worker `i`, with `group.instance.id = chaos-w<i>` under static membership,
+    /// armed at `crash` (`<point>:<n>`) if given.
+    pub(super) fn worker(
+        &self,
+        i: usize,
+        state: &Path,
+        crash: Option<&str>,
+    ) -> anyhow::Result<Child> {
+        let id = format!("chaos-w{i}");
+        let mut envs = Vec::new();
+        if self.static_membership {
+            envs.push(("TALLY_KAFKA__GROUP_INSTANCE_ID", id.as_str()));
+        }
+        if let Some(c) = crash {
+            envs.push(("TALLY_CRASH_AT", c));
+        }
+        support::spawn_worker(&self.exe, &self.cfg, state, &envs)
+    }
+
+    pub(super) fn sink(&self, crash: Option<&str>) -> anyhow::Result<Child> {
+        let mut cmd = Command::new(&self.exe);
+        cmd.args(["sink", "--config"])
+            .arg(&self.cfg)
+            .env("TALLY_LOG", "warn")
+            .stdout(Stdio::null());
+        if let Some(c) = crash {
+            cmd.env("TALLY_CRASH_AT", c);
+        }
+        Ok(cmd.spawn()?)
+    }
+}
+
+/// One fault or restart, as it happened.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Event {
+    /// Seconds since the generator started.
+    pub at_s: f64,
+    pub what: String,
+}
+
+/// What the fault loop did and saw.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct FaultLog {
+    /// Workers SIGKILLed by the loop (those restarted armed included).
+    pub kills: usize,
+    /// Workers that died at their armed crash point.
+    pub crash_point_kills: usize,
+    pub zombies: usize,
+    /// Sink deaths: SIGKILLs and its crash point.
+    pub sink_kills: usize,
+    pub pg_restarts: usize,
+    /// Workers or sinks that exited without being killed or reaching a crash point.
+    pub unexpected_exits: usize,
+    /// Seconds from each worker death until its partitions moved on.
+    pub recoveries: Vec<f64>,
+    /// Those of `recoveries` that no other fault overlapped (from the death to
+    /// the recovery).
+    #[serde(default)]
+    pub isolated_recoveries: Vec<f64>,
+    pub never_recovered: usize,
+    /// Workers that did not stop within 60 s of the final SIGTERM (then killed).
+    #[serde(default)]
+    pub hung_at_stop: usize,
+    /// Partitions no live worker had consumed to the end 300 s after the faults
+    /// stopped (the final bounded run then drained them).
+    #[serde(default)]
+    pub undrained_partitions: Vec<i32>,
+    pub events: Vec<Event>,
+}
+
+enum Target {
+    Worker(usize),
+    Sink,
+}
+
+/// The loop's state.
+pub(super) struct Faults<'a> {
+    plan: &'a Plan,
+    spawn: &'a Spawner,
+    pg_dir: Option<&'a Path>,
+    rng: Rng,
+    pub(super) workers: Vec<Worker>,
+    pub(super) sink: Option<Child>,
+    sink_armed: bool,
+    pending: Vec<Pending>,
+    /// Faults so far (kills, crash deaths, zombies, sink kills, restarts of
+    /// PostgreSQL).
+    faults: usize,
+    restarts: Vec<(Instant, Target, Option<String>)>,
+    conts: Vec<(Instant, usize)>,
+    started: Instant,
+    verbose: bool,
+    pub(super) log: FaultLog,
+}
+
+impl<'a> Faults<'a> {
+    pub(super) fn new(
+        plan: &'a Plan,
+        spawn: &'a Spawner,
+        pg_dir: Option<&'a Path>,
+        workers: Vec<Worker>,
+        sink: Child,
+        verbose: bool,
+    ) -> Self {
+        Faults {
+            plan,
+            spawn,
+            pg_dir,
+            rng: Rng::new(plan.seed),
+            workers,
+            sink: Some(sink),
+            sink_armed: false,
+            pending: Vec::new(),
+            faults: 0,
+            restarts: Vec::new(),
+            conts: Vec::new(),
+            started: Instant::now(),
+            verbose,
+            log: FaultLog::default(),
+        }
+    }
+
+    fn event(&mut self, what: String) {
+        let at_s = self.started.elapsed().as_secs_f64();
+        if self.verbose {
+            println!("  {at_s:>6.1} s  {what}");
+        }
+        self.log.events.push(Event { at_s, what });
+    }
+
+    /// Runs faults until the generator `gen` is done and everything settled.
+    pub(super) fn run(&mut self, gen: &mut Child) -> anyhow::Result<()> {
+        self.started = Instant::now();
+        let mut next = self.next_fault(Instant::now());
+        let mut gen_done = false;
+        while !gen_done
+            || !self.pending.is_empty()
+            || !self.restarts.is_empty()
+            || !self.conts.is_empty()
+        {
+            std::thread::sleep(Duration::from_millis(100));
+            gen_done = gen_done || gen.try_wait()?.is_some();
+            for w in self.workers.iter_mut() {
+                if let Some(c) = &w.child {
+                    w.peak_rss_kb = w.peak_rss_kb.max(rss_kb(c.id()));
+                }
+            }
+            self.reap()?;
+            self.due(Instant::now())?;
+            for (secs, isolated) in recovered(&self.workers, &mut self.pending, self.faults) {
+                self.log.recoveries.push(secs);
+                if isolated {
+                    self.log.isolated_recoveries.push(secs);
+                }
+                let alone = if isolated { " (isolated)" } else { "" };
+                self.event(format!("recovered after {secs:.1} s{alone}"));
+            }
+            if !gen_done && Instant::now() >= next {
+                self.fault()?;
+                next = self.next_fault(Instant::now());
+            }
+        }
+        self.log.never_recovered = self.pending.len();
+        Ok(())
+    }
+
+    /// After the faults: waits (up to 300 s) until the workers have consumed the
+    /// whole input, still restarting any worker that dies (one armed at a crash
+    /// point may reach it only now); returns the partitions not drained by then.
+    pub(super) fn drain(
+        &mut self,
+        kafka: &crate::config::KafkaConfig,
+        partitions: i32,
+    ) -> anyhow::Result<Vec<i32>> {
+        let ends = support::log_ends(kafka, "requests", partitions)?;
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            self.reap()?;
+            self.due(Instant::now())?;
+            let behind = behind(&ends, &self.workers);
+            if behind.is_empty() || Instant::now() > deadline {
+                return Ok(behind);
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    fn between_ms(&mut self, lo: u64, hi: u64) -> Duration {
+        Duration::from_millis(lo + self.rng.below(hi.saturating_sub(lo) + 1))
+    }
+
+    fn next_fault(&mut self, now: Instant) -> Instant {
+        now + self.between_ms(self.plan.kill_min_ms, self.plan.kill_max_ms)
+    }
+
+    fn restart_at(&mut self) -> Instant {
+        Instant::now() + self.between_ms(self.plan.restart_min_ms, self.plan.restart_max_ms)
+    }
+
+    /// One fault drawn from the plan's mix.
+    fn fault(&mut self) -> anyhow::Result<()> {
+        let f = self.plan.faults;
+        self.faults += 1;
+        let x = self.rng.below(1000) as u32;
+        let pg = if self.pg_dir.is_some() {
+            f.pg_restart
+        } else {
+            0
+        };
+        if x < pg {
+            return self.pg_restart();
+        }
+        if x < pg + f.sink {
+            return self.kill_sink();
+        }
+        let alive: Vec<usize> = (0..self.workers.len())
+            .filter(|i| self.workers[*i].child.is_some() && !self.workers[*i].stopped)
+            .collect();
+        if alive.is_empty() {
+            return Ok(());
+        }
+        let i = alive[self.rng.below(alive.len() as u64) as usize];
+        if x < pg + f.sink + f.zombie {
+            return self.zombie(i);
+        }
+        let crash = (x < pg + f.sink + f.zombie + f.crash_point).then(|| {
+            let p = WORKER_CRASH_POINTS[self.rng.below(WORKER_CRASH_POINTS.len() as u64) as usize];
+            format!("{p}:{}", 1 + self.rng.below(3))
+        });
+        self.kill_worker(i, crash)
+    }
+
+    /// SIGKILLs worker `i` and schedules its restart (armed at `crash`).
+    fn kill_worker(&mut self, i: usize, crash: Option<String>) -> anyhow::Result<()> {
+        let at = self.restart_at();
+        let Some(owned) = kill(&mut self.workers[i])? else {
+            return Ok(());
+        };
+        self.log.kills += 1;
+        let armed = crash
+            .as_deref()
+            .map(|c| format!("; restart armed at {c}"))
+            .unwrap_or_default();
+        self.event(format!(
+            "killed worker {i} (owned {:?}){armed}",
+            owned.keys().collect::<Vec<_>>()
+        ));
+        self.orphaned(owned);
+        self.restarts.push((at, Target::Worker(i), crash));
+        Ok(())
+    }
+
+    /// Starts timing the recovery of a death that left `owned` orphaned.
+    fn orphaned(&mut self, owned: BTreeMap<i32, i64>) {
+        if !owned.is_empty() {
+            self.pending.push(Pending {
+                at: Instant::now(),
+                orphans: owned,
+                faults: self.faults,
+            });
+        }
+    }
+
+    fn zombie(&mut self, i: usize) -> anyhow::Result<()> {
+        let Some(c) = &self.workers[i].child else {
+            return Ok(());
+        };
+        signal(c.id(), libc::SIGSTOP);
+        self.workers[i].stopped = true;
+        let pause =
+            Duration::from_millis(self.plan.session_timeout_ms) + self.between_ms(1000, 3000);
+        self.conts.push((Instant::now() + pause, i));
+        self.log.zombies += 1;
+        self.event(format!(
+            "SIGSTOP worker {i} for {:.1} s (a zombie)",
+            pause.as_secs_f64()
+        ));
+        Ok(())
+    }
+
+    fn kill_sink(&mut self) -> anyhow::Result<()> {
+        let crash = (self.rng.below(2) == 0)
+            .then(|| format!("{SINK_CRASH_POINT}:{}", 1 + self.rng.below(3)));
+        let at = self.restart_at();
+        let Some(mut c) = self.sink.take() else {
+            return Ok(());
+        };
+        c.kill()?;
+        c.wait()?;
+        self.log.sink_kills += 1;
+        let armed = crash
+            .as_deref()
+            .map(|c| format!("; restart armed at {c}"))
+            .unwrap_or_default();
+        self.event(format!("killed the sink{armed}"));
+        self.restarts.push((at, Target::Sink, crash));
+        Ok(())
+    }
+
+    fn pg_restart(&mut self) -> anyhow::Result<()> {
+        let Some(dir) = self.pg_dir else {
+            return Ok(());
+        };
+        let out = Command::new("scripts/pg.sh")
+            .arg("restart")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "scripts/pg.sh restart failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.log.pg_restarts += 1;
+        self.event("restarted PostgreSQL".into());
+        Ok(())
+    }
+
+    /// Restarts and SIGCONTs that are due.
+    fn due(&mut self, now: Instant) -> anyhow::Result<()> {
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.restarts)
+            .into_iter()
+            .partition(|(at, _, _)| *at <= now);
+        self.restarts = later;
+        for (_, target, crash) in due {
+            match target {
+                Target::Worker(i) => {
+                    let w = &mut self.workers[i];
+                    w.child = Some(self.spawn.worker(i, &w.state, crash.as_deref())?);
+                    w.armed = crash;
+                }
+                Target::Sink => {
+                    self.sink = Some(self.spawn.sink(crash.as_deref())?);
+                    self.sink_armed = crash.is_some();
+                }
+            }
+        }
+        let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.conts)
+            .into_iter()
+            .partition(|(at, _)| *at <= now);
+        self.conts = later;
+        for (_, i) in due {
+            if let Some(c) = &self.workers[i].child {
+                signal(c.id(), libc::SIGCONT);
+            }
+            self.workers[i].stopped = false;
+            self.event(format!("SIGCONT worker {i}"));
+        }
+        Ok(())
+    }
+
+    /// Workers and the sink that exited by themselves: at their crash point, or
+    /// unexpectedly. Either way they are restarted (unarmed).
+    fn reap(&mut self) -> anyhow::Result<()> {
+        for i in 0..self.workers.len() {
+            let Some(status) = self.workers[i]
+                .child
+                .as_mut()
+                .map(|c| c.try_wait())
+                .transpose()?
+                .flatten()
+            else {
+                continue;
+            };
+            let w = &mut self.workers[i];
+            w.child = None;
+            let armed = w.armed.take();
+            let owned = super::kills::owned(&w.state);
+            if armed.is_some() && status.signal() == Some(libc::SIGKILL) {
+                self.log.crash_point_kills += 1;
+                self.event(format!(
+                    "worker {i} died at its crash point {}",
+                    armed.unwrap_or_default()
+                ));
+            } else {
+                self.log.unexpected_exits += 1;
+                self.event(format!("worker {i} exited by itself ({status})"));
+            }
+            self.faults += 1;
+            self.orphaned(owned);
+            let at = self.restart_at();
+            self.restarts.push((at, Target::Worker(i), None));
+        }
+        let Some(status) = self
+            .sink
+            .as_mut()
+            .map(|c| c.try_wait())
+            .transpose()?
+            .flatten()
+        else {
+            return Ok(());
+        };
+        self.sink = None;
+        if std::mem::take(&mut self.sink_armed) && status.signal() == Some(libc::SIGKILL) {
+            self.log.sink_kills += 1;
+            self.event("the sink died at its crash point".into());
+        } else {
+            self.log.unexpected_exits += 1;
+            self.event(format!("the sink exited by itself ({status})"));
+        }
+        let at = self.restart_at();
+        self.restarts.push((at, Target::Sink, None));
+        Ok(())
+    }
+}

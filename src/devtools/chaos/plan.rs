@@ -1,0 +1,160 @@
+//! A chaos run's plan: its topic layout, workers, checkpoint store, group
+//! protocol, static membership, session timeout, timings and fault mix. A single
+//! `tally-dev chaos` run builds one from its flags; a campaign draws one per run
+//! from that run's seed (`Plan::draw`), and `tally-dev chaos --replay <seed>` draws
+//! the same plan again.
+//!
+//! Invariant: `Plan::draw(seed, s3)` is a pure function of its arguments (the
+//! campaign's replay command rests on it), and every plan it draws is valid
+//! (`min <= max`, at least one worker and one partition).
+
+use serde::{Deserialize, Serialize};
+
+use crate::gen::Rng;
+
+/// The group protocols a worker can run: classic eager (tally's default),
+/// classic cooperative-sticky, KIP-848 `consumer`.
+pub const PROTOCOLS: [&str; 3] = ["classic", "cooperative-sticky", "consumer"];
+
+/// The worker crash points (`TALLY_CRASH_AT`) a crash fault arms, from every
+/// step of the checkpoint protocol, the upload, the rebalance callbacks and the
+/// apply loop.
+pub const WORKER_CRASH_POINTS: [&str; 9] = [
+    "before_barrier",
+    "after_flush",
+    "after_manifest",
+    "after_offset_commit",
+    "mid_upload",
+    "before_manifest",
+    "rebalance_assign",
+    "rebalance_revoke",
+    "mid_pane_burst",
+];
+
+/// The sink's crash point.
+pub const SINK_CRASH_POINT: &str = "sink_before_commit";
+
+/// How a fault event's kind is drawn: each share in per mille; SIGKILL of a
+/// worker takes what the others leave.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultMix {
+    /// SIGKILL of a worker that is restarted armed at a crash point, where it
+    /// then dies by itself.
+    pub crash_point: u32,
+    /// SIGSTOP of a worker past the session timeout, then SIGCONT (a zombie).
+    pub zombie: u32,
+    /// SIGKILL of the sink (half of them restart it armed at its crash point).
+    pub sink: u32,
+    /// `scripts/pg.sh restart` of the PostgreSQL cluster (only with `--pg-dir`).
+    pub pg_restart: u32,
+}
+
+/// One run's plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Seeds the generator and the fault schedule.
+    pub seed: u64,
+    pub workers: usize,
+    pub partitions: i32,
+    /// How long the generator produces.
+    pub duration_ms: u64,
+    /// Generated records per second.
+    pub rate: u64,
+    pub kill_min_ms: u64,
+    pub kill_max_ms: u64,
+    pub restart_min_ms: u64,
+    pub restart_max_ms: u64,
+    /// One of `PROTOCOLS`.
+    pub group_protocol: String,
+    /// Each worker runs with `group.instance.id = chaos-w<i>`.
+    pub static_membership: bool,
+    /// `local` or `s3`.
+    pub store: String,
+    /// The group session timeout (classic: the consumer's `session.timeout.ms`;
+    /// KIP-848: the dev broker's `--group-session-timeout`).
+    pub session_timeout_ms: u64,
+    pub faults: FaultMix,
+}
+
+impl Plan {
+    /// The plan of a campaign run with `seed`. `s3` says whether an S3 server is
+    /// there to draw; `pg_restarts` whether PostgreSQL restarts may be drawn.
+    pub fn draw(seed: u64, s3: bool, pg_restarts: bool) -> Plan {
+        // The plan's own stream, apart from the run's (which `seed` also seeds).
+        let mut r = Rng::new(seed ^ 0x05EE_D0FC_4A05);
+        let mut between = |lo: u64, hi: u64| lo + r.below(hi - lo + 1);
+        let partitions = between(1, 16) as i32;
+        let workers = between(1, 4) as usize;
+        let protocol = PROTOCOLS[between(0, 2) as usize].to_string();
+        // The dev broker implements static membership only for KIP-848 groups
+        // (docs/operations/scale-out.md#static-membership).
+        let static_membership = between(0, 1) == 1 && protocol == "consumer";
+        let store = if s3 && between(0, 1) == 1 {
+            "s3"
+        } else {
+            "local"
+        };
+        let duration_ms = between(20, 40) * 1000;
+        let rate = between(200, 600);
+        let kill_min_ms = between(800, 1500);
+        let kill_max_ms = kill_min_ms + between(500, 2000);
+        let restart_min_ms = between(100, 500);
+        let restart_max_ms = restart_min_ms + between(0, 1500);
+        Plan {
+            seed,
+            workers,
+            partitions,
+            duration_ms,
+            rate,
+            kill_min_ms,
+            kill_max_ms,
+            restart_min_ms,
+            restart_max_ms,
+            group_protocol: protocol,
+            static_membership,
+            store: store.to_string(),
+            session_timeout_ms: 3000,
+            faults: FaultMix {
+                crash_point: 200,
+                zombie: 80,
+                sink: 120,
+                pg_restart: if pg_restarts { 20 } else { 0 },
+            },
+        }
+    }
+
+    /// The recovery target: p99 at most the session timeout plus 5 s.
+    pub fn recovery_target_s(&self) -> f64 {
+        self.session_timeout_ms as f64 / 1000.0 + 5.0
+    }
+
+    /// The recovery class a run's kills are counted under in a campaign report.
+    pub fn class(&self) -> String {
+        format!(
+            "{} / {} / {}",
+            self.group_protocol,
+            self.store,
+            if self.static_membership {
+                "static"
+            } else {
+                "dynamic"
+            }
+        )
+    }
+
+    /// The `[kafka]` properties of the group protocol and the session timeout.
+    pub fn kafka_properties(&self) -> String {
+        let t = self.session_timeout_ms;
+        let classic = format!(
+            "\"session.timeout.ms\" = \"{t}\"\n\"heartbeat.interval.ms\" = \"{}\"\n",
+            (t / 6).max(100)
+        );
+        match self.group_protocol.as_str() {
+            "consumer" => "\"group.protocol\" = \"consumer\"\n".to_string(),
+            "cooperative-sticky" => {
+                classic + "\"partition.assignment.strategy\" = \"cooperative-sticky\"\n"
+            }
+            _ => classic,
+        }
+    }
+}
