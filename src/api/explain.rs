@@ -6,7 +6,7 @@
 //!
 //! Invariants: the scope is applied (a tenant outside it answers 404) before
 //! anything is read; one explanation runs at a time (another answers 429), on a
-//! blocking thread, over an input of at most `api.explain_max_records` records
+//! blocking thread, reading at most `api.explain_max_records` input records
 //! (more: 422, `tally explain` has no bound) and for at most `TIMEOUT` (then 503; the
 //! replay finishes in the background and still holds the one place).
 

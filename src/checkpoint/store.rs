@@ -15,7 +15,7 @@ use super::objects::remote::{is_url, RemoteObjects};
 use super::objects::{ObjectInfo, Objects};
 use super::restore::StartPolicy;
 use super::restore::{none_usable, plan, read_failure, Found, Try};
-use super::{CheckpointError, CheckpointId, Manifest, OffsetLedger};
+use super::{CheckpointError, CheckpointId, Manifest, OffsetLedger, PartitionEntry};
 use crate::base::error::{Bug, Refusal};
 use crate::model::NextOffset;
 use crate::model::Partition;
@@ -289,6 +289,30 @@ impl CheckpointStore {
         }
         let listed = self.list()?;
         self.restore_listed(p, None, &listed, rules, policy, state)
+    }
+
+    /// `restore_with` from the complete checkpoints whose entry of `p` passes
+    /// `usable` (given the manifest's format) only, for `p` whose log ends at
+    /// `log_end`: `tally explain` starts a replay at the newest snapshot taken
+    /// before a window's first record.
+    pub(crate) fn restore_where(
+        &self,
+        p: Partition,
+        log_end: i64,
+        usable: impl Fn(u16, &PartitionEntry) -> bool,
+        rules: &Rules,
+        state: &StateStore,
+    ) -> Result<Option<Restored>, CheckpointError> {
+        let mut listed = self.list()?;
+        for l in &mut listed {
+            if let Some(Ok(m)) = &mut l.manifest {
+                let format = m.format;
+                m.partitions
+                    .retain(|e| e.partition != p || usable(format, e));
+            }
+        }
+        let policy = StartPolicy::default();
+        self.restore_listed(p, Some(log_end), &listed, rules, policy, state)
     }
 
     /// `restore_with` over a listing already taken (one listing serves every

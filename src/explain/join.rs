@@ -181,13 +181,33 @@ fn quantity_totals(x: &Explanation, sink: Option<&SinkRows>) -> Vec<QuantityLine
 /// Compares the totals with the sink's rows and names every difference.
 fn compare(x: &mut Explanation, sink: Option<SinkRows>) {
     for p in &x.partitions {
-        if p.from_offset > 0 {
-            x.exact = false;
+        match &p.checkpoint {
+            None if p.from_offset > 0 => {
+                x.exact = false;
+                x.notes.push(format!(
+                    "records before offset {} of partition {} were deleted by retention; the \
+                     totals may differ by what they held (their requests, and the watermark and \
+                     duplicates they set up)",
+                    p.from_offset, p.partition
+                ));
+            }
+            None => {}
+            Some(c) => x.notes.push(format!(
+                "partition {} was replayed from checkpoint {} (offset {}): no record before it \
+                 is of the window(s) (the partition's greatest completed_ts there is {}); its \
+                 dead letters before it are taken from the dead-letter topic",
+                p.partition,
+                c.name,
+                c.next_offset,
+                c.high_water.map_or("none".into(), |h| h.to_string())
+            )),
+        }
+        if p.stopped_early {
             x.notes.push(format!(
-                "records before offset {} of partition {} were deleted by retention; the totals \
-                 may differ by what they held (their requests, and the watermark and duplicates \
-                 they set up)",
-                p.from_offset, p.partition
+                "partition {}: read up to offset {} of {}, where its watermark left the \
+                 window(s)' dedup horizon; its later records of them are taken from the late \
+                 and dead-letter topics",
+                p.partition, p.to_offset, p.log_end
             ));
         }
         if !p.final_here {

@@ -2,7 +2,9 @@
 //! totals against the sink's rows, and every difference named.
 
 use super::*;
-use crate::explain::{Billed, Elsewhere, PartitionRange, SinkAdjustment, SinkPartial};
+use crate::explain::{
+    Billed, CheckpointStart, Elsewhere, PartitionRange, SinkAdjustment, SinkPartial,
+};
 
 fn billed(id: &str, offset: i64, cost: u128) -> Billed {
     Billed {
@@ -34,7 +36,10 @@ fn replayed(from: i64, late_cost: u128) -> Replayed {
                 window_end: 60_000,
                 partition: 0,
                 offset: 2,
-                route: Routed::Duplicate { of_offset: Some(0) },
+                route: Routed::Duplicate {
+                    of_offset: Some(0),
+                    before_offset: None,
+                },
             },
             Elsewhere {
                 request_id: Some("c".into()),
@@ -53,6 +58,10 @@ fn replayed(from: i64, late_cost: u128) -> Replayed {
             partition: 0,
             from_offset: from,
             to_offset: 4,
+            log_start: from,
+            log_end: 4,
+            checkpoint: None,
+            stopped_early: false,
             watermark: Some(99),
             final_here: true,
             unreadable_dead_letters: 0,
@@ -157,6 +166,55 @@ fn a_log_deleted_in_part_is_never_exact() {
     assert!(!x.exact);
     assert!(x.notes[0].contains("records before offset 2 of partition 0 were deleted"));
     assert!(x.render_table().contains("NOT EXACT"));
+}
+
+/// A replay started from a checkpoint above a deleted log start is exact: the
+/// snapshot stands for the records before it. Stopping early is said too.
+#[test]
+fn a_replay_from_a_checkpoint_past_the_deleted_offsets_is_exact() {
+    let mut r = replayed(0, 5);
+    r.range.log_start = 1;
+    r.range.stopped_early = true;
+    r.range.checkpoint = Some(CheckpointStart {
+        name: "chk-00000000000000000007-w1".into(),
+        next_offset: 0,
+        high_water: Some(-5),
+    });
+    let late = [late_record(3)];
+    let sides = Sides {
+        input_topic: "requests",
+        late: &late,
+        dead_letters: &[],
+        sink: Some(sink(true, 2)),
+    };
+    let x = join("t", (0, 60_000), vec![r], sides);
+    assert!(x.exact, "{:?}", x.notes);
+    assert_eq!(x.agrees, Some(true), "{:?}", x.notes);
+    assert!(x.notes[0].contains("replayed from checkpoint chk-00000000000000000007-w1"));
+    assert!(x.notes[1].contains("read up to offset 4 of 4"));
+    assert!(!x.render_table().contains("NOT EXACT"));
+    // Without the checkpoint, the same log start is a deletion.
+    let mut r = replayed(1, 5);
+    r.range.log_start = 1;
+    let x = join(
+        "t",
+        (0, 60_000),
+        vec![r],
+        Sides {
+            late: &late,
+            ..sides_of(None)
+        },
+    );
+    assert!(!x.exact);
+}
+
+fn sides_of(sink: Option<SinkRows>) -> Sides<'static> {
+    Sides {
+        input_topic: "requests",
+        late: &[],
+        dead_letters: &[],
+        sink,
+    }
 }
 
 #[test]

@@ -2,26 +2,32 @@
 //! explained down to its requests (docs/DESIGN.md §6.2).
 //!
 //! The answer is re-derived from the logs by the engine's own code: every input
-//! partition is replayed, in offset order, through a fresh `PartitionTask`
-//! (`replay`), the route it gives each record of the tenant and window is kept,
-//! with the watermark it met; then the late and dead-letter topics and the
-//! sink's rows are joined to it (`join`), and the totals are compared with the
-//! sink's line, every difference named.
+//! partition is replayed, in offset order, through a `PartitionTask` (`replay`)
+//! — restored from the newest checkpoint taken before any record of the windows
+//! (`start`), else fresh at the log start — until its watermark leaves the
+//! windows' dedup horizon or the log ends; the route it gives each record of
+//! the tenant and window is kept, with the watermark it met. The records of the
+//! windows outside the offsets read are on the late and dead-letter topics
+//! (`outside`). Then the topics and the sink's rows are joined to it (`join`),
+//! and the totals are compared with the sink's line, every difference named.
 //!
 //! Invariants: no second implementation of a rule — routes come from
 //! `PartitionTask::process`, prices and quantities from `engine::validate`; an
-//! explanation over a log that no longer starts at offset 0 is marked
-//! `exact: false` and says which offsets are gone, never presented as exact.
-//! Everything here but `source` and `run` is pure (no I/O).
+//! explanation whose replay of a partition starts at a log start above offset
+//! 0 without a checkpoint is marked `exact: false` and says which offsets are
+//! gone, never presented as exact. Everything here but `source`, `start` and
+//! `run` is pure (no I/O).
 
 pub mod bucket;
 pub mod finality;
 pub mod join;
+pub mod outside;
 mod render;
 mod replay;
 pub mod rows;
 pub mod run;
 pub mod source;
+pub mod start;
 
 pub use join::{join, Sides};
 pub use replay::{replay, PartitionLog, Replayed, Replayer};
@@ -97,8 +103,14 @@ pub struct Elsewhere {
 pub enum Routed {
     /// A repeat of the request id within the dedup horizon; `of_offset`: the
     /// first record of that id in the partition (`None`: not of this tenant
-    /// and window).
-    Duplicate { of_offset: Option<i64> },
+    /// and window, or before the replay's start); `before_offset`: when the
+    /// replay started from a checkpoint and `of_offset` is `None`, the offset
+    /// it started at — the first record is before it.
+    Duplicate {
+        of_offset: Option<i64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        before_offset: Option<i64>,
+    },
     /// Too late: the window was purged at this watermark. `adjustment`: whether
     /// the sink holds its `reprocess-late` adjustment (`None`: no sink given);
     /// `on_late_topic`: whether the late topic holds it.
@@ -121,10 +133,26 @@ pub enum Routed {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionRange {
     pub partition: i32,
-    /// The log start: offsets below it were deleted by retention.
+    /// Where the replay started: the log start, or the offset the checkpoint it
+    /// restored resumes at (`checkpoint`).
     pub from_offset: i64,
-    /// The log end read to (exclusive).
+    /// Where the replay stopped (exclusive): the log end, or earlier once the
+    /// partition's watermark left the windows' dedup horizon (`stopped_early`).
     pub to_offset: i64,
+    /// The log start: offsets below it were deleted by retention.
+    #[serde(default)]
+    pub log_start: i64,
+    /// The log end read at the start of the explanation (`read_committed`).
+    #[serde(default)]
+    pub log_end: i64,
+    /// The checkpoint whose state of the partition the replay started from
+    /// (`None`: a fresh task at the log start).
+    #[serde(default)]
+    pub checkpoint: Option<CheckpointStart>,
+    /// Whether reading stopped before the log end: every later record of the
+    /// windows is on the late or dead-letter topic, and is taken from there.
+    #[serde(default)]
+    pub stopped_early: bool,
     /// The partition's watermark at the end of the replay.
     pub watermark: Option<i64>,
     /// Whether the partition has purged the window (nothing but an adjustment
@@ -133,6 +161,18 @@ pub struct PartitionRange {
     /// Dead letters keyed by the tenant whose window cannot be read (malformed
     /// JSON, an unreadable time): counted, not attributed to a window.
     pub unreadable_dead_letters: u64,
+}
+
+/// A checkpoint a partition's replay started from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointStart {
+    /// Its name in the checkpoint store (`chk-<id>-<worker>`).
+    pub name: String,
+    /// The offset it resumes the partition at.
+    pub next_offset: i64,
+    /// The partition's greatest `completed_ts` priced before that offset
+    /// (`None`: none): before the windows' start, so no earlier record is theirs.
+    pub high_water: Option<i64>,
 }
 
 /// The sink's rows for the tenant's windows asked, summed over them.

@@ -20,12 +20,18 @@ pub(super) fn table(x: &Explanation) -> String {
         format_utc_ms(x.window_end)
     );
     for p in &x.partitions {
+        let from = match &p.checkpoint {
+            Some(c) => format!(" from checkpoint {}", c.name),
+            None => String::new(),
+        };
         let _ = writeln!(
             s,
-            "  replayed partition {} offsets {}..{} (watermark {}, {})",
+            "  replayed partition {} offsets {}..{}{from} (log {}..{}; watermark {}, {})",
             p.partition,
             p.from_offset,
             p.to_offset,
+            p.log_start,
+            p.log_end,
             opt(p.watermark),
             if p.final_here { "final" } else { "not final" }
         );
@@ -95,7 +101,13 @@ fn elsewhere(s: &mut String, x: &Explanation, multi: bool) {
     let _ = writeln!(s, "\nROUTED ELSEWHERE ({})", x.elsewhere.len());
     for e in &x.elsewhere {
         let why = match &e.route {
-            Routed::Duplicate { of_offset } => {
+            Routed::Duplicate {
+                of_offset,
+                before_offset: Some(b),
+            } if of_offset.is_none() => {
+                format!("duplicate of a record before offset {b} (the replay's checkpoint)")
+            }
+            Routed::Duplicate { of_offset, .. } => {
                 format!("duplicate of offset {}", opt(*of_offset))
             }
             Routed::TooLate {

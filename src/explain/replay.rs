@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::{Billed, Elsewhere, InputRecord, PartitionRange, Quantity, Routed};
+use super::{Billed, CheckpointStart, Elsewhere, InputRecord, PartitionRange, Quantity, Routed};
 use crate::engine::{validate, EngineConfig, PartitionTask, RecordIn, Route, TimeSource};
 use crate::model::input::{InputMapping, TimestampFormat, COMPLETED_TS, TENANT_ID};
 use crate::model::{DeadLetterReason, Partition};
@@ -48,14 +48,21 @@ pub fn replay(
     let bounds = (log.log_start, log.log_end);
     let mut r = Replayer::new(cfg, tenant, range, (log.partition, bounds), now_ms);
     for rec in &log.records {
-        r.push(rec)?;
+        if r.push(rec)? {
+            break;
+        }
     }
     Ok(r.finish())
 }
 
 /// One partition's replay, fed a record at a time in offset order (so a reader
-/// need not hold the partition): a fresh `PartitionTask` routes each record,
-/// and the records of the tenant in `[start, end)` are kept with their routes.
+/// need not hold the partition): a fresh `PartitionTask` (or one restored from
+/// a checkpoint, `resume`) routes each record, and the records of the tenant in
+/// `[start, end)` are kept with their routes. It is done (`push` says so) once
+/// the watermark is past the windows' dedup horizon — `end − 1 +
+/// allowed_lateness + dedup.extra_horizon` —: from there on every record of the
+/// windows is too late or a dead letter, and is on the late or dead-letter
+/// topic (`outside`).
 /// `now_ms` stands in for the ingest clock of a record without a Kafka
 /// timestamp (the `max_future` guard reads it; with one, the record's
 /// timestamp stands in).
@@ -69,6 +76,8 @@ pub struct Replayer<'a> {
     /// Request id → the offset of its first billed or too-late record, for the
     /// tenant's records of the windows (what a duplicate repeats).
     first: HashMap<String, i64>,
+    /// The watermark past which the replay is done.
+    horizon: i64,
     out: Replayed,
 }
 
@@ -89,6 +98,9 @@ impl<'a> Replayer<'a> {
             now_ms,
             panes: Vec::new(),
             first: HashMap::new(),
+            horizon: (range.1 - 1)
+                .saturating_add(cfg.allowed_lateness_ms)
+                .saturating_add(cfg.dedup_extra_ms),
             out: Replayed {
                 billed: Vec::new(),
                 elsewhere: Vec::new(),
@@ -96,6 +108,10 @@ impl<'a> Replayer<'a> {
                     partition,
                     from_offset: log_start,
                     to_offset: log_end,
+                    log_start,
+                    log_end,
+                    checkpoint: None,
+                    stopped_early: false,
                     watermark: None,
                     final_here: false,
                     unreadable_dead_letters: 0,
@@ -104,12 +120,33 @@ impl<'a> Replayer<'a> {
         }
     }
 
+    /// The same replay, from `task` — the partition's state at `start`, restored
+    /// from a checkpoint taken before any record of the windows — instead of a
+    /// fresh task at the log start.
+    pub fn resume(mut self, task: PartitionTask, start: CheckpointStart) -> Self {
+        self.task = task;
+        self.out.range.from_offset = start.next_offset;
+        self.out.range.checkpoint = Some(start);
+        self
+    }
+
+    /// Where reading starts.
+    pub fn from_offset(&self) -> i64 {
+        self.out.range.from_offset
+    }
+
+    /// Whether the watermark has left the windows' dedup horizon.
+    fn done(&self) -> bool {
+        self.task.watermark().0 > self.horizon
+    }
+
     fn inside(&self, w: crate::time::Window) -> bool {
         w.start >= self.range.0 && w.end <= self.range.1
     }
 
-    /// The next record of the partition.
-    pub fn push(&mut self, r: &InputRecord) -> Result<(), String> {
+    /// The next record of the partition; `Ok(true)`: the replay is done, read
+    /// no more of the partition.
+    pub fn push(&mut self, r: &InputRecord) -> Result<bool, String> {
         let (cfg, partition) = (self.cfg, self.out.range.partition);
         let rec = RecordIn {
             payload: &r.payload,
@@ -147,7 +184,12 @@ impl<'a> Replayer<'a> {
                 _ => {}
             },
         }
-        Ok(())
+        let done = self.done();
+        if done && r.offset + 1 < self.out.range.log_end {
+            self.out.range.to_offset = r.offset + 1;
+            self.out.range.stopped_early = true;
+        }
+        Ok(done)
     }
 
     /// A valid record of the windows asked, by the route it took (`w`: the
@@ -169,8 +211,15 @@ impl<'a> Replayer<'a> {
             }
             Route::Duplicate => {
                 let of_offset = self.first.get(&id).copied();
-                out.elsewhere
-                    .push(kept.elsewhere(Some(id), Routed::Duplicate { of_offset }));
+                let before_offset = match (&out.range.checkpoint, of_offset) {
+                    (Some(c), None) => Some(c.next_offset),
+                    _ => None,
+                };
+                let route = Routed::Duplicate {
+                    of_offset,
+                    before_offset,
+                };
+                out.elsewhere.push(kept.elsewhere(Some(id), route));
             }
             Route::DeadLetter(reason) => {
                 out.elsewhere
@@ -274,7 +323,7 @@ fn quantities(r: &crate::model::rating::Rated) -> Vec<Quantity> {
         .collect()
 }
 
-fn too_late(watermark: i64, v: &crate::engine::Valid<'_>) -> Routed {
+pub(super) fn too_late(watermark: i64, v: &crate::engine::Valid<'_>) -> Routed {
     Routed::TooLate {
         watermark,
         cost_pico: v.cost.0.to_string(),
@@ -283,7 +332,7 @@ fn too_late(watermark: i64, v: &crate::engine::Valid<'_>) -> Routed {
     }
 }
 
-fn dead_letter(reason: &DeadLetterReason) -> Routed {
+pub(super) fn dead_letter(reason: &DeadLetterReason) -> Routed {
     Routed::DeadLetter {
         code: reason.code().to_string(),
         detail: reason.to_string(),
@@ -304,7 +353,7 @@ fn lookup<'j>(
     }
 }
 
-fn request_id(input: &InputMapping, payload: &[u8]) -> Option<String> {
+pub(super) fn request_id(input: &InputMapping, payload: &[u8]) -> Option<String> {
     let json: serde_json::Value = serde_json::from_slice(payload).ok()?;
     lookup(input, &json, crate::model::input::REQUEST_ID)?
         .as_str()
@@ -343,4 +392,4 @@ pub(super) fn attribute(
 
 #[cfg(test)]
 #[path = "replay_tests.rs"]
-mod tests;
+pub(super) mod tests;

@@ -100,7 +100,7 @@ impl Explanation {
                 ..empty(route, e.partition, e.offset, e.window_end)
             };
             rows.push(match &e.route {
-                Routed::Duplicate { of_offset } => Row {
+                Routed::Duplicate { of_offset, .. } => Row {
                     duplicate_of_offset: *of_offset,
                     ..base("duplicate")
                 },

@@ -1,10 +1,13 @@
 //! One explanation from the live sources: the window the caller names, on the
-//! config's grid; the input, late and dead-letter topics read; every input
-//! partition replayed; the sink's rows when a URL is given; the join.
+//! config's grid; the late and dead-letter topics read; every input partition
+//! replayed from its start (`start`: a checkpoint before the windows, or the log
+//! start) until done, the topics' records of the windows outside that range
+//! added (`outside`); the sink's rows when a URL is given; the join.
 //! What `tally explain --tenant` prints (and what a service would serve).
 
 use super::finality::stored_finality;
-use super::{join, source, Explanation, Replayer, Sides};
+use super::outside::add_outside;
+use super::{join, source, start, Explanation, Replayer, Sides};
 use crate::base::clock::now_ms;
 use crate::config::Config;
 use crate::kafka::read::read_topic;
@@ -81,20 +84,36 @@ pub fn explain(
         source::ReadError::Replay(m) => Failure::Replay(m),
         source::ReadError::Kafka(e) => kafka(e),
     };
-    let input = source::open(&cfg.kafka, &cfg.topics.input, max_records).map_err(read)?;
+    let input = source::open(&cfg.kafka, &cfg.topics.input).map_err(read)?;
     let late = read_topic(&cfg.kafka, &cfg.topics.late).map_err(kafka)?;
     let dead = read_topic(&cfg.kafka, &cfg.topics.dead_letter).map_err(kafka)?;
     let now = now_ms();
-    let mut replays: Vec<Replayer<'_>> = input
-        .bounds()
-        .iter()
+    // Declared before the replays: their restored tasks spill to it.
+    let (resumed, _scratch, start_notes) = start::starts(cfg, &engine, start, input.bounds());
+    let mut replays: Vec<Replayer<'_>> = (input.bounds().iter().zip(resumed))
         .enumerate()
-        .map(|(p, b)| Replayer::new(&engine, tenant, (start, end), (p as i32, *b), now))
+        .map(|(p, (b, from))| {
+            let r = Replayer::new(&engine, tenant, (start, end), (p as i32, *b), now);
+            match from {
+                Some((task, at)) => r.resume(task, at),
+                None => r,
+            }
+        })
         .collect();
+    let starts: Vec<i64> = replays.iter().map(Replayer::from_offset).collect();
     input
-        .read(|p, r| replays[p as usize].push(r))
+        .read(&starts, max_records, |p, r| replays[p as usize].push(r))
         .map_err(read)?;
-    let replays = replays.into_iter().map(Replayer::finish).collect();
+    let replays: Vec<_> = replays
+        .into_iter()
+        .map(|r| {
+            let mut r = r.finish();
+            let topics = (late.as_slice(), dead.as_slice());
+            let (of, topic) = ((tenant, (start, end)), &cfg.topics.input);
+            add_outside(&engine, of, topic, &mut r, topics, now);
+            r
+        })
+        .collect();
     let read = sink_url
         .map(|u| source::sink_rows(u, tenant, (start, end)))
         .transpose()
@@ -112,5 +131,6 @@ pub fn explain(
         },
     );
     x.finality = stored.map(|s| stored_finality(&s, end, engine.allowed_lateness_ms));
+    x.notes.extend(start_notes);
     Ok(x)
 }

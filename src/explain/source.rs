@@ -1,7 +1,8 @@
-//! What `tally explain` reads: the input topic's partitions from their log
-//! start to the log end seen at the start, a record at a time (`open`,
-//! `InputReader::read`: nothing of the topic is held), and the sink's rows of
-//! the tenant's windows (`sink_rows`). The I/O of `explain`, with `run`.
+//! What `tally explain` reads: the input topic's partitions from the offsets
+//! the replays start at (`start`) to the log end seen at the start, or until a
+//! replay is done, a record at a time (`open`, `InputReader::read`: nothing of
+//! the topic is held), and the sink's rows of the tenant's windows
+//! (`sink_rows`). The I/O of `explain`, with `run` and `start`.
 
 use std::time::{Duration, Instant};
 
@@ -23,9 +24,10 @@ const STALL: Duration = Duration::from_secs(60);
 pub enum ReadError {
     #[error(transparent)]
     Kafka(#[from] KafkaIoError),
-    /// The partitions hold more records than the caller will replay.
+    /// The replay reads more records than the caller allows.
     #[error(
-        "the input topic holds {records} records, more than {limit} (the bound of this reader)"
+        "the replay reads more than {limit} records of the input topic (the bound of this \
+         reader; it holds {records} from where the replay starts)"
     )]
     TooLarge { records: u64, limit: u64 },
     /// The caller's handling of a record failed.
@@ -33,7 +35,7 @@ pub enum ReadError {
     Replay(String),
 }
 
-/// The input topic opened at its log starts, with the log ends read now.
+/// The input topic, with its partitions' log starts and the log ends read now.
 pub struct InputReader {
     consumer: BaseConsumer<crate::kafka::logging::Logged>,
     topic: String,
@@ -41,14 +43,9 @@ pub struct InputReader {
     bounds: Vec<(i64, i64)>,
 }
 
-/// Opens `topic` at every partition's log start, with the log end read now
-/// (`read_committed`: the last stable offset) as where reading stops; refused
-/// before reading when the partitions span more than `max_records`.
-pub fn open(
-    kafka: &KafkaConfig,
-    topic: &str,
-    max_records: Option<u64>,
-) -> Result<InputReader, ReadError> {
+/// Opens `topic`, with every partition's log start and the log end read now
+/// (`read_committed`: the last stable offset) as where reading stops.
+pub fn open(kafka: &KafkaConfig, topic: &str) -> Result<InputReader, ReadError> {
     let mut c = client_config(
         kafka,
         &[
@@ -65,22 +62,12 @@ pub fn open(
         return Err(KafkaIoError::Fatal(format!("input topic {topic} does not exist")).into());
     }
     let mut bounds = Vec::new();
-    let mut tpl = TopicPartitionList::new();
     for p in 0..n {
         let (low, high) = consumer
             .fetch_watermarks(topic, p, Duration::from_secs(10))
             .map_err(KafkaIoError::client(format!("log range of {topic}/{p}")))?;
         bounds.push((low, high));
-        tpl.add_partition_offset(topic, p, Offset::Offset(low))
-            .map_err(KafkaIoError::client("assignment"))?;
     }
-    let records: u64 = bounds.iter().map(|(l, h)| (h - l).max(0) as u64).sum();
-    if let Some(limit) = max_records.filter(|l| records > *l) {
-        return Err(ReadError::TooLarge { records, limit });
-    }
-    consumer
-        .assign(&tpl)
-        .map_err(KafkaIoError::client("assigning"))?;
     Ok(InputReader {
         consumer,
         topic: topic.to_string(),
@@ -94,17 +81,35 @@ impl InputReader {
         &self.bounds
     }
 
-    /// Hands every record to `each` (its partition, the record), in offset
-    /// order within a partition, until every partition reached its end. A
-    /// partition is done when a record at `end - 1` or a position at `end` was
-    /// seen (transaction markers leave offsets without records); reading fails
-    /// when nothing moves for `STALL`.
+    /// Hands every record from `starts[p]` on to `each` (its partition, the
+    /// record), in offset order within a partition, until every partition
+    /// reached its end or `each` said it is done with it (`Ok(true)`: the
+    /// partition is paused). A partition reaches its end when a record at
+    /// `end - 1` or a position at `end` was seen (transaction markers leave
+    /// offsets without records). Reading fails when nothing moves for
+    /// `STALL`, and once it handed over more than `max_records` records.
     pub fn read(
         self,
-        mut each: impl FnMut(i32, &InputRecord) -> Result<(), String>,
+        starts: &[i64],
+        max_records: Option<u64>,
+        mut each: impl FnMut(i32, &InputRecord) -> Result<bool, String>,
     ) -> Result<(), ReadError> {
         let (consumer, topic, bounds) = (self.consumer, self.topic, self.bounds);
-        let mut done: Vec<bool> = bounds.iter().map(|(l, h)| l >= h).collect();
+        let mut tpl = TopicPartitionList::new();
+        for (p, start) in starts.iter().enumerate() {
+            tpl.add_partition_offset(&topic, p as i32, Offset::Offset(*start))
+                .map_err(KafkaIoError::client("assignment"))?;
+        }
+        consumer
+            .assign(&tpl)
+            .map_err(KafkaIoError::client("assigning"))?;
+        let span: u64 = (bounds.iter().zip(starts))
+            .map(|((_, h), s)| (h - s).max(0) as u64)
+            .sum();
+        let mut handed = 0u64;
+        let mut done: Vec<bool> = (bounds.iter().zip(starts))
+            .map(|((_, h), s)| s >= h)
+            .collect();
         let mut moved = Instant::now();
         while !done.iter().all(|d| *d) {
             if moved.elapsed() > STALL {
@@ -127,19 +132,46 @@ impl InputReader {
             moved = Instant::now();
             let p = m.partition() as usize;
             let end = bounds[p].1;
+            if done[p] {
+                continue;
+            }
             if m.offset() < end {
+                handed += 1;
+                if let Some(limit) = max_records.filter(|l| handed > *l) {
+                    return Err(ReadError::TooLarge {
+                        records: span,
+                        limit,
+                    });
+                }
                 let r = InputRecord {
                     offset: m.offset(),
                     key: m.key().map(<[u8]>::to_vec),
                     payload: m.payload().unwrap_or_default().to_vec(),
                     kafka_ts: m.timestamp().to_millis(),
                 };
-                each(m.partition(), &r).map_err(ReadError::Replay)?;
+                if each(m.partition(), &r).map_err(ReadError::Replay)? {
+                    done[p] = true;
+                    pause(&consumer, &topic, m.partition())?;
+                }
             }
             done[p] = done[p] || m.offset() + 1 >= end;
         }
         Ok(())
     }
+}
+
+/// Stops fetching `topic`'s partition `p`.
+fn pause(
+    consumer: &BaseConsumer<crate::kafka::logging::Logged>,
+    topic: &str,
+    p: i32,
+) -> Result<(), ReadError> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(topic, p);
+    consumer
+        .pause(&tpl)
+        .map_err(KafkaIoError::client(format!("pausing {topic}/{p}")))?;
+    Ok(())
 }
 
 /// A sum the sink's views give as an unbounded `NUMERIC`, read as text.

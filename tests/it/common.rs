@@ -292,19 +292,19 @@ pub fn reported_offsets(state: &Path) -> i64 {
 /// they fill the log: the dev broker keeps the newest 5 MiB of a partition, and
 /// enough of them move its log start), event `i` at `base_ts + 100 ms · i`.
 pub fn produce_filling(broker: &DevBroker, from: i64, n: i64, base_ts: i64) {
+    produce_at(broker, from..from + n, |i| base_ts + i * 100);
+}
+
+/// `produce_filling` with event `i` at `ts(i)`.
+pub fn produce_at(broker: &DevBroker, seqs: std::ops::Range<i64>, ts: impl Fn(i64) -> i64) {
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     let p: BaseProducer =
         tally::kafka::client_config(&broker.kafka(), tally::kafka::PRODUCER_DEFAULTS)
             .set("compression.type", "none")
             .create()
             .unwrap();
-    for i in from..from + n {
-        let payload = event(
-            &format!("req-{i:09}"),
-            "tenant-a",
-            "small",
-            base_ts + i * 100,
-        );
+    for i in seqs {
+        let payload = event(&format!("req-{i:09}"), "tenant-a", "small", ts(i));
         let mut record = BaseRecord::to("requests")
             .partition(0)
             .key("tenant-a")

@@ -22,6 +22,7 @@ mod endpoints;
 mod evolution;
 mod exit_codes;
 mod explain;
+mod explain_bounds;
 mod explain_rated;
 mod explain_tz;
 mod file_mode;
