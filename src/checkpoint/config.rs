@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::objects::remote;
-use crate::base::duration::{self, Millis};
+use crate::base::duration::{self, Millis, OptMillis};
 use crate::base::InvalidKey;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -26,6 +26,12 @@ pub struct CheckpointConfig {
     pub interval: Millis,
     #[serde(deserialize_with = "duration::de_u64")]
     pub retain: u64,
+    /// Beyond `retain`: per partition, the oldest checkpoint of each period of
+    /// this length is kept (`"off"`: none), for the newest `anchors` periods
+    /// (`checkpoint::anchors`).
+    pub anchor_every: OptMillis,
+    #[serde(deserialize_with = "duration::de_u64")]
+    pub anchors: u64,
 }
 
 impl Default for CheckpointConfig {
@@ -35,6 +41,8 @@ impl Default for CheckpointConfig {
             object_store: BTreeMap::new(),
             interval: Millis(10_000),
             retain: 3,
+            anchor_every: OptMillis(Some(Millis(86_400_000))),
+            anchors: 8,
         }
     }
 }
@@ -50,6 +58,18 @@ impl CheckpointConfig {
         }
         if self.retain == 0 {
             return Err(InvalidKey::new("checkpoint.retain", "must be at least 1"));
+        }
+        if self.anchor_every.0.is_some_and(|m| m.0 <= 0) {
+            return Err(InvalidKey::new(
+                "checkpoint.anchor_every",
+                "must be greater than 0, or \"off\"",
+            ));
+        }
+        if self.anchors == 0 {
+            return Err(InvalidKey::new(
+                "checkpoint.anchors",
+                "must be at least 1 (`checkpoint.anchor_every = \"off\"` keeps none)",
+            ));
         }
         let dir = self.dir.to_string_lossy();
         if remote::is_url(&dir) {

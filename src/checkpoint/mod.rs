@@ -39,6 +39,8 @@
 //!   uploading). Nothing a retained manifest references is ever deleted — in
 //!   whichever checkpoint's directory it lies — and this worker's newest complete
 //!   checkpoint is kept (its chains are the parents of the next one).
+//!   So are the anchors (`anchors`): per partition, the oldest checkpoint of
+//!   each of the newest `checkpoint.anchors` periods of `checkpoint.anchor_every`.
 //!
 //! ## Incremental checkpoints
 //! - A partition's state in a manifest is a chain of segments (`Segment`): one
@@ -58,6 +60,7 @@
 //!   manifest, then applies base and deltas in order; damage anywhere in the
 //!   chain fails that candidate, and the restore falls back to the next one.
 
+pub(crate) mod anchors;
 pub(crate) mod config;
 pub(crate) mod coordinator;
 pub mod evolution;

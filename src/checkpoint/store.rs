@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use tracing::{error, info, warn};
 
+use super::anchors::{anchors, AnchorRule};
 use super::config::CheckpointConfig;
 use super::evolution::Rules;
 use super::format::{decode_manifest, encode_manifest, Unreadable, MAX_MANIFEST_BYTES};
@@ -85,6 +86,8 @@ pub struct CheckpointStore {
     objects: Box<dyn Objects>,
     worker: String,
     retain: usize,
+    /// The anchors kept beyond `retain` (`None`: none; `anchors`).
+    anchors: Option<AnchorRule>,
     /// Manifests read so far, by key, with the size and time of the object read:
     /// objects are created once, so the same key, size and time is the same
     /// manifest — a listing reads only the new ones (retention lists after every
@@ -139,7 +142,11 @@ impl CheckpointStore {
         } else {
             Box::new(LocalObjects::create(&cfg.dir.join(group))?)
         };
-        Ok(Self::with_objects(objects, worker, cfg.retain as usize))
+        let anchors = cfg.anchor_every.0.map(|every| AnchorRule {
+            every_ms: every.0,
+            kept: cfg.anchors as usize,
+        });
+        Ok(Self::with_objects(objects, worker, cfg.retain as usize).with_anchors(anchors))
     }
 
     /// A store over `objects` (tests and benchmarks choose their own).
@@ -148,9 +155,16 @@ impl CheckpointStore {
             objects,
             worker: worker.to_string(),
             retain: retain.max(1),
+            anchors: None,
             manifests: Default::default(),
             read_budget: load::READ_BUDGET,
         }
+    }
+
+    /// The same store, keeping the anchors of `rule` (`None`: none).
+    pub(crate) fn with_anchors(mut self, rule: Option<AnchorRule>) -> Self {
+        self.anchors = rule;
+        self
     }
 
     #[cfg(test)]
@@ -487,9 +501,13 @@ impl CheckpointStore {
                 newer >= self.retain
             })
         };
+        let anchors = self
+            .anchors
+            .map(|rule| anchors(&complete, rule))
+            .unwrap_or_default();
         let removed: BTreeSet<&str> = complete
             .iter()
-            .filter(|(_, m)| superseded(m))
+            .filter(|(name, m)| !anchors.contains(name) && superseded(m))
             .map(|(name, _)| *name)
             .collect();
         // Everything a kept manifest references, in whichever directory it lies.

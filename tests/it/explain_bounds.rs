@@ -128,3 +128,79 @@ fn explained_from_a_checkpoint(
         Some(x.totals.cost_pico.clone())
     );
 }
+
+/// Retention keeps the first checkpoint of the day (an anchor, by default)
+/// after newer ones push the first run's last checkpoint out: a window after
+/// the first run's records, which every kept newest checkpoint has passed, is
+/// still replayed from a snapshot taken before it — the anchor.
+#[test]
+fn an_anchor_kept_by_retention_starts_a_past_windows_replay() {
+    const BASE_TS: i64 = 1_767_225_600_000;
+    let dir = TempDir::new("explain-anchor");
+    let broker = DevBroker::start(&[
+        ("requests", 1),
+        ("tenant-cost", 1),
+        ("requests.late", 1),
+        ("requests.dlq", 1),
+    ]);
+    let cfg = write_config(dir.path(), &broker, "explain-anchor", "");
+    let cfg = cfg.to_str().unwrap();
+    let run = || {
+        let args = ["run", "--config", cfg, "--until-end"];
+        tally_ok(&args, &[], Duration::from_secs(300))
+    };
+    // Ten minutes, then five more, then four runs of a few records each: every
+    // run ends with a checkpoint, so the first run's are held by 3 newer ones.
+    produce_filling(&broker, 0, 6_000, BASE_TS);
+    run();
+    produce_filling(&broker, 6_000, 3_000, BASE_TS);
+    run();
+    for k in 0..4 {
+        produce_filling(&broker, 9_000 + 10 * k, 10, BASE_TS);
+        run();
+    }
+    let store = tally::checkpoint::store::CheckpointStore::open_existing(
+        &tally::config::CheckpointConfig {
+            dir: dir.path().join("checkpoints"),
+            ..Default::default()
+        },
+        "explain-anchor",
+    )
+    .unwrap();
+    let complete: Vec<_> = (store.list().unwrap().into_iter())
+        .filter_map(|l| l.manifest.and_then(Result::ok).map(|m| (l.name, m)))
+        .collect();
+    let oldest = &complete[0];
+    let at = |m: &tally::checkpoint::Manifest| m.partitions[0].next_offset.0;
+    assert!(
+        at(&oldest.1) <= 6_000,
+        "the anchor is the first run's: {}",
+        at(&oldest.1)
+    );
+    assert!(
+        complete[1..].iter().all(|(_, m)| at(m) > 6_000),
+        "only the anchor is left of the first run: {:?}",
+        complete.iter().map(|(n, m)| (n, at(m))).collect::<Vec<_>>()
+    );
+    let db = fresh_database("explain_anchor");
+    let env = [("TALLY_SINK__DATABASE_URL", db.as_str())];
+    tally_ok(
+        &["sink", "--config", cfg, "--until-end"],
+        &env,
+        Duration::from_secs(300),
+    );
+    // The first whole minute of the second run's records.
+    let start = (BASE_TS + 6_000 * 100).div_euclid(MIN) * MIN + MIN;
+    let x = explain(cfg, "tenant-a", start, Some(&db));
+    let from = x.partitions[0]
+        .checkpoint
+        .as_ref()
+        .expect("started from the anchor");
+    assert_eq!(from.name, oldest.0);
+    assert!(x.exact && x.agrees == Some(true), "{:?}", x.notes);
+    assert_eq!(x.billed.len(), 600);
+    assert_eq!(
+        sink_line(&db, "tenant-a", start + MIN),
+        Some(x.totals.cost_pico.clone())
+    );
+}
