@@ -1,7 +1,7 @@
 //! `GET /v1/explain/{tenant_id}?window_start=…`: a tenant's window (or the
 //! windows of a calendar bucket) explained down to its requests, as `tally
 //! explain --tenant` does (docs/DESIGN.md §6.2): the API runs the same
-//! explainer on its own config's `[kafka]`, `[topics]` and engine settings, and
+//! explainer on its own config's `[kafka]`, `[topics]`, `[checkpoint]` and engine settings, and
 //! compares with the database it serves.
 //!
 //! Invariants: the scope is applied (a tenant outside it answers 404) before
