@@ -9,6 +9,26 @@ use std::time::Duration;
 use crate::common::*;
 use crate::explain::{explain, sink_line, MIN};
 
+/// A fresh database named for `tag`, with the results `cfg`'s job wrote applied
+/// by `tally sink`.
+fn sunk(cfg: &str, tag: &str) -> String {
+    let db = fresh_database(tag);
+    let env = [("TALLY_SINK__DATABASE_URL", db.as_str())];
+    let args = ["sink", "--config", cfg, "--until-end"];
+    tally_ok(&args, &env, Duration::from_secs(300));
+    db
+}
+
+/// A dev broker with one partition of the input and of each output topic.
+fn one_partition_broker() -> DevBroker {
+    DevBroker::start(&[
+        ("requests", 1),
+        ("tenant-cost", 1),
+        ("requests.late", 1),
+        ("requests.dlq", 1),
+    ])
+}
+
 /// Retention deleted the start of partition 0: a window whose records lie
 /// partly before the log start is explained as inexact, naming the offset,
 /// with only the records still there; the replay stops once the watermark has
@@ -19,12 +39,7 @@ use crate::explain::{explain, sink_line, MIN};
 fn retention_and_checkpoints_bound_what_explain_reads() {
     const BASE_TS: i64 = 1_767_225_600_000;
     let dir = TempDir::new("explain-retention");
-    let broker = DevBroker::start(&[
-        ("requests", 1),
-        ("tenant-cost", 1),
-        ("requests.late", 1),
-        ("requests.dlq", 1),
-    ]);
+    let broker = one_partition_broker();
     let cfg = write_config(dir.path(), &broker, "explain-ret", "");
     let cfg = cfg.to_str().unwrap();
     produce_filling(&broker, 0, 120_000, BASE_TS);
@@ -86,13 +101,7 @@ fn explained_from_a_checkpoint(
         sparse_from + (i - 121_800) * 10_000
     });
     run(&[]);
-    let db = fresh_database("explain_ret");
-    let env = [("TALLY_SINK__DATABASE_URL", db.as_str())];
-    tally_ok(
-        &["sink", "--config", cfg, "--until-end"],
-        &env,
-        Duration::from_secs(300),
-    );
+    let db = sunk(cfg, "explain_ret");
     // The first whole minute after the records the first run read.
     let start = (base_ts + 120_000 * 100).div_euclid(MIN) * MIN + MIN;
     let x = explain(cfg, "tenant-a", start, Some(&db));
@@ -137,12 +146,7 @@ fn explained_from_a_checkpoint(
 fn an_anchor_kept_by_retention_starts_a_past_windows_replay() {
     const BASE_TS: i64 = 1_767_225_600_000;
     let dir = TempDir::new("explain-anchor");
-    let broker = DevBroker::start(&[
-        ("requests", 1),
-        ("tenant-cost", 1),
-        ("requests.late", 1),
-        ("requests.dlq", 1),
-    ]);
+    let broker = one_partition_broker();
     let cfg = write_config(dir.path(), &broker, "explain-anchor", "");
     let cfg = cfg.to_str().unwrap();
     let run = || {
@@ -182,13 +186,7 @@ fn an_anchor_kept_by_retention_starts_a_past_windows_replay() {
         "only the anchor is left of the first run: {:?}",
         complete.iter().map(|(n, m)| (n, at(m))).collect::<Vec<_>>()
     );
-    let db = fresh_database("explain_anchor");
-    let env = [("TALLY_SINK__DATABASE_URL", db.as_str())];
-    tally_ok(
-        &["sink", "--config", cfg, "--until-end"],
-        &env,
-        Duration::from_secs(300),
-    );
+    let db = sunk(cfg, "explain_anchor");
     // The first whole minute of the second run's records.
     let start = (BASE_TS + 6_000 * 100).div_euclid(MIN) * MIN + MIN;
     let x = explain(cfg, "tenant-a", start, Some(&db));

@@ -228,6 +228,18 @@ fn retention_leaves_no_unreferenced_object_after_100_checkpoints() {
     assert!(listed.len() <= 6, "{}", listed.len());
 }
 
+/// 40 checkpoints into `store`, partitions 0 and 1 alternating beside 2, each
+/// followed by retention; the ids left.
+fn alternating(store: &Arc<CheckpointStore>, state: &Arc<StateStore>) -> Vec<u64> {
+    for id in 1..=40u64 {
+        let ps: &[i32] = if id % 2 == 0 { &[0, 2] } else { &[1, 2] };
+        crate::devtools::support::write_checkpoint(store, state, id, ps, id as i64, 3).unwrap();
+        store.retain(CheckpointId(id)).unwrap();
+    }
+    let listed = store.list().unwrap();
+    listed.iter().filter_map(|l| parse_id(&l.name)).collect()
+}
+
 /// With anchors, retention also keeps the oldest checkpoint of each period
 /// (here every checkpoint is of one period: the first), whole: it restores.
 #[test]
@@ -240,13 +252,7 @@ fn retention_keeps_an_anchor_whole() {
     };
     let store =
         Arc::new(CheckpointStore::with_objects(Box::new(objects), "w", 3).with_anchors(Some(rule)));
-    for id in 1..=40u64 {
-        let ps: &[i32] = if id % 2 == 0 { &[0, 2] } else { &[1, 2] };
-        crate::devtools::support::write_checkpoint(&store, &f.state, id, ps, id as i64, 3).unwrap();
-        store.retain(CheckpointId(id)).unwrap();
-    }
-    let listed = store.list().unwrap();
-    let ids: Vec<u64> = listed.iter().filter_map(|l| parse_id(&l.name)).collect();
+    let ids = alternating(&store, &f.state);
     // Partition 1's anchor is checkpoint 1, partition 0's is 2; 2 holds 2 too.
     assert!(ids.starts_with(&[1, 2]) && ids.len() <= 8, "{ids:?}");
     assert!(store.verify().unwrap().is_empty());
@@ -259,18 +265,7 @@ fn retention_keeps_an_anchor_whole() {
     assert_eq!(r.next_offset, NextOffset(1));
     // Without anchors the same run keeps neither.
     let g = Fixture::new("no-anchor", 3);
-    for id in 1..=40u64 {
-        let ps: &[i32] = if id % 2 == 0 { &[0, 2] } else { &[1, 2] };
-        g.checkpoint(id, ps, id as i64, 3);
-        g.store.retain(CheckpointId(id)).unwrap();
-    }
-    let ids: Vec<u64> = g
-        .store
-        .list()
-        .unwrap()
-        .iter()
-        .filter_map(|l| parse_id(&l.name))
-        .collect();
+    let ids = alternating(&g.store, &g.state);
     assert!(!ids.contains(&1) && !ids.contains(&2), "{ids:?}");
 }
 
