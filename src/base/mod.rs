@@ -3,7 +3,7 @@
 //!
 //! - `alloc`: the global allocator's setting (freed memory back to the OS at once);
 //! - `clock`: wall and monotonic milliseconds, precise (`now_ms`) and coarse;
-//! - `cpus`: the CPUs this process may run on, and whether a record path runs
+//! - `cpus`: the CPUs this process may run on, and whether the file mode runs
 //!   step 1 on a thread of its own (`Pipeline`);
 //! - `shutdown`: the signal flags the loops check (SIGTERM, SIGINT, SIGHUP);
 //! - `histogram`: a log-linear histogram of milliseconds;
