@@ -3,6 +3,8 @@
 //!
 //! - `alloc`: the global allocator's setting (freed memory back to the OS at once);
 //! - `clock`: wall and monotonic milliseconds, precise (`now_ms`) and coarse;
+//! - `cpus`: the CPUs this process may run on, and whether the file mode runs
+//!   step 1 on a thread of its own (`Pipeline`);
 //! - `shutdown`: the signal flags the loops check (SIGTERM, SIGINT, SIGHUP);
 //! - `histogram`: a log-linear histogram of milliseconds;
 //! - `error`: the class of an error (what to do about it), typed refusals, bugs;
@@ -12,6 +14,7 @@
 
 pub mod alloc;
 pub mod clock;
+pub mod cpus;
 pub mod duration;
 pub mod error;
 pub mod histogram;

@@ -387,6 +387,18 @@ pub const DIRTY: &[&str] = &[
     "0.01",
 ];
 
+/// The first CPU this process may run on (`Cpus_allowed_list` of /proc/self/status):
+/// `taskset -c` with it runs a child on one CPU, where tally's record paths run
+/// step 1 inline (issue 38).
+pub fn first_allowed_cpu() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .expect("Cpus_allowed_list in /proc/self/status");
+    list.trim().split([',', '-']).next().unwrap().to_owned()
+}
+
 /// Runs `tally gen --config <cfg> <args> --expected-file <dir>/<name>.json` and returns
 /// the exact expectation it wrote.
 pub fn generate(cfg: &Path, dir: &Path, name: &str, args: &[&str]) -> tally::gen::Expected {

@@ -558,3 +558,65 @@ fn an_unusable_state_dir_is_named_in_a_sentence() {
     );
     assert!(!err.contains("Os {"), "{err}");
 }
+
+/// Issue 38: on one CPU the file mode reads and prepares on its main thread (no
+/// reading thread); on more, a reading thread does. Either way every output — the
+/// results, the late and the dead-letter side files — is the same bytes, over an
+/// input of many chunks with duplicates, late records and malformed lines.
+#[test]
+fn one_cpu_reads_inline_and_writes_the_same_bytes_as_two() {
+    let dir = TempDir::new("file-one-cpu");
+    let cfg = file_config(dir.path(), "");
+    let input = dir.path().join("in.jsonl");
+    let mut args = vec![
+        "--count",
+        "30000",
+        "--tenants",
+        "40",
+        "--partitions",
+        "1",
+        "--output-file",
+        input.to_str().unwrap(),
+    ];
+    args.extend_from_slice(DIRTY);
+    generate(&cfg, dir.path(), "expected", &args);
+    let cpu = first_allowed_cpu();
+    let mut outputs = Vec::new();
+    for pinned in [false, true] {
+        let output = dir.path().join(format!("out-{pinned}.jsonl"));
+        let _ = std::fs::remove_dir_all(dir.path().join("state"));
+        let mut run = vec![
+            tally_bin(),
+            "run",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--input-file",
+            input.to_str().unwrap(),
+            "--output-file",
+            output.to_str().unwrap(),
+        ];
+        if pinned {
+            run.splice(0..0, ["-c", cpu.as_str()]);
+        }
+        let (bin, args) = if pinned {
+            ("taskset", &run[..])
+        } else {
+            (run[0], &run[1..])
+        };
+        let out = run_to_end(bin, args, &[], Duration::from_secs(120));
+        let err = stderr(&out);
+        assert!(out.status.success(), "{err}");
+        assert!(err.contains("consumed 30000 |"), "{err}");
+        if pinned {
+            assert!(err.contains("cpus=1 step1=\"inline\""), "{err}");
+        } else if std::thread::available_parallelism().is_ok_and(|n| n.get() > 1) {
+            assert!(err.contains("step1=\"threaded\""), "{err}");
+        }
+        let read = |ext: &str| std::fs::read(format!("{}{ext}", output.display())).unwrap();
+        outputs.push([read(""), read(".late.jsonl"), read(".dlq.jsonl")]);
+    }
+    for (i, name) in ["results", "late", "dead letters"].iter().enumerate() {
+        assert!(!outputs[0][i].is_empty(), "no {name}");
+        assert!(outputs[0][i] == outputs[1][i], "{name} differ on one CPU");
+    }
+}

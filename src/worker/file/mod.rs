@@ -28,7 +28,9 @@
 //! them through step 1 of the rules (parse, validate, price, fingerprint) a chunk
 //! at a time, while this thread applies the chunk before (dedup, windows, panes, side
 //! files, checkpoints) in file order; so every decision, and every output byte, is
-//! what one thread would make.
+//! what one thread would make. When the process may run on one CPU only, this
+//! thread reads and prepares each chunk itself (`base::cpus::Pipeline::Inline`):
+//! two threads on one CPU only take turns, and the hand-over costs.
 //!
 //! The hot path is the worker's: every `checkpoint.interval` the outputs are
 //! flushed, the task's changes are committed to the RocksDB state store in one
@@ -64,6 +66,7 @@ use source::Source;
 
 use super::partitions::{Outputs, Partitions, Settings, Start};
 use super::WorkerError;
+use crate::base::cpus::Pipeline;
 use crate::base::shutdown;
 use crate::checkpoint::OffsetLedger;
 use crate::config::Config;
@@ -162,14 +165,21 @@ impl Driver {
         let outputs = SideFiles::create(input, output, &paths.late, &paths.dlq, limit)?;
         let parts = partitions(cfg, input, &engine, &checkpointer, outputs);
         let now = now_ms();
-        tracing::info!(input = %input.display(), "reading input");
+        let pipeline = Pipeline::for_this_process();
+        tracing::info!(
+            input = %input.display(),
+            cpus = crate::base::cpus::available(),
+            step1 = pipeline.name(),
+            "reading input"
+        );
         let lines = Lines::new(decoded, limit);
-        let reader = Reader::spawn(
+        let reader = Reader::start(
             lines,
             bytes_read,
             engine.clone(),
             now,
             input.display().to_string(),
+            pipeline,
         )
         .map_err(io_err(input))?;
         Ok(Self {

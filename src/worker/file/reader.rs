@@ -1,15 +1,22 @@
-//! The file mode's reading thread: it reads the input's lines and puts each chunk
-//! of records through step 1 of the rules (`engine::Prepared`: parse, validate,
-//! price, fingerprint) while the main thread applies the chunk before it. On two
-//! cores the parse, most of a record's cost, runs beside the windows.
+//! The file mode's source of chunks: the input's lines, a chunk of records at a
+//! time, put through step 1 of the rules (`engine::Prepared`: parse, validate,
+//! price, fingerprint). On two CPUs or more a reading thread reads and prepares
+//! while the main thread applies the chunk before it, so the parse, most of a
+//! record's cost, runs beside the windows. On one CPU (`base::cpus::Pipeline`)
+//! the two threads could only take turns, so the main thread reads and prepares
+//! each chunk itself when it needs it: no channel, no wake-ups.
 //!
-//! Invariants:
+//! Invariants (both modes):
 //! - Chunks come in file order, each with the non-empty records of consecutive
 //!   lines (at most `CHUNK`), their line numbers, and `line_no`: every line read
 //!   through the chunk, empty ones included. Every record read is in exactly one
 //!   chunk; the last chunk says why the input ended (`End`).
-//! - A chunk is sent before a read that may wait (the buffer is empty, and a FIFO's
+//! - A chunk ends before a read that may wait (the buffer is empty, and a FIFO's
 //!   writer may be slow): what was read is applied without waiting for more.
+//! - Step 1 is a pure function of the record, so which thread prepares a record,
+//!   and in which mode, changes nothing it decides: the outputs are the same bytes.
+//!
+//! With a reading thread:
 //! - At most `QUEUE` chunks wait for the main thread: memory stays bounded by
 //!   `QUEUE + 2` chunks, whatever the relative speeds.
 //! - The thread ends after sending the last chunk, or when the main thread has
@@ -17,8 +24,7 @@
 //! - The two threads share step 1 by need: the reading thread prepares the first
 //!   `share` records of a chunk and the main thread the rest (`Reader::next`).
 //!   `share` grows when the main thread is behind (the queue is full) and shrinks
-//!   when it waits (the queue is empty). Step 1 is a pure function of the record,
-//!   so who prepares a record changes nothing it decides.
+//!   when it waits (the queue is empty).
 
 use std::io::{self, Read};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -29,6 +35,7 @@ use std::thread::JoinHandle;
 use super::decode::BytesRead;
 use super::lines::{Line, Lines};
 use super::source;
+use crate::base::cpus::Pipeline;
 use crate::engine::{EngineConfig, Prepared, RecordIn};
 use crate::model::Partition;
 use crate::worker::partitions::Record;
@@ -165,96 +172,19 @@ impl crate::worker::partitions::Run for Chunk {
     }
 }
 
-/// The main thread's end of the reading thread.
-pub(crate) struct Reader {
-    chunks: Receiver<Chunk>,
-    spent: Sender<Chunk>,
-    thread: Option<JoinHandle<()>>,
-    /// Records of a chunk the reading thread prepares (the module header).
-    share: Arc<AtomicUsize>,
-    cfg: Arc<EngineConfig>,
-    now_ms: i64,
-}
-
-impl Reader {
-    /// Starts reading `lines`; `input` names the file in log lines, `now_ms` is the
-    /// run's wall clock for step 1, `cfg` the run's configuration.
-    pub(crate) fn spawn(
-        lines: Lines<Box<dyn Read + Send>>,
-        bytes_read: BytesRead,
-        cfg: Arc<EngineConfig>,
-        now_ms: i64,
-        input: String,
-    ) -> io::Result<Self> {
-        let (tx, chunks) = mpsc::sync_channel(QUEUE);
-        let (spent, recycled) = mpsc::channel();
-        let share = Arc::new(AtomicUsize::new(CHUNK));
-        let thread = {
-            let (cfg, share) = (cfg.clone(), share.clone());
-            let ends = Ends {
-                tx,
-                recycled,
-                share,
-            };
-            std::thread::Builder::new()
-                .name("input-reader".into())
-                .spawn(move || read(lines, bytes_read, &cfg, now_ms, &input, &ends))?
-        };
-        Ok(Self {
-            chunks,
-            spent,
-            thread: Some(thread),
-            share,
-            cfg,
-            now_ms,
-        })
-    }
-
-    /// The next chunk, every record prepared. After the one with an `end`, there
-    /// is none. A panic of the reading thread resumes here.
-    pub(crate) fn next(&mut self) -> Chunk {
-        let got = match self.chunks.try_recv() {
-            Err(TryRecvError::Empty) => {
-                // This thread waits: the reading thread prepares less.
-                let s = self.share.load(Ordering::Relaxed);
-                self.share.store(s.saturating_sub(STEP), Ordering::Relaxed);
-                self.chunks.recv().ok()
-            }
-            got => got.ok(),
-        };
-        let Some(mut chunk) = got else {
-            if let Some(Err(panic)) = self.thread.take().map(JoinHandle::join) {
-                std::panic::resume_unwind(panic);
-            }
-            unreachable!("the reading thread ends only after its last chunk")
-        };
-        chunk.prepare(&self.cfg, self.now_ms);
-        chunk
-    }
-
-    /// Gives an applied chunk's buffers back for reuse.
-    pub(crate) fn recycle(&self, chunk: Chunk) {
-        let _ = self.spent.send(chunk);
-    }
-}
-
-/// The reading thread's ends of the channels, and its share of step 1.
-struct Ends {
-    tx: SyncSender<Chunk>,
-    recycled: Receiver<Chunk>,
-    share: Arc<AtomicUsize>,
-}
-
-fn read(
-    mut lines: Lines<Box<dyn Read + Send>>,
+/// The input's lines, as one chunk after another reads them.
+struct Input {
+    lines: Lines<Box<dyn Read + Send>>,
     bytes_read: BytesRead,
-    cfg: &EngineConfig,
-    now_ms: i64,
-    input: &str,
-    ends: &Ends,
-) {
-    loop {
-        let mut chunk = ends.recycled.try_recv().unwrap_or_default();
+    /// The input's name in log lines.
+    name: String,
+}
+
+impl Input {
+    /// Reads the next chunk's lines into `chunk` (cleared first): up to `CHUNK`
+    /// records, fewer when the next read may wait or the input ends (`end`).
+    fn fill(&mut self, chunk: &mut Chunk) {
+        let lines = &mut self.lines;
         chunk.clear();
         while chunk.len() < CHUNK {
             if chunk.len() > 0 && !lines.buffered() {
@@ -279,7 +209,7 @@ fn read(
             let line_no = lines.line_no();
             if line_no == 1 && lines.skipped_bom() {
                 tracing::info!(
-                    input,
+                    input = self.name,
                     "the input starts with a UTF-8 byte-order mark; skipped"
                 );
             }
@@ -293,9 +223,143 @@ fn read(
                 });
             }
         }
-        chunk.prepare_up_to(ends.share.load(Ordering::Relaxed), cfg, now_ms);
         chunk.line_no = lines.line_no();
-        chunk.bytes_read = bytes_read.get();
+        chunk.bytes_read = self.bytes_read.get();
+    }
+}
+
+/// The main thread's source of prepared chunks.
+pub(crate) struct Reader {
+    mode: Mode,
+    cfg: Arc<EngineConfig>,
+    now_ms: i64,
+}
+
+enum Mode {
+    /// One CPU: this thread reads and prepares each chunk itself, when it needs
+    /// it (`base::cpus::Pipeline`). One chunk's buffers are reused.
+    Inline {
+        input: Box<Input>,
+        spare: Option<Chunk>,
+    },
+    /// A reading thread reads ahead and shares step 1 (the module header).
+    Threaded {
+        chunks: Receiver<Chunk>,
+        spent: Sender<Chunk>,
+        thread: Option<JoinHandle<()>>,
+        /// Records of a chunk the reading thread prepares.
+        share: Arc<AtomicUsize>,
+    },
+}
+
+impl Reader {
+    /// Starts reading `lines`, on a reading thread unless `pipeline` is
+    /// `Inline`; `input` names the file in log lines, `now_ms` is the run's wall
+    /// clock for step 1, `cfg` the run's configuration.
+    pub(crate) fn start(
+        lines: Lines<Box<dyn Read + Send>>,
+        bytes_read: BytesRead,
+        cfg: Arc<EngineConfig>,
+        now_ms: i64,
+        input: String,
+        pipeline: Pipeline,
+    ) -> io::Result<Self> {
+        let input = Input {
+            lines,
+            bytes_read,
+            name: input,
+        };
+        let mode = match pipeline {
+            Pipeline::Inline => Mode::Inline {
+                input: Box::new(input),
+                spare: None,
+            },
+            Pipeline::Threaded => {
+                let (tx, chunks) = mpsc::sync_channel(QUEUE);
+                let (spent, recycled) = mpsc::channel();
+                let share = Arc::new(AtomicUsize::new(CHUNK));
+                let thread = {
+                    let (cfg, share) = (cfg.clone(), share.clone());
+                    let ends = Ends {
+                        tx,
+                        recycled,
+                        share,
+                    };
+                    std::thread::Builder::new()
+                        .name("input-reader".into())
+                        .spawn(move || read(input, &cfg, now_ms, &ends))?
+                };
+                Mode::Threaded {
+                    chunks,
+                    spent,
+                    thread: Some(thread),
+                    share,
+                }
+            }
+        };
+        Ok(Self { mode, cfg, now_ms })
+    }
+
+    /// The next chunk, every record prepared. After the one with an `end`, there
+    /// is none. A panic of the reading thread resumes here.
+    pub(crate) fn next(&mut self) -> Chunk {
+        let mut chunk = match &mut self.mode {
+            Mode::Inline { input, spare } => {
+                let mut chunk = spare.take().unwrap_or_default();
+                input.fill(&mut chunk);
+                chunk
+            }
+            Mode::Threaded {
+                chunks,
+                thread,
+                share,
+                ..
+            } => {
+                let got = match chunks.try_recv() {
+                    Err(TryRecvError::Empty) => {
+                        // This thread waits: the reading thread prepares less.
+                        let s = share.load(Ordering::Relaxed);
+                        share.store(s.saturating_sub(STEP), Ordering::Relaxed);
+                        chunks.recv().ok()
+                    }
+                    got => got.ok(),
+                };
+                let Some(chunk) = got else {
+                    if let Some(Err(panic)) = thread.take().map(JoinHandle::join) {
+                        std::panic::resume_unwind(panic);
+                    }
+                    unreachable!("the reading thread ends only after its last chunk")
+                };
+                chunk
+            }
+        };
+        chunk.prepare(&self.cfg, self.now_ms);
+        chunk
+    }
+
+    /// Gives an applied chunk's buffers back for reuse.
+    pub(crate) fn recycle(&mut self, chunk: Chunk) {
+        match &mut self.mode {
+            Mode::Inline { spare, .. } => *spare = Some(chunk),
+            Mode::Threaded { spent, .. } => {
+                let _ = spent.send(chunk);
+            }
+        }
+    }
+}
+
+/// The reading thread's ends of the channels, and its share of step 1.
+struct Ends {
+    tx: SyncSender<Chunk>,
+    recycled: Receiver<Chunk>,
+    share: Arc<AtomicUsize>,
+}
+
+fn read(mut input: Input, cfg: &EngineConfig, now_ms: i64, ends: &Ends) {
+    loop {
+        let mut chunk = ends.recycled.try_recv().unwrap_or_default();
+        input.fill(&mut chunk);
+        chunk.prepare_up_to(ends.share.load(Ordering::Relaxed), cfg, now_ms);
         let last = chunk.end.is_some();
         let sent = match ends.tx.try_send(chunk) {
             Ok(()) => Ok(()),
