@@ -61,13 +61,32 @@ pub enum Reason {
     IdleTimeoutToRun { ms: i64 },
 }
 
+/// "record" or "records", for `n` of them.
+fn records(n: i128) -> &'static str {
+    if n == 1 {
+        "record"
+    } else {
+        "records"
+    }
+}
+
 impl Reason {
     pub fn text(&self) -> String {
         match self {
             Reason::NoWatermark => "no watermark yet (fewer than 8 records)".into(),
             Reason::LatenessToRun { ms } => format!("watermark {} ms short", ms),
-            Reason::HeldRecords { count } => format!("{count} records held by the lead rule"),
-            Reason::Backlog { records } => format!("{records} records not read yet"),
+            Reason::HeldRecords { count } => {
+                format!(
+                    "{count} {} held by the lead rule",
+                    records(i128::from(*count))
+                )
+            }
+            Reason::Backlog { records } => {
+                format!(
+                    "{records} {} not read yet",
+                    self::records(i128::from(*records))
+                )
+            }
             Reason::SilentIdlenessOff { silent_ms } => format!(
                 "silent for {} s and idleness off: only new records move it",
                 silent_ms / 1000

@@ -72,7 +72,7 @@ pub fn escape(s: &str) -> String {
 
 const STYLE: &str = "body{font-family:sans-serif;margin:1.5em;color:#111}\
 table{border-collapse:collapse}th,td{border:1px solid #bbb;padding:.25em .6em;text-align:right;white-space:nowrap}\
-th{background:#eee}td.l,th.l{text-align:left}.bad{color:#a00;font-weight:bold}.ok{color:#060}\
+th{background:#eee;white-space:normal;vertical-align:bottom;min-width:5em}td.l,th.l{text-align:left}.bad{color:#a00;font-weight:bold}.ok{color:#060}\
 pre{white-space:pre-wrap;background:#f6f6f6;padding:.5em}";
 
 /// The head of a page titled `title`, up to its `<body>`.
