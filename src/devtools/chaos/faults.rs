@@ -3,17 +3,19 @@
 //! SIGKILLed and restarted armed at a crash point (`TALLY_CRASH_AT`) where it then
 //! dies by itself, a worker SIGSTOPped past the session timeout and SIGCONTed (a
 //! zombie), the sink SIGKILLed (and sometimes restarted armed at its crash point),
-//! PostgreSQL restarted. Every death of a worker that owned partitions is timed
+//! PostgreSQL restarted, `reprocess-late --follow` SIGKILLed and restarted from
+//! its group's position, the S3 endpoint down for 1–4 s. Every death of a worker that owned partitions is timed
 //! until those partitions move on (`kills::recovered`).
 //!
 //! Invariants: the schedule is drawn from the plan's seed alone (the same seed
 //! draws the same kinds, targets and delays; what the processes do between is
 //! up to them); the loop ends only when the generator is done, every restart and
-//! SIGCONT is done and every kill is recovered (or given up on after 120 s).
+//! SIGCONT is done, the S3 endpoint is up and every kill is recovered (or given
+//! up on after 120 s).
 
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -21,48 +23,14 @@ use serde::{Deserialize, Serialize};
 
 use super::kills::{behind, kill, recovered, rss_kb, Pending, Worker};
 use super::plan::{Plan, SINK_CRASH_POINT, WORKER_CRASH_POINTS};
+use super::s3_proxy::S3Proxy;
+use super::spawn::Spawner;
 use crate::devtools::support::{self, signal};
 use crate::gen::Rng;
 
-/// How processes of a run are started.
-pub(super) struct Spawner {
-    pub(super) exe: PathBuf,
-    pub(super) cfg: PathBuf,
-    pub(super) static_membership: bool,
-}
-
-impl Spawner {
-    /// Worker `i`, with `group.instance.id = chaos-w<i>` under static membership,
-    /// armed at `crash` (`<point>:<n>`) if given.
-    pub(super) fn worker(
-        &self,
-        i: usize,
-        state: &Path,
-        crash: Option<&str>,
-    ) -> anyhow::Result<Child> {
-        let id = format!("chaos-w{i}");
-        let mut envs = Vec::new();
-        if self.static_membership {
-            envs.push(("TALLY_KAFKA__GROUP_INSTANCE_ID", id.as_str()));
-        }
-        if let Some(c) = crash {
-            envs.push(("TALLY_CRASH_AT", c));
-        }
-        support::spawn_worker(&self.exe, &self.cfg, state, &envs)
-    }
-
-    pub(super) fn sink(&self, crash: Option<&str>) -> anyhow::Result<Child> {
-        let mut cmd = Command::new(&self.exe);
-        cmd.args(["sink", "--config"])
-            .arg(&self.cfg)
-            .env("TALLY_LOG", "warn")
-            .stdout(Stdio::null());
-        if let Some(c) = crash {
-            cmd.env("TALLY_CRASH_AT", c);
-        }
-        Ok(cmd.spawn()?)
-    }
-}
+/// The exit status of a process whose service (here: the checkpoint store) is
+/// unavailable (docs/reference/exit-codes.md).
+const EXIT_UNAVAILABLE: i32 = 4;
 
 /// One fault or restart, as it happened.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -83,7 +51,17 @@ pub struct FaultLog {
     /// Sink deaths: SIGKILLs and its crash point.
     pub sink_kills: usize,
     pub pg_restarts: usize,
-    /// Workers or sinks that exited without being killed or reaching a crash point.
+    /// SIGKILLs of `reprocess-late --follow`.
+    #[serde(default)]
+    pub reprocess_kills: usize,
+    /// Outages of the S3 endpoint (connections reset, then refused for 1–4 s).
+    #[serde(default)]
+    pub s3_outages: usize,
+    /// Workers that exited 4 (checkpoint store unavailable) during an S3 outage
+    /// or within 10 s of its end; restarted like any other death.
+    #[serde(default)]
+    pub s3_exits: usize,
+    /// Workers, sinks or reprocessors that exited without being killed or reaching a crash point.
     pub unexpected_exits: usize,
     /// Seconds from each worker death until its partitions moved on.
     pub recoveries: Vec<f64>,
@@ -105,17 +83,32 @@ pub struct FaultLog {
 enum Target {
     Worker(usize),
     Sink,
+    Reprocess,
+}
+
+/// The services outside the processes that faults may hit.
+pub(super) struct Outside<'a> {
+    /// `scripts/pg.sh` directory, for PostgreSQL restarts.
+    pub(super) pg_dir: Option<&'a Path>,
+    /// The run's S3 endpoint, for outages.
+    pub(super) s3: Option<&'a S3Proxy>,
 }
 
 /// The loop's state.
 pub(super) struct Faults<'a> {
     plan: &'a Plan,
     spawn: &'a Spawner,
-    pg_dir: Option<&'a Path>,
+    outside: Outside<'a>,
     rng: Rng,
     pub(super) workers: Vec<Worker>,
     pub(super) sink: Option<Child>,
     sink_armed: bool,
+    /// `reprocess-late --follow`, in plans that run it.
+    pub(super) reprocess: Option<Child>,
+    /// When the S3 endpoint comes back from an outage.
+    s3_back: Option<Instant>,
+    /// When it last came back.
+    s3_was_back: Option<Instant>,
     pending: Vec<Pending>,
     /// Faults so far (kills, crash deaths, zombies, sink kills, restarts of
     /// PostgreSQL).
@@ -131,19 +124,22 @@ impl<'a> Faults<'a> {
     pub(super) fn new(
         plan: &'a Plan,
         spawn: &'a Spawner,
-        pg_dir: Option<&'a Path>,
+        outside: Outside<'a>,
         workers: Vec<Worker>,
-        sink: Child,
+        (sink, reprocess): (Child, Option<Child>),
         verbose: bool,
     ) -> Self {
         Faults {
             plan,
             spawn,
-            pg_dir,
+            outside,
             rng: Rng::new(plan.seed),
             workers,
             sink: Some(sink),
             sink_armed: false,
+            reprocess,
+            s3_back: None,
+            s3_was_back: None,
             pending: Vec::new(),
             faults: 0,
             restarts: Vec::new(),
@@ -163,17 +159,28 @@ impl<'a> Faults<'a> {
     }
 
     /// Runs faults until the generator `gen` is done and everything settled.
-    pub(super) fn run(&mut self, gen: &mut Child) -> anyhow::Result<()> {
+    /// Once it is done, the input's log ends (on `kafka`) are final, and an
+    /// orphan consumed to its end counts as moved on.
+    pub(super) fn run(
+        &mut self,
+        gen: &mut Child,
+        (kafka, partitions): (&crate::config::KafkaConfig, i32),
+    ) -> anyhow::Result<()> {
         self.started = Instant::now();
         let mut next = self.next_fault(Instant::now());
         let mut gen_done = false;
+        let mut ends = BTreeMap::new();
         while !gen_done
             || !self.pending.is_empty()
             || !self.restarts.is_empty()
             || !self.conts.is_empty()
+            || self.s3_back.is_some()
         {
             std::thread::sleep(Duration::from_millis(100));
-            gen_done = gen_done || gen.try_wait()?.is_some();
+            if !gen_done && gen.try_wait()?.is_some() {
+                gen_done = true;
+                ends = support::log_ends(kafka, "requests", partitions)?;
+            }
             for w in self.workers.iter_mut() {
                 if let Some(c) = &w.child {
                     w.peak_rss_kb = w.peak_rss_kb.max(rss_kb(c.id()));
@@ -181,7 +188,12 @@ impl<'a> Faults<'a> {
             }
             self.reap()?;
             self.due(Instant::now())?;
-            for (secs, isolated) in recovered(&self.workers, &mut self.pending, self.faults) {
+            let (done, given_up) = recovered(&self.workers, &mut self.pending, self.faults, &ends);
+            self.log.never_recovered += given_up;
+            if given_up > 0 {
+                self.event(format!("{given_up} kills not recovered after 120 s"));
+            }
+            for (secs, isolated) in done {
                 self.log.recoveries.push(secs);
                 if isolated {
                     self.log.isolated_recoveries.push(secs);
@@ -194,7 +206,7 @@ impl<'a> Faults<'a> {
                 next = self.next_fault(Instant::now());
             }
         }
-        self.log.never_recovered = self.pending.len();
+        self.log.never_recovered += self.pending.len();
         Ok(())
     }
 
@@ -236,7 +248,7 @@ impl<'a> Faults<'a> {
         let f = self.plan.faults;
         self.faults += 1;
         let x = self.rng.below(1000) as u32;
-        let pg = if self.pg_dir.is_some() {
+        let pg = if self.outside.pg_dir.is_some() {
             f.pg_restart
         } else {
             0
@@ -246,6 +258,16 @@ impl<'a> Faults<'a> {
         }
         if x < pg + f.sink {
             return self.kill_sink();
+        }
+        // Tested apart from the worker faults' ranges, so that a plan without
+        // them draws the schedule earlier builds drew.
+        let worker_faults = pg + f.sink + f.zombie + f.crash_point;
+        if (worker_faults..worker_faults + f.reprocess_kill).contains(&x) {
+            return self.kill_reprocess();
+        }
+        let s3 = worker_faults + f.reprocess_kill;
+        if (s3..s3 + f.s3_outage).contains(&x) {
+            return self.s3_outage();
         }
         let alive: Vec<usize> = (0..self.workers.len())
             .filter(|i| self.workers[*i].child.is_some() && !self.workers[*i].stopped)
@@ -331,8 +353,50 @@ impl<'a> Faults<'a> {
         Ok(())
     }
 
+    /// SIGKILLs `reprocess-late --follow` and schedules its restart from its
+    /// group's position.
+    fn kill_reprocess(&mut self) -> anyhow::Result<()> {
+        let at = self.restart_at();
+        let Some(mut c) = self.reprocess.take() else {
+            return Ok(());
+        };
+        c.kill()?;
+        c.wait()?;
+        self.log.reprocess_kills += 1;
+        self.event("killed reprocess-late --follow".into());
+        self.restarts.push((at, Target::Reprocess, None));
+        Ok(())
+    }
+
+    /// The S3 endpoint is down, or came back less than 10 s ago.
+    fn s3_recently_down(&self) -> bool {
+        self.s3_back.is_some()
+            || self
+                .s3_was_back
+                .is_some_and(|t| t.elapsed() < Duration::from_secs(10))
+    }
+
+    /// Takes the S3 endpoint down for 1–4 s (unless it is down already).
+    fn s3_outage(&mut self) -> anyhow::Result<()> {
+        let pause = self.between_ms(1000, 4000);
+        let Some(proxy) = self.outside.s3 else {
+            return Ok(());
+        };
+        if self.s3_back.is_some() {
+            return Ok(());
+        }
+        proxy.down();
+        self.s3_back = Some(Instant::now() + pause);
+        self.log.s3_outages += 1;
+        self.event(format!(
+            "S3 endpoint down for {:.1} s (connections reset, new ones refused)",
+            pause.as_secs_f64()
+        ));
+        Ok(())
+    }
+
     fn pg_restart(&mut self) -> anyhow::Result<()> {
-        let Some(dir) = self.pg_dir else {
+        let Some(dir) = self.outside.pg_dir else {
             return Ok(());
         };
         let out = Command::new("scripts/pg.sh")
@@ -368,6 +432,15 @@ impl<'a> Faults<'a> {
                     self.sink = Some(self.spawn.sink(crash.as_deref())?);
                     self.sink_armed = crash.is_some();
                 }
+                Target::Reprocess => self.reprocess = Some(self.spawn.reprocess("group")?),
+            }
+        }
+        if let (Some(at), Some(proxy)) = (self.s3_back, self.outside.s3) {
+            if at <= now {
+                proxy.up();
+                self.s3_back = None;
+                self.s3_was_back = Some(now);
+                self.event("S3 endpoint back".into());
             }
         }
         let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.conts)
@@ -384,9 +457,29 @@ impl<'a> Faults<'a> {
         Ok(())
     }
 
+    /// A `reprocess-late --follow` that exited by itself: unexpected; restarted.
+    fn reap_reprocess(&mut self) -> anyhow::Result<()> {
+        let Some(status) = self
+            .reprocess
+            .as_mut()
+            .map(|c| c.try_wait())
+            .transpose()?
+            .flatten()
+        else {
+            return Ok(());
+        };
+        self.reprocess = None;
+        self.log.unexpected_exits += 1;
+        self.event(format!("reprocess-late exited by itself ({status})"));
+        let at = self.restart_at();
+        self.restarts.push((at, Target::Reprocess, None));
+        Ok(())
+    }
+
     /// Workers and the sink that exited by themselves: at their crash point, or
     /// unexpectedly. Either way they are restarted (unarmed).
     fn reap(&mut self) -> anyhow::Result<()> {
+        self.reap_reprocess()?;
         for i in 0..self.workers.len() {
             let Some(status) = self.workers[i]
                 .child
@@ -406,6 +499,13 @@ impl<'a> Faults<'a> {
                 self.event(format!(
                     "worker {i} died at its crash point {}",
                     armed.unwrap_or_default()
+                ));
+            } else if status.code() == Some(EXIT_UNAVAILABLE) && self.s3_recently_down() {
+                // Documented: a store it cannot reach stops a worker with exit 4,
+                // to be restarted (docs/operations/checkpoints.md).
+                self.log.s3_exits += 1;
+                self.event(format!(
+                    "worker {i} exited 4 (checkpoint store unavailable) in an S3 outage"
                 ));
             } else {
                 self.log.unexpected_exits += 1;
