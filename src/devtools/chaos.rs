@@ -215,7 +215,8 @@ pub fn run_plan(plan: &Plan, sv: &Services) -> anyhow::Result<ChaosReport> {
     let dir = std::env::temp_dir().join(format!("tally-chaos-{tag}"));
     std::fs::create_dir_all(&dir)?;
     let exe = tally_beside_me()?;
-    let broker = start_broker(&exe, plan)?;
+    let broker_ctl = dir.join("broker.ctl");
+    let broker = start_broker(&exe, plan, &broker_ctl)?;
     let bootstrap = broker.bootstrap.clone();
     let db_name = format!(
         "chaos_{}_{}",
@@ -259,6 +260,7 @@ pub fn run_plan(plan: &Plan, sv: &Services) -> anyhow::Result<ChaosReport> {
     let outside = Outside {
         pg_dir: sv.pg_dir.as_deref(),
         s3: proxy.as_ref(),
+        broker_ctl: Some(&broker_ctl),
     };
     let mut faults = Faults::new(
         plan,
@@ -328,7 +330,7 @@ fn start_workers(plan: &Plan, spawn: &Spawner, dir: &Path) -> anyhow::Result<Vec
 
 /// The dev broker with the run's topics (and, for KIP-848 groups, its session
 /// timeout).
-fn start_broker(exe: &Path, plan: &Plan) -> anyhow::Result<support::DevBroker> {
+fn start_broker(exe: &Path, plan: &Plan, ctl: &Path) -> anyhow::Result<support::DevBroker> {
     let timeout = format!("{}ms", plan.session_timeout_ms);
     support::DevBroker::start_with(
         exe,
@@ -338,7 +340,12 @@ fn start_broker(exe: &Path, plan: &Plan) -> anyhow::Result<support::DevBroker> {
             ("requests.late", 4),
             ("requests.dlq", 4),
         ],
-        &["--group-session-timeout".as_ref(), timeout.as_ref()],
+        &[
+            "--group-session-timeout".as_ref(),
+            timeout.as_ref(),
+            "--control-file".as_ref(),
+            ctl.as_os_str(),
+        ],
     )
 }
 

@@ -31,6 +31,7 @@ fn campaign_plans_are_drawn_from_the_seed_and_cover_every_dimension() {
         assert!(p.faults.total() < 1000, "{p:?}");
         assert!(p.faults.crash_point > 0 && p.faults.zombie > 0 && p.faults.sink > 0);
         assert!(p.faults.pg_restart > 0);
+        assert!(p.faults.broker_down > 0 && p.faults.broker_slow > 0);
         // The new faults only where their process or service is there.
         assert_eq!(p.faults.reprocess_kill > 0, p.reprocess_late, "{p:?}");
         assert_eq!(p.faults.s3_outage > 0, p.store == "s3", "{p:?}");
@@ -60,10 +61,11 @@ fn campaign_plans_are_drawn_from_the_seed_and_cover_every_dimension() {
 /// The CI slice: a campaign of fixed run seeds, chosen (by their plans and the
 /// first faults of their schedules) to cover the three group protocols, both
 /// stores, both memberships, 1–4 workers, crash points, a zombie, sink kills,
-/// `reprocess-late --follow` (in four runs) and its kills, and S3 outages. Every run must be exact,
+/// `reprocess-late --follow` (in four runs) and its kills, S3 outages, and the
+/// dev broker down and slow. Every run must be exact,
 /// every kill recovered, and both reports written with each run's replay (kept
 /// in `target/test-artifacts/chaos-slice/`).
-const SLICE: [u64; 5] = [57, 204, 322, 261, 348];
+const SLICE: [u64; 5] = [57, 204, 322, 261, 155];
 
 #[test]
 fn the_ci_slice_of_the_campaign_is_exact() {
@@ -133,7 +135,13 @@ fn the_ci_slice_of_the_campaign_is_exact() {
         .filter(|e| e.what.contains("restart armed at"))
         .count();
     assert!(
-        armed > 0 && t.zombies > 0 && t.sink_kills > 0 && t.reprocess_kills > 0 && t.s3_outages > 0,
+        armed > 0
+            && t.zombies > 0
+            && t.sink_kills > 0
+            && t.reprocess_kills > 0
+            && t.s3_outages > 0
+            && t.broker_downs > 0
+            && t.broker_slows > 0,
         "{armed} armed restarts; {t:?}"
     );
     let md = std::fs::read_to_string(dir.join("campaign.md")).unwrap();

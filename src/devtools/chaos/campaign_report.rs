@@ -67,7 +67,8 @@ impl RunEntry {
         let what = match (&self.report, &self.error) {
             (Some(r), _) => format!(
                 "{} kills ({} at crash points, {} sink, {} reprocess-late), {} zombies, {} pg restarts, \
-                 {} S3 outages, recovery p99 {:.1} s, faults done {:.0} s, drained {:.0} s, {}",
+                 {} S3 outages, broker {} down {} slow, recovery p99 {:.1} s, faults done {:.0} s, \
+                 drained {:.0} s, {}",
                 self.kills(),
                 r.faults.crash_point_kills,
                 r.faults.sink_kills,
@@ -75,6 +76,8 @@ impl RunEntry {
                 r.faults.zombies,
                 r.faults.pg_restarts,
                 r.faults.s3_outages,
+                r.faults.broker_downs,
+                r.faults.broker_slows,
                 r.recovery_p99_s,
                 r.phases_s[0],
                 r.phases_s[1],
@@ -120,6 +123,10 @@ pub struct Totals {
     /// Workers that exited 4 (checkpoint store unavailable) in an S3 outage.
     #[serde(default)]
     pub s3_exits: usize,
+    #[serde(default)]
+    pub broker_downs: usize,
+    #[serde(default)]
+    pub broker_slows: usize,
     /// Runs that ran `reprocess-late --follow` (their late sets billed once).
     #[serde(default)]
     pub reprocess_runs: usize,
@@ -206,6 +213,8 @@ impl CampaignReport {
             t.reprocess_kills += f.reprocess_kills;
             t.s3_outages += f.s3_outages;
             t.s3_exits += f.s3_exits;
+            t.broker_downs += f.broker_downs;
+            t.broker_slows += f.broker_slows;
             t.reprocess_runs += usize::from(r.adjustments.is_some());
             t.unexpected_exits += f.unexpected_exits;
             t.hung_at_stop += f.hung_at_stop;
@@ -274,7 +283,8 @@ impl CampaignReport {
              {} workers dead at a crash point, {} sink kills, {} `reprocess-late --follow` kills \
              in {} runs that ran it), {:.1} kills/min; {} zombies \
              (SIGSTOP past the session timeout), {} PostgreSQL restarts, {} S3 outages ({} workers \
-             exited 4 in them, as documented, and were restarted); {} unexpected exits; \
+             exited 4 in them, as documented, and were restarted), the dev broker {} times down \
+             and {} times slow; {} unexpected exits; \
              {} workers not stopped 60 s after the final SIGTERM; {} runs not drained by the \
              workers 300 s after the faults.\n\n\
              | check | result |\n|---|---|\n\
@@ -298,6 +308,8 @@ impl CampaignReport {
             t.pg_restarts,
             t.s3_outages,
             t.s3_exits,
+            t.broker_downs,
+            t.broker_slows,
             t.unexpected_exits,
             t.hung_at_stop,
             t.drain_timeouts,

@@ -4,13 +4,14 @@
 //! dies by itself, a worker SIGSTOPped past the session timeout and SIGCONTed (a
 //! zombie), the sink SIGKILLed (and sometimes restarted armed at its crash point),
 //! PostgreSQL restarted, `reprocess-late --follow` SIGKILLed and restarted from
-//! its group's position, the S3 endpoint down for 1–4 s. Every death of a worker that owned partitions is timed
+//! its group's position, the S3 endpoint down for 1–4 s, the dev broker down
+//! for 1–3 s or slow for 2–5 s. Every death of a worker that owned partitions is timed
 //! until those partitions move on (`kills::recovered`).
 //!
 //! Invariants: the schedule is drawn from the plan's seed alone (the same seed
 //! draws the same kinds, targets and delays; what the processes do between is
 //! up to them); the loop ends only when the generator is done, every restart and
-//! SIGCONT is done, the S3 endpoint is up and every kill is recovered (or given
+//! SIGCONT is done, the S3 endpoint and the broker are back and every kill is recovered (or given
 //! up on after 120 s).
 
 use std::collections::BTreeMap;
@@ -61,6 +62,11 @@ pub struct FaultLog {
     /// or within 10 s of its end; restarted like any other death.
     #[serde(default)]
     pub s3_exits: usize,
+    /// Dev broker down (1–3 s) and slow (responses delayed 200–800 ms, 2–5 s).
+    #[serde(default)]
+    pub broker_downs: usize,
+    #[serde(default)]
+    pub broker_slows: usize,
     /// Workers, sinks or reprocessors that exited without being killed or reaching a crash point.
     pub unexpected_exits: usize,
     /// Seconds from each worker death until its partitions moved on.
@@ -92,6 +98,16 @@ pub(super) struct Outside<'a> {
     pub(super) pg_dir: Option<&'a Path>,
     /// The run's S3 endpoint, for outages.
     pub(super) s3: Option<&'a S3Proxy>,
+    /// The dev broker's control file (`tally dev-broker --control-file`).
+    pub(super) broker_ctl: Option<&'a Path>,
+}
+
+/// Hands `command` to the dev broker: its control file, written whole.
+fn control_broker(ctl: &Path, command: &str) -> anyhow::Result<()> {
+    let tmp = ctl.with_extension("tmp");
+    std::fs::write(&tmp, format!("{command}\n"))?;
+    std::fs::rename(&tmp, ctl)?;
+    Ok(())
 }
 
 /// The loop's state.
@@ -107,6 +123,8 @@ pub(super) struct Faults<'a> {
     pub(super) reprocess: Option<Child>,
     /// When the S3 endpoint comes back from an outage.
     s3_back: Option<Instant>,
+    /// When the dev broker's fault ends, and the command that ends it.
+    broker_back: Option<(Instant, &'static str)>,
     /// When it last came back.
     s3_was_back: Option<Instant>,
     pending: Vec<Pending>,
@@ -139,6 +157,7 @@ impl<'a> Faults<'a> {
             sink_armed: false,
             reprocess,
             s3_back: None,
+            broker_back: None,
             s3_was_back: None,
             pending: Vec::new(),
             faults: 0,
@@ -175,6 +194,7 @@ impl<'a> Faults<'a> {
             || !self.restarts.is_empty()
             || !self.conts.is_empty()
             || self.s3_back.is_some()
+            || self.broker_back.is_some()
         {
             std::thread::sleep(Duration::from_millis(100));
             if !gen_done && gen.try_wait()?.is_some() {
@@ -268,6 +288,13 @@ impl<'a> Faults<'a> {
         let s3 = worker_faults + f.reprocess_kill;
         if (s3..s3 + f.s3_outage).contains(&x) {
             return self.s3_outage();
+        }
+        let down = s3 + f.s3_outage;
+        if (down..down + f.broker_down).contains(&x) {
+            return self.broker_fault(false);
+        }
+        if (down + f.broker_down..down + f.broker_down + f.broker_slow).contains(&x) {
+            return self.broker_fault(true);
         }
         let alive: Vec<usize> = (0..self.workers.len())
             .filter(|i| self.workers[*i].child.is_some() && !self.workers[*i].stopped)
@@ -368,6 +395,35 @@ impl<'a> Faults<'a> {
         Ok(())
     }
 
+    /// The dev broker down for 1–3 s, or (`slow`) every response of it delayed
+    /// by 200–800 ms for 2–5 s; one broker fault at a time.
+    fn broker_fault(&mut self, slow: bool) -> anyhow::Result<()> {
+        let (command, back, pause) = if slow {
+            let rtt = self.between_ms(200, 800).as_millis();
+            (format!("rtt {rtt}"), "rtt 0", self.between_ms(2000, 5000))
+        } else {
+            ("down".to_string(), "up", self.between_ms(1000, 3000))
+        };
+        let Some(ctl) = self.outside.broker_ctl else {
+            return Ok(());
+        };
+        if self.broker_back.is_some() {
+            return Ok(());
+        }
+        control_broker(ctl, &command)?;
+        self.broker_back = Some((Instant::now() + pause, back));
+        if slow {
+            self.log.broker_slows += 1;
+        } else {
+            self.log.broker_downs += 1;
+        }
+        self.event(format!(
+            "dev broker {command} for {:.1} s",
+            pause.as_secs_f64()
+        ));
+        Ok(())
+    }
+
     /// The S3 endpoint is down, or came back less than 10 s ago.
     fn s3_recently_down(&self) -> bool {
         self.s3_back.is_some()
@@ -433,6 +489,13 @@ impl<'a> Faults<'a> {
                     self.sink_armed = crash.is_some();
                 }
                 Target::Reprocess => self.reprocess = Some(self.spawn.reprocess("group")?),
+            }
+        }
+        if let (Some((at, back)), Some(ctl)) = (self.broker_back, self.outside.broker_ctl) {
+            if at <= now {
+                control_broker(ctl, back)?;
+                self.broker_back = None;
+                self.event(format!("dev broker {back}"));
             }
         }
         if let (Some(at), Some(proxy)) = (self.s3_back, self.outside.s3) {

@@ -242,8 +242,8 @@ pub(super) fn print_report(r: &ChaosReport, produce_secs: f64, drained_secs: f64
     );
     let l = &r.faults;
     println!(
-        "kills                    {} ({} SIGKILL, {} at a crash point); sink kills {}; reprocess-late kills {}; zombies {}; PostgreSQL restarts {}; S3 outages {} (workers exited 4 in them: {}); unexpected exits {}",
-        r.kills, l.kills, l.crash_point_kills, l.sink_kills, l.reprocess_kills, l.zombies, l.pg_restarts, l.s3_outages, l.s3_exits, l.unexpected_exits
+        "kills                    {} ({} SIGKILL, {} at a crash point); sink kills {}; reprocess-late kills {}; zombies {}; PostgreSQL restarts {}; S3 outages {} (workers exited 4 in them: {}); broker down {}, slow {}; unexpected exits {}",
+        r.kills, l.kills, l.crash_point_kills, l.sink_kills, l.reprocess_kills, l.zombies, l.pg_restarts, l.s3_outages, l.s3_exits, l.broker_downs, l.broker_slows, l.unexpected_exits
     );
     println!(
         "windows compared         {} (extra in view: {})",

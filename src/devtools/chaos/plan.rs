@@ -56,17 +56,26 @@ pub struct FaultMix {
     /// plans that keep checkpoints on S3).
     #[serde(default)]
     pub s3_outage: u32,
+    /// The dev broker down for 1–3 s: every connection dropped, new ones refused
+    /// (its logs, offsets and groups stay).
+    #[serde(default)]
+    pub broker_down: u32,
+    /// The dev broker slow for 2–5 s: every response delayed by 200–800 ms.
+    #[serde(default)]
+    pub broker_slow: u32,
 }
 
 impl FaultMix {
     /// The shares in the order the fault loop tests them: PostgreSQL restart,
-    /// sink kill, reprocess-late kill, S3 outage, zombie, crash point (a plain
-    /// worker SIGKILL takes the rest).
+    /// sink kill, reprocess-late kill, S3 outage, broker down, broker slow,
+    /// zombie, crash point (a plain worker SIGKILL takes the rest).
     pub fn total(&self) -> u32 {
         self.pg_restart
             + self.sink
             + self.reprocess_kill
             + self.s3_outage
+            + self.broker_down
+            + self.broker_slow
             + self.zombie
             + self.crash_point
     }
@@ -150,6 +159,8 @@ impl Plan {
                 pg_restart: if pg_restarts { 20 } else { 0 },
                 reprocess_kill: if reprocess_late { 60 } else { 0 },
                 s3_outage: if store == "s3" { 40 } else { 0 },
+                broker_down: 30,
+                broker_slow: 40,
             },
             reprocess_late,
         }
