@@ -20,6 +20,7 @@ use clap::Args;
 
 pub mod campaign;
 pub mod campaign_report;
+mod fault_log;
 mod faults;
 mod kills;
 mod outcome;
@@ -274,10 +275,8 @@ pub fn run_plan(plan: &Plan, sv: &Services) -> anyhow::Result<ChaosReport> {
         bootstrap_servers: bootstrap.clone(),
         ..Default::default()
     };
-    faults.run(&mut gen, (&kafka, plan.partitions))?;
-    let produce_secs = started.elapsed().as_secs_f64();
-    // Drain: wait until the live workers have consumed everything, then stop them.
-    let undrained = faults.drain(&kafka, plan.partitions)?;
+    let (produced, undrained) = faults_then_drain(&mut faults, &mut gen, &kafka, plan.partitions)?;
+    let produce_secs = (produced - started).as_secs_f64();
     let Faults {
         mut workers,
         sink,
@@ -310,6 +309,28 @@ pub fn run_plan(plan: &Plan, sv: &Services) -> anyhow::Result<ChaosReport> {
         let _ = support::execute(&sv.database_url, &format!("DROP DATABASE {db_name}"));
     }
     Ok(report)
+}
+
+/// The faults until the generator is done and everything settled, then the
+/// drain (the live workers consume everything); returns when the faults ended
+/// and the partitions left undrained. A run that cannot go on kills what it
+/// started.
+fn faults_then_drain(
+    faults: &mut Faults,
+    gen: &mut Child,
+    kafka: &crate::config::KafkaConfig,
+    partitions: i32,
+) -> anyhow::Result<(Instant, Vec<i32>)> {
+    let ran = faults.run(gen, (kafka, partitions));
+    let produced = Instant::now();
+    match ran.and_then(|()| faults.drain(kafka, partitions)) {
+        Ok(undrained) => Ok((produced, undrained)),
+        Err(e) => {
+            faults.kill_all();
+            let _ = gen.kill();
+            Err(e)
+        }
+    }
 }
 
 /// The run's workers, each with its own state directory in `dir`.

@@ -20,8 +20,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 
+pub use super::fault_log::{Event, FaultLog};
 use super::kills::{behind, kill, recovered, rss_kb, Pending, Worker};
 use super::plan::{Plan, SINK_CRASH_POINT, WORKER_CRASH_POINTS};
 use super::s3_proxy::S3Proxy;
@@ -32,59 +32,6 @@ use crate::gen::Rng;
 /// The exit status of a process whose service (here: the checkpoint store) is
 /// unavailable (docs/reference/exit-codes.md).
 const EXIT_UNAVAILABLE: i32 = 4;
-
-/// One fault or restart, as it happened.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Event {
-    /// Seconds since the generator started.
-    pub at_s: f64,
-    pub what: String,
-}
-
-/// What the fault loop did and saw.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct FaultLog {
-    /// Workers SIGKILLed by the loop (those restarted armed included).
-    pub kills: usize,
-    /// Workers that died at their armed crash point.
-    pub crash_point_kills: usize,
-    pub zombies: usize,
-    /// Sink deaths: SIGKILLs and its crash point.
-    pub sink_kills: usize,
-    pub pg_restarts: usize,
-    /// SIGKILLs of `reprocess-late --follow`.
-    #[serde(default)]
-    pub reprocess_kills: usize,
-    /// Outages of the S3 endpoint (connections reset, then refused for 1–4 s).
-    #[serde(default)]
-    pub s3_outages: usize,
-    /// Workers that exited 4 (checkpoint store unavailable) during an S3 outage
-    /// or within 10 s of its end; restarted like any other death.
-    #[serde(default)]
-    pub s3_exits: usize,
-    /// Dev broker down (1–3 s) and slow (responses delayed 200–800 ms, 2–5 s).
-    #[serde(default)]
-    pub broker_downs: usize,
-    #[serde(default)]
-    pub broker_slows: usize,
-    /// Workers, sinks or reprocessors that exited without being killed or reaching a crash point.
-    pub unexpected_exits: usize,
-    /// Seconds from each worker death until its partitions moved on.
-    pub recoveries: Vec<f64>,
-    /// Those of `recoveries` that no other fault overlapped (from the death to
-    /// the recovery).
-    #[serde(default)]
-    pub isolated_recoveries: Vec<f64>,
-    pub never_recovered: usize,
-    /// Workers that did not stop within 60 s of the final SIGTERM (then killed).
-    #[serde(default)]
-    pub hung_at_stop: usize,
-    /// Partitions no live worker had consumed to the end 300 s after the faults
-    /// stopped (the final bounded run then drained them).
-    #[serde(default)]
-    pub undrained_partitions: Vec<i32>,
-    pub events: Vec<Event>,
-}
 
 enum Target {
     Worker(usize),
@@ -188,7 +135,7 @@ impl<'a> Faults<'a> {
         self.started = Instant::now();
         let mut next = self.next_fault(Instant::now());
         let mut gen_done = false;
-        let mut ends = BTreeMap::new();
+        let mut ends = None;
         while !gen_done
             || !self.pending.is_empty()
             || !self.restarts.is_empty()
@@ -197,9 +144,10 @@ impl<'a> Faults<'a> {
             || self.broker_back.is_some()
         {
             std::thread::sleep(Duration::from_millis(100));
-            if !gen_done && gen.try_wait()?.is_some() {
-                gen_done = true;
-                ends = support::log_ends(kafka, "requests", partitions)?;
+            gen_done = gen_done || gen.try_wait()?.is_some();
+            // Not while the broker is down or slow; a failed fetch is tried again.
+            if gen_done && ends.is_none() && self.broker_back.is_none() {
+                ends = support::log_ends(kafka, "requests", partitions).ok();
             }
             for w in self.workers.iter_mut() {
                 if let Some(c) = &w.child {
@@ -208,7 +156,12 @@ impl<'a> Faults<'a> {
             }
             self.reap()?;
             self.due(Instant::now())?;
-            let (done, given_up) = recovered(&self.workers, &mut self.pending, self.faults, &ends);
+            let (done, given_up) = recovered(
+                &self.workers,
+                &mut self.pending,
+                self.faults,
+                ends.as_ref().unwrap_or(&BTreeMap::new()),
+            );
             self.log.never_recovered += given_up;
             if given_up > 0 {
                 self.event(format!("{given_up} kills not recovered after 120 s"));
@@ -238,7 +191,16 @@ impl<'a> Faults<'a> {
         kafka: &crate::config::KafkaConfig,
         partitions: i32,
     ) -> anyhow::Result<Vec<i32>> {
-        let ends = support::log_ends(kafka, "requests", partitions)?;
+        // The broker may be just back from a fault: try for 30 s.
+        let mut tries = 0;
+        let ends = loop {
+            match support::log_ends(kafka, "requests", partitions) {
+                Ok(ends) => break ends,
+                Err(e) if tries >= 30 => return Err(e),
+                Err(_) => tries += 1,
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        };
         let deadline = Instant::now() + Duration::from_secs(300);
         loop {
             self.reap()?;
@@ -248,6 +210,17 @@ impl<'a> Faults<'a> {
                 return Ok(behind);
             }
             std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// SIGKILLs every process the loop holds (a run that cannot go on must not
+    /// leave them running).
+    pub(super) fn kill_all(&mut self) {
+        let children = self.workers.iter_mut().filter_map(|w| w.child.take());
+        let others = [self.sink.take(), self.reprocess.take()];
+        for mut c in children.chain(others.into_iter().flatten()) {
+            let _ = c.kill();
+            let _ = c.wait();
         }
     }
 
