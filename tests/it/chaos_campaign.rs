@@ -31,7 +31,8 @@ fn campaign_plans_are_drawn_from_the_seed_and_cover_every_dimension() {
         assert!(p.faults.total() < 1000, "{p:?}");
         assert!(p.faults.crash_point > 0 && p.faults.zombie > 0 && p.faults.sink > 0);
         assert!(p.faults.pg_restart > 0);
-        assert!(p.faults.broker_down > 0 && p.faults.broker_slow > 0);
+        // The broker down is built but not drawn (docs/operations/scale-out.md).
+        assert!(p.faults.broker_down == 0 && p.faults.broker_slow > 0);
         // The new faults only where their process or service is there.
         assert_eq!(p.faults.reprocess_kill > 0, p.reprocess_late, "{p:?}");
         assert_eq!(p.faults.s3_outage > 0, p.store == "s3", "{p:?}");
@@ -62,10 +63,10 @@ fn campaign_plans_are_drawn_from_the_seed_and_cover_every_dimension() {
 /// first faults of their schedules) to cover the three group protocols, both
 /// stores, both memberships, 1–4 workers, crash points, a zombie, sink kills,
 /// `reprocess-late --follow` (in four runs) and its kills, S3 outages, and the
-/// dev broker down and slow. Every run must be exact,
+/// dev broker slow. Every run must be exact,
 /// every kill recovered, and both reports written with each run's replay (kept
 /// in `target/test-artifacts/chaos-slice/`).
-const SLICE: [u64; 5] = [57, 204, 322, 261, 155];
+const SLICE: [u64; 5] = [57, 204, 322, 261, 40];
 
 #[test]
 fn the_ci_slice_of_the_campaign_is_exact() {
@@ -140,7 +141,6 @@ fn the_ci_slice_of_the_campaign_is_exact() {
             && t.sink_kills > 0
             && t.reprocess_kills > 0
             && t.s3_outages > 0
-            && t.broker_downs > 0
             && t.broker_slows > 0,
         "{armed} armed restarts; {t:?}"
     );

@@ -20,7 +20,6 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-
 pub use super::fault_log::{Event, FaultLog};
 use super::kills::{behind, kill, recovered, rss_kb, Pending, Worker};
 use super::plan::{Plan, SINK_CRASH_POINT, WORKER_CRASH_POINTS};

@@ -159,7 +159,10 @@ impl Plan {
                 pg_restart: if pg_restarts { 20 } else { 0 },
                 reprocess_kill: if reprocess_late { 60 } else { 0 },
                 s3_outage: if store == "s3" { 40 } else { 0 },
-                broker_down: 30,
+                // Not drawn: a broker down while a classic group syncs aborts
+                // librdkafka 2.12.1's mock (`rd_kafka_mock_cgrp_classic_member_sync_set:
+                // Assertion !member->resp`), which ends the run, not the test of tally.
+                broker_down: 0,
                 broker_slow: 40,
             },
             reprocess_late,
