@@ -8,9 +8,10 @@
 //! for 1–3 s or slow for 2–5 s. Every death of a worker that owned partitions is timed
 //! until those partitions move on (`kills::recovered`).
 //!
-//! Invariants: the schedule is drawn from the plan's seed alone (the same seed
-//! draws the same kinds, targets and delays; what the processes do between is
-//! up to them); the loop ends only when the generator is done, every restart and
+//! Invariants: the schedule is drawn from the plan's seed alone — fault n from
+//! its own stream, seeded by the plan's seed and n, so the same seed draws the
+//! same kinds, targets and delays in the same order whatever the processes do
+//! between (only how many faults fit in the run depends on them); the loop ends only when the generator is done, every restart and
 //! SIGCONT is done, the S3 endpoint and the broker are back and every kill is recovered (or given
 //! up on after 120 s).
 
@@ -48,6 +49,11 @@ pub(super) struct Outside<'a> {
     pub(super) broker_ctl: Option<&'a Path>,
 }
 
+/// What seeds fault `n`'s stream, xored with the plan's seed.
+pub fn fault_stream(n: u64) -> u64 {
+    (n + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
 /// Hands `command` to the dev broker: its control file, written whole.
 fn control_broker(ctl: &Path, command: &str) -> anyhow::Result<()> {
     let tmp = ctl.with_extension("tmp");
@@ -77,6 +83,8 @@ pub(super) struct Faults<'a> {
     /// Faults so far (kills, crash deaths, zombies, sink kills, restarts of
     /// PostgreSQL).
     faults: usize,
+    /// Faults drawn so far (each from its own stream).
+    drawn: u64,
     restarts: Vec<(Instant, Target, Option<String>)>,
     conts: Vec<(Instant, usize)>,
     started: Instant,
@@ -107,6 +115,7 @@ impl<'a> Faults<'a> {
             s3_was_back: None,
             pending: Vec::new(),
             faults: 0,
+            drawn: 0,
             restarts: Vec::new(),
             conts: Vec::new(),
             started: Instant::now(),
@@ -235,8 +244,20 @@ impl<'a> Faults<'a> {
         Instant::now() + self.between_ms(self.plan.restart_min_ms, self.plan.restart_max_ms)
     }
 
-    /// One fault drawn from the plan's mix.
+    /// The next fault, drawn from its own stream: fault n's kind, target and
+    /// delays depend on (seed, n) alone, so what one fault finds (a worker
+    /// already dead, the sink restarting) never shifts what the next one draws.
     fn fault(&mut self) -> anyhow::Result<()> {
+        let stream = Rng::new(self.plan.seed ^ fault_stream(self.drawn));
+        let main = std::mem::replace(&mut self.rng, stream);
+        self.drawn += 1;
+        let done = self.draw_fault();
+        self.rng = main;
+        done
+    }
+
+    /// One fault drawn from the plan's mix.
+    fn draw_fault(&mut self) -> anyhow::Result<()> {
         let f = self.plan.faults;
         self.faults += 1;
         let x = self.rng.below(1000) as u32;
