@@ -45,6 +45,12 @@ pub struct BrokerArgs {
     /// TLS mode: the private key of --tls-cert (PEM, unencrypted).
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// Fault injection (the chaos run): a file polled every 100 ms; each time it
+    /// appears, its lines are applied in order and it is removed — `down` (the
+    /// broker drops every connection and refuses new ones; its data stays), `up`,
+    /// `rtt MS` (every response delayed by MS).
+    #[arg(long, value_name = "FILE")]
+    pub control_file: Option<PathBuf>,
     /// mTLS: require client certificates signed by this CA (PEM).
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     pub tls_client_ca: Option<PathBuf>,
@@ -98,7 +104,25 @@ pub fn run(a: BrokerArgs) -> anyhow::Result<()> {
         "dev broker ready (in-memory; keeps the newest 5 MiB per partition)");
     while !shutdown::requested() {
         std::thread::sleep(Duration::from_millis(100));
+        if let Some(file) = &a.control_file {
+            control(&cluster, file);
+        }
     }
     tracing::info!("dev broker stopping");
     Ok(())
+}
+
+/// Applies and removes the control file, if it is there (written whole, by a
+/// rename, by whoever controls the broker).
+fn control(cluster: &broker::DevBroker, file: &std::path::Path) {
+    let Ok(text) = std::fs::read_to_string(file) else {
+        return;
+    };
+    let _ = std::fs::remove_file(file);
+    for command in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        match cluster.control(command) {
+            Ok(()) => tracing::info!(command, "dev broker control"),
+            Err(e) => tracing::warn!(error = %e, "dev broker control refused"),
+        }
+    }
 }

@@ -20,17 +20,22 @@ use clap::Args;
 
 pub mod campaign;
 pub mod campaign_report;
+mod fault_log;
 mod faults;
 mod kills;
 mod outcome;
 pub mod plan;
+mod s3_proxy;
+mod spawn;
 
 pub use faults::{Event, FaultLog};
-use faults::{Faults, Spawner};
+use faults::{Faults, Outside};
 use kills::{stop_workers, Worker};
 pub use outcome::ChaosReport;
 use outcome::{compare, print_report};
 use plan::{FaultMix, Plan};
+use s3_proxy::S3Proxy;
+use spawn::Spawner;
 
 use super::support::{self, signal, tally_beside_me};
 use crate::base::duration::Millis;
@@ -169,6 +174,7 @@ fn plan_of(a: &ChaosArgs) -> anyhow::Result<Plan> {
         .into(),
         session_timeout_ms: ms(&a.session_timeout)?,
         faults: FaultMix::default(),
+        reprocess_late: false,
     };
     anyhow::ensure!(
         plan.kill_min_ms <= plan.kill_max_ms && plan.restart_min_ms <= plan.restart_max_ms,
@@ -210,7 +216,8 @@ pub fn run_plan(plan: &Plan, sv: &Services) -> anyhow::Result<ChaosReport> {
     let dir = std::env::temp_dir().join(format!("tally-chaos-{tag}"));
     std::fs::create_dir_all(&dir)?;
     let exe = tally_beside_me()?;
-    let broker = start_broker(&exe, plan)?;
+    let broker_ctl = dir.join("broker.ctl");
+    let broker = start_broker(&exe, plan, &broker_ctl)?;
     let bootstrap = broker.bootstrap.clone();
     let db_name = format!(
         "chaos_{}_{}",
@@ -218,7 +225,13 @@ pub fn run_plan(plan: &Plan, sv: &Services) -> anyhow::Result<ChaosReport> {
         crate::base::clock::now_ms()
     );
     let db = support::create_database(&sv.database_url, &db_name)?;
-    let cfg = write_config(plan, sv, &dir, &bootstrap, &db)?;
+    // Checkpoints on S3 go through the run's proxy, which the faults take down.
+    let proxy = match (&sv.s3_endpoint, plan.store.as_str()) {
+        (Some(endpoint), "s3") => Some(S3Proxy::start(endpoint)?),
+        _ => None,
+    };
+    let endpoint = proxy.as_ref().map(S3Proxy::endpoint);
+    let cfg = write_config(plan, endpoint.as_deref(), &dir, &bootstrap, &db)?;
     let cfg_s = cfg.to_str().context("config path")?.to_string();
     let count = plan.rate * (plan.duration_ms / 1000).max(1);
     let gen_args = gen_args(plan, &cfg_s, count);
@@ -229,19 +242,12 @@ pub fn run_plan(plan: &Plan, sv: &Services) -> anyhow::Result<ChaosReport> {
         cfg: cfg.clone(),
         static_membership: plan.static_membership,
     };
-    let workers: Vec<Worker> = (0..plan.workers)
-        .map(|i| {
-            let state = dir.join(format!("state-{i}"));
-            Ok(Worker {
-                child: Some(spawn.worker(i, &state, None)?),
-                state,
-                peak_rss_kb: 0,
-                stopped: false,
-                armed: None,
-            })
-        })
-        .collect::<anyhow::Result<_>>()?;
+    let workers = start_workers(plan, &spawn, &dir)?;
     let sink = spawn.sink(None)?;
+    let reprocess = plan
+        .reprocess_late
+        .then(|| spawn.reprocess("earliest"))
+        .transpose()?;
     let started = Instant::now();
     let mut gen = Command::new(&exe)
         .args(&gen_args)
@@ -250,41 +256,46 @@ pub fn run_plan(plan: &Plan, sv: &Services) -> anyhow::Result<ChaosReport> {
         .stdout(Stdio::null())
         .spawn()?;
     if sv.verbose {
-        println!(
-            "chaos: seed {}, {} workers, {} partitions, {count} records at {}/s, {} ({}), store {}, faults every {}–{} ms",
-            plan.seed, plan.workers, plan.partitions, plan.rate, plan.group_protocol,
-            if plan.static_membership { "static" } else { "dynamic" }, plan.store,
-            plan.kill_min_ms, plan.kill_max_ms
-        );
+        println!("chaos: {}", plan.describe(count));
     }
+    let outside = Outside {
+        pg_dir: sv.pg_dir.as_deref(),
+        s3: proxy.as_ref(),
+        broker_ctl: Some(&broker_ctl),
+    };
     let mut faults = Faults::new(
         plan,
         &spawn,
-        sv.pg_dir.as_deref(),
+        outside,
         workers,
-        sink,
+        (sink, reprocess),
         sv.verbose,
     );
-    faults.run(&mut gen)?;
-    let produce_secs = started.elapsed().as_secs_f64();
-    // Drain: wait until the live workers have consumed everything, then stop them.
     let kafka = crate::config::KafkaConfig {
         bootstrap_servers: bootstrap.clone(),
         ..Default::default()
     };
-    let undrained = faults.drain(&kafka, plan.partitions)?;
+    let (produced, undrained) = faults_then_drain(&mut faults, &mut gen, &kafka, plan.partitions)?;
+    let produce_secs = (produced - started).as_secs_f64();
     let Faults {
         mut workers,
         sink,
+        reprocess,
         log,
         ..
     } = faults;
     let drained_secs = started.elapsed().as_secs_f64();
     let hung = stop_workers(&mut workers)?;
     let final_state = dir.join("state-final");
-    tail(&exe, &cfg_s, &final_state, sink)?;
+    tail(
+        &exe,
+        &cfg_s,
+        &final_state,
+        sink,
+        (plan.reprocess_late, reprocess),
+    )?;
 
-    let f = compare(&db, &expected, &final_state, &kafka)?;
+    let f = compare(&db, &expected, &final_state, &kafka, plan.reprocess_late)?;
     let mut report = ChaosReport::new(plan, count, &expected, log, &f, &workers);
     report.phases_s = [produce_secs, drained_secs, started.elapsed().as_secs_f64()];
     report.faults.hung_at_stop = hung;
@@ -300,9 +311,47 @@ pub fn run_plan(plan: &Plan, sv: &Services) -> anyhow::Result<ChaosReport> {
     Ok(report)
 }
 
+/// The faults until the generator is done and everything settled, then the
+/// drain (the live workers consume everything); returns when the faults ended
+/// and the partitions left undrained. A run that cannot go on kills what it
+/// started.
+fn faults_then_drain(
+    faults: &mut Faults,
+    gen: &mut Child,
+    kafka: &crate::config::KafkaConfig,
+    partitions: i32,
+) -> anyhow::Result<(Instant, Vec<i32>)> {
+    let ran = faults.run(gen, (kafka, partitions));
+    let produced = Instant::now();
+    match ran.and_then(|()| faults.drain(kafka, partitions)) {
+        Ok(undrained) => Ok((produced, undrained)),
+        Err(e) => {
+            faults.kill_all();
+            let _ = gen.kill();
+            Err(e)
+        }
+    }
+}
+
+/// The run's workers, each with its own state directory in `dir`.
+fn start_workers(plan: &Plan, spawn: &Spawner, dir: &Path) -> anyhow::Result<Vec<Worker>> {
+    (0..plan.workers)
+        .map(|i| {
+            let state = dir.join(format!("state-{i}"));
+            Ok(Worker {
+                child: Some(spawn.worker(i, &state, None)?),
+                state,
+                peak_rss_kb: 0,
+                stopped: false,
+                armed: None,
+            })
+        })
+        .collect()
+}
+
 /// The dev broker with the run's topics (and, for KIP-848 groups, its session
 /// timeout).
-fn start_broker(exe: &Path, plan: &Plan) -> anyhow::Result<support::DevBroker> {
+fn start_broker(exe: &Path, plan: &Plan, ctl: &Path) -> anyhow::Result<support::DevBroker> {
     let timeout = format!("{}ms", plan.session_timeout_ms);
     support::DevBroker::start_with(
         exe,
@@ -312,19 +361,42 @@ fn start_broker(exe: &Path, plan: &Plan) -> anyhow::Result<support::DevBroker> {
             ("requests.late", 4),
             ("requests.dlq", 4),
         ],
-        &["--group-session-timeout".as_ref(), timeout.as_ref()],
+        &[
+            "--group-session-timeout".as_ref(),
+            timeout.as_ref(),
+            "--control-file".as_ref(),
+            ctl.as_os_str(),
+        ],
     )
 }
 
-/// The tail: one bounded run closes the last windows (end of input); then the sink
-/// stops and one bounded sink run applies everything.
-fn tail(exe: &Path, cfg: &str, final_state: &Path, sink: Option<Child>) -> anyhow::Result<()> {
+/// The tail: `reprocess-late --follow` stops (recording its position); one
+/// bounded run closes the last windows (end of input); a bounded
+/// `reprocess-late --from group` bills what is left of the late topic; then the
+/// sink stops and one bounded sink run applies everything.
+fn tail(
+    exe: &Path,
+    cfg: &str,
+    final_state: &Path,
+    sink: Option<Child>,
+    (reprocess_late, follower): (bool, Option<Child>),
+) -> anyhow::Result<()> {
+    if let Some(mut r) = follower {
+        signal(r.id(), libc::SIGTERM);
+        r.wait()?;
+    }
     run_ok(
         Command::new(exe)
             .args(["run", "--config", cfg, "--until-end"])
             .env("TALLY_STATE__DIR", final_state),
         "the final drain",
     )?;
+    if reprocess_late {
+        run_ok(
+            Command::new(exe).args(["reprocess-late", "--config", cfg, "--from", "group"]),
+            "the final reprocess-late run",
+        )?;
+    }
     if let Some(mut sink) = sink {
         signal(sink.id(), libc::SIGTERM);
         sink.wait()?;
@@ -339,13 +411,13 @@ fn tail(exe: &Path, cfg: &str, final_state: &Path, sink: Option<Child>) -> anyho
 /// Writes the run's config into `dir` and returns its path.
 fn write_config(
     plan: &Plan,
-    sv: &Services,
+    s3_endpoint: Option<&str>,
     dir: &Path,
     bootstrap: &str,
     db: &str,
 ) -> anyhow::Result<PathBuf> {
     let cfg = dir.join("chaos.toml");
-    let checkpoints = match (&sv.s3_endpoint, plan.store.as_str()) {
+    let checkpoints = match (s3_endpoint, plan.store.as_str()) {
         (Some(endpoint), "s3") => format!(
             "dir = \"s3://tally/chaos-{}-{}\"\nobject_store = {{ aws_endpoint = \"{endpoint}\", \
              aws_allow_http = \"true\" }}",

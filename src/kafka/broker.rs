@@ -62,6 +62,29 @@ impl DevBroker {
         Ok(format!("{host}:{port}"))
     }
 
+    /// Applies one control command (`tally dev-broker --control-file`): `down`
+    /// (the broker closes its connections and refuses new ones; its logs, offsets
+    /// and groups stay), `up`, or `rtt MS` (every response delayed by MS).
+    pub(crate) fn control(&self, command: &str) -> Result<(), String> {
+        let words: Vec<&str> = command.split_whitespace().collect();
+        // SAFETY: valid mock pointer; broker 1 is the only one.
+        let err = unsafe {
+            match words.as_slice() {
+                ["down"] => rd::rd_kafka_mock_broker_set_down(self.mock(), 1),
+                ["up"] => rd::rd_kafka_mock_broker_set_up(self.mock(), 1),
+                ["rtt", ms] => {
+                    let ms: i32 = ms.parse().map_err(|_| format!("rtt {ms:?}: not ms"))?;
+                    rd::rd_kafka_mock_broker_set_rtt(self.mock(), 1, ms)
+                }
+                _ => return Err(format!("unknown command {command:?} (down, up, rtt MS)")),
+            }
+        };
+        if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            return Err(format!("{command}: {err:?}"));
+        }
+        Ok(())
+    }
+
     pub(crate) fn create_topic(&self, name: &str, partitions: i32) -> Result<(), KafkaIoError> {
         let c = CString::new(name)
             .map_err(|_| KafkaIoError::Fatal(format!("topic name {name:?} contains NUL")))?;

@@ -6,8 +6,9 @@
 //! Markdown summary (`campaign_report`), so a campaign cut short still leaves
 //! both; a failing run prints its seed and the one command that replays it.
 //!
-//! Invariant: the run seeds, and so the plans and schedules, depend only on the
-//! master seed and the services given (S3 endpoint, PostgreSQL directory).
+//! Invariant: the run seeds (drawn from the master seed, or given with
+//! `--run-seeds`), and so the plans and schedules, depend only on those seeds and
+//! the services given (S3 endpoint, PostgreSQL directory).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -45,6 +46,11 @@ pub struct CampaignArgs {
     /// At most this many runs.
     #[arg(long)]
     pub runs: Option<usize>,
+    /// Run exactly these run seeds, in order, instead of those the master seed
+    /// draws (a fixed seed set, as the CI slice runs; each replays alone with
+    /// `--replay`).
+    #[arg(long, value_delimiter = ',', value_name = "SEED,...")]
+    pub run_seeds: Vec<u64>,
     /// Where campaign.json and campaign.md go.
     #[arg(long, default_value = "target/chaos-campaign", value_name = "DIR")]
     pub out: PathBuf,
@@ -90,7 +96,12 @@ pub fn run(a: CampaignArgs) -> anyhow::Result<()> {
         a.budget,
         a.out.display()
     );
-    for (k, seed) in run_seeds(a.seed).enumerate() {
+    let seeds: Box<dyn Iterator<Item = u64>> = if a.run_seeds.is_empty() {
+        Box::new(run_seeds(a.seed))
+    } else {
+        Box::new(a.run_seeds.clone().into_iter())
+    };
+    for (k, seed) in seeds.enumerate() {
         if report.totals.kills >= a.kills
             || started.elapsed() >= budget
             || a.runs.is_some_and(|n| k >= n)

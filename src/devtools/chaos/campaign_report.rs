@@ -53,11 +53,11 @@ impl RunEntry {
         }
     }
 
-    /// Kills of workers and of the sink.
+    /// Kills of workers, of the sink and of `reprocess-late --follow`.
     pub fn kills(&self) -> usize {
         self.report
             .as_ref()
-            .map(|r| r.kills + r.faults.sink_kills)
+            .map(|r| r.kills + r.faults.sink_kills + r.faults.reprocess_kills)
             .unwrap_or(0)
     }
 
@@ -66,13 +66,18 @@ impl RunEntry {
         let p = &self.plan;
         let what = match (&self.report, &self.error) {
             (Some(r), _) => format!(
-                "{} kills ({} at crash points, {} sink), {} zombies, {} pg restarts, recovery p99 {:.1} s, \
-                 faults done {:.0} s, drained {:.0} s, {}",
+                "{} kills ({} at crash points, {} sink, {} reprocess-late), {} zombies, {} pg restarts, \
+                 {} S3 outages, broker {} down {} slow, recovery p99 {:.1} s, faults done {:.0} s, \
+                 drained {:.0} s, {}",
                 self.kills(),
                 r.faults.crash_point_kills,
                 r.faults.sink_kills,
+                r.faults.reprocess_kills,
                 r.faults.zombies,
                 r.faults.pg_restarts,
+                r.faults.s3_outages,
+                r.faults.broker_downs,
+                r.faults.broker_slows,
                 r.recovery_p99_s,
                 r.phases_s[0],
                 r.phases_s[1],
@@ -104,13 +109,27 @@ pub struct Totals {
     pub runs: usize,
     pub passed: usize,
     pub failed: usize,
-    /// Worker and sink kills.
+    /// Worker, sink and `reprocess-late --follow` kills.
     pub kills: usize,
     pub worker_sigkills: usize,
     pub crash_point_kills: usize,
     pub sink_kills: usize,
     pub zombies: usize,
     pub pg_restarts: usize,
+    #[serde(default)]
+    pub reprocess_kills: usize,
+    #[serde(default)]
+    pub s3_outages: usize,
+    /// Workers that exited 4 (checkpoint store unavailable) in an S3 outage.
+    #[serde(default)]
+    pub s3_exits: usize,
+    #[serde(default)]
+    pub broker_downs: usize,
+    #[serde(default)]
+    pub broker_slows: usize,
+    /// Runs that ran `reprocess-late --follow` (their late sets billed once).
+    #[serde(default)]
+    pub reprocess_runs: usize,
     pub unexpected_exits: usize,
     #[serde(default)]
     pub hung_at_stop: usize,
@@ -191,6 +210,12 @@ impl CampaignReport {
             t.sink_kills += f.sink_kills;
             t.zombies += f.zombies;
             t.pg_restarts += f.pg_restarts;
+            t.reprocess_kills += f.reprocess_kills;
+            t.s3_outages += f.s3_outages;
+            t.s3_exits += f.s3_exits;
+            t.broker_downs += f.broker_downs;
+            t.broker_slows += f.broker_slows;
+            t.reprocess_runs += usize::from(r.adjustments.is_some());
             t.unexpected_exits += f.unexpected_exits;
             t.hung_at_stop += f.hung_at_stop;
             t.drain_timeouts += usize::from(!f.undrained_partitions.is_empty());
@@ -255,8 +280,11 @@ impl CampaignReport {
         let mut s = format!(
             "### Chaos campaign, master seed {}\n\n\
              {} runs in {:.1} min ({} passed, {} failed); **{} kills** ({} worker SIGKILLs, \
-             {} workers dead at a crash point, {} sink kills), {:.1} kills/min; {} zombies \
-             (SIGSTOP past the session timeout), {} PostgreSQL restarts; {} unexpected exits; \
+             {} workers dead at a crash point, {} sink kills, {} `reprocess-late --follow` kills \
+             in {} runs that ran it), {:.1} kills/min; {} zombies \
+             (SIGSTOP past the session timeout), {} PostgreSQL restarts, {} S3 outages ({} workers \
+             exited 4 in them, as documented, and were restarted), the dev broker {} times down \
+             and {} times slow; {} unexpected exits; \
              {} workers not stopped 60 s after the final SIGTERM; {} runs not drained by the \
              workers 300 s after the faults.\n\n\
              | check | result |\n|---|---|\n\
@@ -273,9 +301,15 @@ impl CampaignReport {
             t.worker_sigkills,
             t.crash_point_kills,
             t.sink_kills,
+            t.reprocess_kills,
+            t.reprocess_runs,
             t.kills_per_minute,
             t.zombies,
             t.pg_restarts,
+            t.s3_outages,
+            t.s3_exits,
+            t.broker_downs,
+            t.broker_slows,
             t.unexpected_exits,
             t.hung_at_stop,
             t.drain_timeouts,

@@ -3,123 +3,88 @@
 //! SIGKILLed and restarted armed at a crash point (`TALLY_CRASH_AT`) where it then
 //! dies by itself, a worker SIGSTOPped past the session timeout and SIGCONTed (a
 //! zombie), the sink SIGKILLed (and sometimes restarted armed at its crash point),
-//! PostgreSQL restarted. Every death of a worker that owned partitions is timed
+//! PostgreSQL restarted, `reprocess-late --follow` SIGKILLed and restarted from
+//! its group's position, the S3 endpoint down for 1–4 s, the dev broker down
+//! for 1–3 s or slow for 2–5 s. Every death of a worker that owned partitions is timed
 //! until those partitions move on (`kills::recovered`).
 //!
-//! Invariants: the schedule is drawn from the plan's seed alone (the same seed
-//! draws the same kinds, targets and delays; what the processes do between is
-//! up to them); the loop ends only when the generator is done, every restart and
-//! SIGCONT is done and every kill is recovered (or given up on after 120 s).
+//! Invariants: the schedule is drawn from the plan's seed alone — fault n from
+//! its own stream, seeded by the plan's seed and n, so the same seed draws the
+//! same kinds, targets and delays in the same order whatever the processes do
+//! between (only how many faults fit in the run depends on them); the loop ends only when the generator is done, every restart and
+//! SIGCONT is done, the S3 endpoint and the broker are back and every kill is recovered (or given
+//! up on after 120 s).
 
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
+pub use super::fault_log::{Event, FaultLog};
 use super::kills::{behind, kill, recovered, rss_kb, Pending, Worker};
 use super::plan::{Plan, SINK_CRASH_POINT, WORKER_CRASH_POINTS};
+use super::s3_proxy::S3Proxy;
+use super::spawn::Spawner;
 use crate::devtools::support::{self, signal};
 use crate::gen::Rng;
 
-/// How processes of a run are started.
-pub(super) struct Spawner {
-    pub(super) exe: PathBuf,
-    pub(super) cfg: PathBuf,
-    pub(super) static_membership: bool,
-}
-
-impl Spawner {
-    /// Worker `i`, with `group.instance.id = chaos-w<i>` under static membership,
-    /// armed at `crash` (`<point>:<n>`) if given.
-    pub(super) fn worker(
-        &self,
-        i: usize,
-        state: &Path,
-        crash: Option<&str>,
-    ) -> anyhow::Result<Child> {
-        let id = format!("chaos-w{i}");
-        let mut envs = Vec::new();
-        if self.static_membership {
-            envs.push(("TALLY_KAFKA__GROUP_INSTANCE_ID", id.as_str()));
-        }
-        if let Some(c) = crash {
-            envs.push(("TALLY_CRASH_AT", c));
-        }
-        support::spawn_worker(&self.exe, &self.cfg, state, &envs)
-    }
-
-    pub(super) fn sink(&self, crash: Option<&str>) -> anyhow::Result<Child> {
-        let mut cmd = Command::new(&self.exe);
-        cmd.args(["sink", "--config"])
-            .arg(&self.cfg)
-            .env("TALLY_LOG", "warn")
-            .stdout(Stdio::null());
-        if let Some(c) = crash {
-            cmd.env("TALLY_CRASH_AT", c);
-        }
-        Ok(cmd.spawn()?)
-    }
-}
-
-/// One fault or restart, as it happened.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Event {
-    /// Seconds since the generator started.
-    pub at_s: f64,
-    pub what: String,
-}
-
-/// What the fault loop did and saw.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct FaultLog {
-    /// Workers SIGKILLed by the loop (those restarted armed included).
-    pub kills: usize,
-    /// Workers that died at their armed crash point.
-    pub crash_point_kills: usize,
-    pub zombies: usize,
-    /// Sink deaths: SIGKILLs and its crash point.
-    pub sink_kills: usize,
-    pub pg_restarts: usize,
-    /// Workers or sinks that exited without being killed or reaching a crash point.
-    pub unexpected_exits: usize,
-    /// Seconds from each worker death until its partitions moved on.
-    pub recoveries: Vec<f64>,
-    /// Those of `recoveries` that no other fault overlapped (from the death to
-    /// the recovery).
-    #[serde(default)]
-    pub isolated_recoveries: Vec<f64>,
-    pub never_recovered: usize,
-    /// Workers that did not stop within 60 s of the final SIGTERM (then killed).
-    #[serde(default)]
-    pub hung_at_stop: usize,
-    /// Partitions no live worker had consumed to the end 300 s after the faults
-    /// stopped (the final bounded run then drained them).
-    #[serde(default)]
-    pub undrained_partitions: Vec<i32>,
-    pub events: Vec<Event>,
-}
+/// The exit status of a process whose service (here: the checkpoint store) is
+/// unavailable (docs/reference/exit-codes.md).
+const EXIT_UNAVAILABLE: i32 = 4;
 
 enum Target {
     Worker(usize),
     Sink,
+    Reprocess,
+}
+
+/// The services outside the processes that faults may hit.
+pub(super) struct Outside<'a> {
+    /// `scripts/pg.sh` directory, for PostgreSQL restarts.
+    pub(super) pg_dir: Option<&'a Path>,
+    /// The run's S3 endpoint, for outages.
+    pub(super) s3: Option<&'a S3Proxy>,
+    /// The dev broker's control file (`tally dev-broker --control-file`).
+    pub(super) broker_ctl: Option<&'a Path>,
+}
+
+/// What seeds fault `n`'s stream, xored with the plan's seed.
+pub fn fault_stream(n: u64) -> u64 {
+    (n + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// Hands `command` to the dev broker: its control file, written whole.
+fn control_broker(ctl: &Path, command: &str) -> anyhow::Result<()> {
+    let tmp = ctl.with_extension("tmp");
+    std::fs::write(&tmp, format!("{command}\n"))?;
+    std::fs::rename(&tmp, ctl)?;
+    Ok(())
 }
 
 /// The loop's state.
 pub(super) struct Faults<'a> {
     plan: &'a Plan,
     spawn: &'a Spawner,
-    pg_dir: Option<&'a Path>,
+    outside: Outside<'a>,
     rng: Rng,
     pub(super) workers: Vec<Worker>,
     pub(super) sink: Option<Child>,
     sink_armed: bool,
+    /// `reprocess-late --follow`, in plans that run it.
+    pub(super) reprocess: Option<Child>,
+    /// When the S3 endpoint comes back from an outage.
+    s3_back: Option<Instant>,
+    /// When the dev broker's fault ends, and the command that ends it.
+    broker_back: Option<(Instant, &'static str)>,
+    /// When it last came back.
+    s3_was_back: Option<Instant>,
     pending: Vec<Pending>,
     /// Faults so far (kills, crash deaths, zombies, sink kills, restarts of
     /// PostgreSQL).
     faults: usize,
+    /// Faults drawn so far (each from its own stream).
+    drawn: u64,
     restarts: Vec<(Instant, Target, Option<String>)>,
     conts: Vec<(Instant, usize)>,
     started: Instant,
@@ -131,21 +96,26 @@ impl<'a> Faults<'a> {
     pub(super) fn new(
         plan: &'a Plan,
         spawn: &'a Spawner,
-        pg_dir: Option<&'a Path>,
+        outside: Outside<'a>,
         workers: Vec<Worker>,
-        sink: Child,
+        (sink, reprocess): (Child, Option<Child>),
         verbose: bool,
     ) -> Self {
         Faults {
             plan,
             spawn,
-            pg_dir,
+            outside,
             rng: Rng::new(plan.seed),
             workers,
             sink: Some(sink),
             sink_armed: false,
+            reprocess,
+            s3_back: None,
+            broker_back: None,
+            s3_was_back: None,
             pending: Vec::new(),
             faults: 0,
+            drawn: 0,
             restarts: Vec::new(),
             conts: Vec::new(),
             started: Instant::now(),
@@ -163,17 +133,30 @@ impl<'a> Faults<'a> {
     }
 
     /// Runs faults until the generator `gen` is done and everything settled.
-    pub(super) fn run(&mut self, gen: &mut Child) -> anyhow::Result<()> {
+    /// Once it is done, the input's log ends (on `kafka`) are final, and an
+    /// orphan consumed to its end counts as moved on.
+    pub(super) fn run(
+        &mut self,
+        gen: &mut Child,
+        (kafka, partitions): (&crate::config::KafkaConfig, i32),
+    ) -> anyhow::Result<()> {
         self.started = Instant::now();
         let mut next = self.next_fault(Instant::now());
         let mut gen_done = false;
+        let mut ends = None;
         while !gen_done
             || !self.pending.is_empty()
             || !self.restarts.is_empty()
             || !self.conts.is_empty()
+            || self.s3_back.is_some()
+            || self.broker_back.is_some()
         {
             std::thread::sleep(Duration::from_millis(100));
             gen_done = gen_done || gen.try_wait()?.is_some();
+            // Not while the broker is down or slow; a failed fetch is tried again.
+            if gen_done && ends.is_none() && self.broker_back.is_none() {
+                ends = support::log_ends(kafka, "requests", partitions).ok();
+            }
             for w in self.workers.iter_mut() {
                 if let Some(c) = &w.child {
                     w.peak_rss_kb = w.peak_rss_kb.max(rss_kb(c.id()));
@@ -181,7 +164,17 @@ impl<'a> Faults<'a> {
             }
             self.reap()?;
             self.due(Instant::now())?;
-            for (secs, isolated) in recovered(&self.workers, &mut self.pending, self.faults) {
+            let (done, given_up) = recovered(
+                &self.workers,
+                &mut self.pending,
+                self.faults,
+                ends.as_ref().unwrap_or(&BTreeMap::new()),
+            );
+            self.log.never_recovered += given_up;
+            if given_up > 0 {
+                self.event(format!("{given_up} kills not recovered after 120 s"));
+            }
+            for (secs, isolated) in done {
                 self.log.recoveries.push(secs);
                 if isolated {
                     self.log.isolated_recoveries.push(secs);
@@ -194,7 +187,7 @@ impl<'a> Faults<'a> {
                 next = self.next_fault(Instant::now());
             }
         }
-        self.log.never_recovered = self.pending.len();
+        self.log.never_recovered += self.pending.len();
         Ok(())
     }
 
@@ -206,7 +199,16 @@ impl<'a> Faults<'a> {
         kafka: &crate::config::KafkaConfig,
         partitions: i32,
     ) -> anyhow::Result<Vec<i32>> {
-        let ends = support::log_ends(kafka, "requests", partitions)?;
+        // The broker may be just back from a fault: try for 30 s.
+        let mut tries = 0;
+        let ends = loop {
+            match support::log_ends(kafka, "requests", partitions) {
+                Ok(ends) => break ends,
+                Err(e) if tries >= 30 => return Err(e),
+                Err(_) => tries += 1,
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        };
         let deadline = Instant::now() + Duration::from_secs(300);
         loop {
             self.reap()?;
@@ -216,6 +218,17 @@ impl<'a> Faults<'a> {
                 return Ok(behind);
             }
             std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// SIGKILLs every process the loop holds (a run that cannot go on must not
+    /// leave them running).
+    pub(super) fn kill_all(&mut self) {
+        let children = self.workers.iter_mut().filter_map(|w| w.child.take());
+        let others = [self.sink.take(), self.reprocess.take()];
+        for mut c in children.chain(others.into_iter().flatten()) {
+            let _ = c.kill();
+            let _ = c.wait();
         }
     }
 
@@ -231,12 +244,24 @@ impl<'a> Faults<'a> {
         Instant::now() + self.between_ms(self.plan.restart_min_ms, self.plan.restart_max_ms)
     }
 
-    /// One fault drawn from the plan's mix.
+    /// The next fault, drawn from its own stream: fault n's kind, target and
+    /// delays depend on (seed, n) alone, so what one fault finds (a worker
+    /// already dead, the sink restarting) never shifts what the next one draws.
     fn fault(&mut self) -> anyhow::Result<()> {
+        let stream = Rng::new(self.plan.seed ^ fault_stream(self.drawn));
+        let main = std::mem::replace(&mut self.rng, stream);
+        self.drawn += 1;
+        let done = self.draw_fault();
+        self.rng = main;
+        done
+    }
+
+    /// One fault drawn from the plan's mix.
+    fn draw_fault(&mut self) -> anyhow::Result<()> {
         let f = self.plan.faults;
         self.faults += 1;
         let x = self.rng.below(1000) as u32;
-        let pg = if self.pg_dir.is_some() {
+        let pg = if self.outside.pg_dir.is_some() {
             f.pg_restart
         } else {
             0
@@ -246,6 +271,23 @@ impl<'a> Faults<'a> {
         }
         if x < pg + f.sink {
             return self.kill_sink();
+        }
+        // Tested apart from the worker faults' ranges, so that a plan without
+        // them draws the schedule earlier builds drew.
+        let worker_faults = pg + f.sink + f.zombie + f.crash_point;
+        if (worker_faults..worker_faults + f.reprocess_kill).contains(&x) {
+            return self.kill_reprocess();
+        }
+        let s3 = worker_faults + f.reprocess_kill;
+        if (s3..s3 + f.s3_outage).contains(&x) {
+            return self.s3_outage();
+        }
+        let down = s3 + f.s3_outage;
+        if (down..down + f.broker_down).contains(&x) {
+            return self.broker_fault(false);
+        }
+        if (down + f.broker_down..down + f.broker_down + f.broker_slow).contains(&x) {
+            return self.broker_fault(true);
         }
         let alive: Vec<usize> = (0..self.workers.len())
             .filter(|i| self.workers[*i].child.is_some() && !self.workers[*i].stopped)
@@ -331,8 +373,79 @@ impl<'a> Faults<'a> {
         Ok(())
     }
 
+    /// SIGKILLs `reprocess-late --follow` and schedules its restart from its
+    /// group's position.
+    fn kill_reprocess(&mut self) -> anyhow::Result<()> {
+        let at = self.restart_at();
+        let Some(mut c) = self.reprocess.take() else {
+            return Ok(());
+        };
+        c.kill()?;
+        c.wait()?;
+        self.log.reprocess_kills += 1;
+        self.event("killed reprocess-late --follow".into());
+        self.restarts.push((at, Target::Reprocess, None));
+        Ok(())
+    }
+
+    /// The dev broker down for 1–3 s, or (`slow`) every response of it delayed
+    /// by 200–800 ms for 2–5 s; one broker fault at a time.
+    fn broker_fault(&mut self, slow: bool) -> anyhow::Result<()> {
+        let (command, back, pause) = if slow {
+            let rtt = self.between_ms(200, 800).as_millis();
+            (format!("rtt {rtt}"), "rtt 0", self.between_ms(2000, 5000))
+        } else {
+            ("down".to_string(), "up", self.between_ms(1000, 3000))
+        };
+        let Some(ctl) = self.outside.broker_ctl else {
+            return Ok(());
+        };
+        if self.broker_back.is_some() {
+            return Ok(());
+        }
+        control_broker(ctl, &command)?;
+        self.broker_back = Some((Instant::now() + pause, back));
+        if slow {
+            self.log.broker_slows += 1;
+        } else {
+            self.log.broker_downs += 1;
+        }
+        self.event(format!(
+            "dev broker {command} for {:.1} s",
+            pause.as_secs_f64()
+        ));
+        Ok(())
+    }
+
+    /// The S3 endpoint is down, or came back less than 10 s ago.
+    fn s3_recently_down(&self) -> bool {
+        self.s3_back.is_some()
+            || self
+                .s3_was_back
+                .is_some_and(|t| t.elapsed() < Duration::from_secs(10))
+    }
+
+    /// Takes the S3 endpoint down for 1–4 s (unless it is down already).
+    fn s3_outage(&mut self) -> anyhow::Result<()> {
+        let pause = self.between_ms(1000, 4000);
+        let Some(proxy) = self.outside.s3 else {
+            return Ok(());
+        };
+        if self.s3_back.is_some() {
+            return Ok(());
+        }
+        proxy.down();
+        self.s3_back = Some(Instant::now() + pause);
+        self.log.s3_outages += 1;
+        self.event(format!(
+            "S3 endpoint down for {:.1} s (connections reset, new ones refused)",
+            pause.as_secs_f64()
+        ));
+        Ok(())
+    }
+
     fn pg_restart(&mut self) -> anyhow::Result<()> {
-        let Some(dir) = self.pg_dir else {
+        let Some(dir) = self.outside.pg_dir else {
             return Ok(());
         };
         let out = Command::new("scripts/pg.sh")
@@ -368,6 +481,22 @@ impl<'a> Faults<'a> {
                     self.sink = Some(self.spawn.sink(crash.as_deref())?);
                     self.sink_armed = crash.is_some();
                 }
+                Target::Reprocess => self.reprocess = Some(self.spawn.reprocess("group")?),
+            }
+        }
+        if let (Some((at, back)), Some(ctl)) = (self.broker_back, self.outside.broker_ctl) {
+            if at <= now {
+                control_broker(ctl, back)?;
+                self.broker_back = None;
+                self.event(format!("dev broker {back}"));
+            }
+        }
+        if let (Some(at), Some(proxy)) = (self.s3_back, self.outside.s3) {
+            if at <= now {
+                proxy.up();
+                self.s3_back = None;
+                self.s3_was_back = Some(now);
+                self.event("S3 endpoint back".into());
             }
         }
         let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.conts)
@@ -384,9 +513,29 @@ impl<'a> Faults<'a> {
         Ok(())
     }
 
+    /// A `reprocess-late --follow` that exited by itself: unexpected; restarted.
+    fn reap_reprocess(&mut self) -> anyhow::Result<()> {
+        let Some(status) = self
+            .reprocess
+            .as_mut()
+            .map(|c| c.try_wait())
+            .transpose()?
+            .flatten()
+        else {
+            return Ok(());
+        };
+        self.reprocess = None;
+        self.log.unexpected_exits += 1;
+        self.event(format!("reprocess-late exited by itself ({status})"));
+        let at = self.restart_at();
+        self.restarts.push((at, Target::Reprocess, None));
+        Ok(())
+    }
+
     /// Workers and the sink that exited by themselves: at their crash point, or
     /// unexpectedly. Either way they are restarted (unarmed).
     fn reap(&mut self) -> anyhow::Result<()> {
+        self.reap_reprocess()?;
         for i in 0..self.workers.len() {
             let Some(status) = self.workers[i]
                 .child
@@ -406,6 +555,13 @@ impl<'a> Faults<'a> {
                 self.event(format!(
                     "worker {i} died at its crash point {}",
                     armed.unwrap_or_default()
+                ));
+            } else if status.code() == Some(EXIT_UNAVAILABLE) && self.s3_recently_down() {
+                // Documented: a store it cannot reach stops a worker with exit 4,
+                // to be restarted (docs/operations/checkpoints.md).
+                self.log.s3_exits += 1;
+                self.event(format!(
+                    "worker {i} exited 4 (checkpoint store unavailable) in an S3 outage"
                 ));
             } else {
                 self.log.unexpected_exits += 1;

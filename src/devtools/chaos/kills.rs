@@ -76,35 +76,43 @@ pub(super) struct Pending {
 }
 
 /// Recovery: every orphaned partition is owned again and has moved past where it
-/// was. Drops the recovered (and those given up on after 120 s) from `pending`
-/// and returns the recovered ones' times, each with whether it was isolated
-/// (`faults` is the fault count now).
+/// was, or has reached its log end in `ends` (the input's final ends, once the
+/// generator is done; empty before — an orphan already at its end cannot move
+/// past it). Drops the recovered and those given up on after 120 s from `pending`;
+/// returns the recovered ones' times, each with whether it was isolated
+/// (`faults` is the fault count now), and how many were given up on.
 pub(super) fn recovered(
     workers: &[Worker],
     pending: &mut Vec<Pending>,
     faults: usize,
-) -> Vec<(f64, bool)> {
+    ends: &BTreeMap<i32, i64>,
+) -> (Vec<(f64, bool)>, usize) {
     let live: Vec<WorkerReport> = workers
         .iter()
         .filter(|w| w.child.is_some())
         .filter_map(|w| report(&w.state))
         .collect();
     let mut done = Vec::new();
+    let mut given_up = 0;
     pending.retain(|p| {
         let recovered = p.orphans.iter().all(|(part, o)| {
             live.iter().any(|r| {
                 r.at_ms > 0
-                    && r.partitions
-                        .iter()
-                        .any(|x| x.partition.0 == *part && x.next_offset.0 > *o)
+                    && r.partitions.iter().any(|x| {
+                        x.partition.0 == *part
+                            && (x.next_offset.0 > *o
+                                || ends.get(part).is_some_and(|e| x.next_offset.0 >= *e))
+                    })
             })
         });
         if recovered {
             done.push((p.at.elapsed().as_secs_f64(), p.faults == faults));
         }
-        !recovered && p.at.elapsed() < Duration::from_secs(120)
+        let waiting = !recovered && p.at.elapsed() < Duration::from_secs(120);
+        given_up += usize::from(!recovered && !waiting);
+        waiting
     });
-    done
+    (done, given_up)
 }
 
 /// The partitions of `ends` (partition, log end) that no worker's report shows

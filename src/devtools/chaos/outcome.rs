@@ -34,6 +34,10 @@ pub struct ChaosReport {
     pub dead_letters: u64,
     pub dead_letters_injected: u64,
     pub dead_letter_sources_on_topic: u64,
+    /// Adjustment rows in the sink (one per too-late event), when the run ran
+    /// `reprocess-late --follow`.
+    #[serde(default)]
+    pub adjustments: Option<u64>,
     pub duplicates: u64,
     pub duplicates_injected: u64,
     pub recovery_p50_s: f64,
@@ -93,6 +97,7 @@ impl ChaosReport {
             dead_letters: f.c.dead_letter,
             dead_letters_injected: f.dead,
             dead_letter_sources_on_topic: f.dlq_sources,
+            adjustments: f.adjustments,
             duplicates: f.c.duplicate,
             duplicates_injected: expected.duplicates,
             recovery_p50_s: pct(recoveries, 50),
@@ -120,33 +125,57 @@ pub(super) struct Figures {
     pub(super) late_on_topic: u64,
     pub(super) dead: u64,
     pub(super) dlq_sources: u64,
+    /// Adjustment rows in the sink, when `reprocess-late` ran.
+    pub(super) adjustments: Option<u64>,
     pub(super) audit_balanced: bool,
     pub(super) exact: bool,
 }
 
+/// What the invoice view must show per (tenant, window end): the windows, and
+/// with `reprocess_late` the too-late events' adjustments too.
+fn wanted(
+    expected: &Expected,
+    reprocess_late: bool,
+) -> anyhow::Result<BTreeMap<(String, i64), u128>> {
+    let mut want: BTreeMap<(String, i64), u128> = BTreeMap::new();
+    for w in &expected.windows {
+        *want.entry((w.tenant_id.clone(), w.window_end)).or_default() +=
+            w.cost_pico.parse::<u128>()?;
+    }
+    if reprocess_late {
+        for l in &expected.too_late {
+            *want.entry((l.tenant_id.clone(), l.window_end)).or_default() +=
+                l.cost_pico.parse::<u128>()?;
+        }
+    }
+    Ok(want)
+}
+
 /// Compares the invoice view, the final run's counters and the late and
-/// dead-letter topics with the expectation.
+/// dead-letter topics with the expectation; with `reprocess_late`, also that
+/// every too-late event has exactly one adjustment, billed once.
 pub(super) fn compare(
     db: &str,
     expected: &Expected,
     final_state: &Path,
     kafka: &crate::config::KafkaConfig,
+    reprocess_late: bool,
 ) -> anyhow::Result<Figures> {
     let view: BTreeMap<(String, i64), u128> = support::invoice(db)?
         .into_iter()
         .map(|l| Ok(((l.tenant_id, l.window_end), l.cost_pico.parse()?)))
         .collect::<anyhow::Result<_>>()?;
+    let want = wanted(expected, reprocess_late)?;
     let mut lost = 0;
     let mut doubled = 0;
-    for w in &expected.windows {
-        let want: u128 = w.cost_pico.parse()?;
-        match view.get(&(w.tenant_id.clone(), w.window_end)) {
-            Some(got) if *got == want => {}
-            Some(got) if *got > want => doubled += 1,
+    for (key, want) in &want {
+        match view.get(key) {
+            Some(got) if got == want => {}
+            Some(got) if got > want => doubled += 1,
             _ => lost += 1,
         }
     }
-    let extra = view.len().saturating_sub(expected.windows.len());
+    let extra = view.keys().filter(|k| !want.contains_key(*k)).count();
     let final_report = report(final_state).context("the final run wrote no report")?;
     let mut c = crate::engine::Counters::default();
     for p in &final_report.partitions {
@@ -170,6 +199,13 @@ pub(super) fn compare(
         .map(|l| l.request_id.clone())
         .collect();
     let dead: u64 = expected.dead_letters.values().sum();
+    let adjusted = if reprocess_late {
+        let rows = support::query(db, "SELECT request_id FROM tenant_cost_adjustment")?;
+        let ids: BTreeSet<String> = rows.iter().filter_map(|r| r.first()?.clone()).collect();
+        Some((rows.len() as u64, ids == want_late))
+    } else {
+        None
+    };
     let audit_balanced = c.balanced() && final_report.balanced();
     let exact = lost == 0
         && doubled == 0
@@ -180,6 +216,7 @@ pub(super) fn compare(
         && c.duplicate == expected.duplicates
         && late == want_late
         && dlq_sources.len() as u64 == dead
+        && adjusted.is_none_or(|(rows, same)| same && rows == want_late.len() as u64)
         && audit_balanced;
     Ok(Figures {
         lost,
@@ -189,6 +226,7 @@ pub(super) fn compare(
         late_on_topic: late.len() as u64,
         dead,
         dlq_sources: dlq_sources.len() as u64,
+        adjustments: adjusted.map(|(rows, _)| rows),
         audit_balanced,
         exact,
     })
@@ -204,8 +242,8 @@ pub(super) fn print_report(r: &ChaosReport, produce_secs: f64, drained_secs: f64
     );
     let l = &r.faults;
     println!(
-        "kills                    {} ({} SIGKILL, {} at a crash point); sink kills {}; zombies {}; PostgreSQL restarts {}; unexpected exits {}",
-        r.kills, l.kills, l.crash_point_kills, l.sink_kills, l.zombies, l.pg_restarts, l.unexpected_exits
+        "kills                    {} ({} SIGKILL, {} at a crash point); sink kills {}; reprocess-late kills {}; zombies {}; PostgreSQL restarts {}; S3 outages {} (workers exited 4 in them: {}); broker down {}, slow {}; unexpected exits {}",
+        r.kills, l.kills, l.crash_point_kills, l.sink_kills, l.reprocess_kills, l.zombies, l.pg_restarts, l.s3_outages, l.s3_exits, l.broker_downs, l.broker_slows, l.unexpected_exits
     );
     println!(
         "windows compared         {} (extra in view: {})",
@@ -225,6 +263,12 @@ pub(super) fn print_report(r: &ChaosReport, produce_secs: f64, drained_secs: f64
         "dead letters             {} (injected {}; distinct sources on DLQ {})",
         r.dead_letters, r.dead_letters_injected, r.dead_letter_sources_on_topic
     );
+    if let Some(a) = r.adjustments {
+        println!(
+            "adjustments              {a} (too-late events {}, each billed once)",
+            r.too_late_injected
+        );
+    }
     println!(
         "duplicates               {} (injected {})",
         r.duplicates, r.duplicates_injected

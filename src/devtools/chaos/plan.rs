@@ -4,7 +4,7 @@
 //! from that run's seed (`Plan::draw`), and `tally-dev chaos --replay <seed>` draws
 //! the same plan again.
 //!
-//! Invariant: `Plan::draw(seed, s3)` is a pure function of its arguments (the
+//! Invariant: `Plan::draw(seed, s3, pg_restarts)` is a pure function of its arguments (the
 //! campaign's replay command rests on it), and every plan it draws is valid
 //! (`min <= max`, at least one worker and one partition).
 
@@ -47,6 +47,38 @@ pub struct FaultMix {
     pub sink: u32,
     /// `scripts/pg.sh restart` of the PostgreSQL cluster (only with `--pg-dir`).
     pub pg_restart: u32,
+    /// SIGKILL of `tally reprocess-late --follow`, restarted from its group's
+    /// position (only in plans that run it).
+    #[serde(default)]
+    pub reprocess_kill: u32,
+    /// An outage of the S3 endpoint: every connection to it reset and new ones
+    /// refused for 1–4 s, as when the server is killed and restarted (only in
+    /// plans that keep checkpoints on S3).
+    #[serde(default)]
+    pub s3_outage: u32,
+    /// The dev broker down for 1–3 s: every connection dropped, new ones refused
+    /// (its logs, offsets and groups stay).
+    #[serde(default)]
+    pub broker_down: u32,
+    /// The dev broker slow for 2–5 s: every response delayed by 200–800 ms.
+    #[serde(default)]
+    pub broker_slow: u32,
+}
+
+impl FaultMix {
+    /// The shares in the order the fault loop tests them: PostgreSQL restart,
+    /// sink kill, reprocess-late kill, S3 outage, broker down, broker slow,
+    /// zombie, crash point (a plain worker SIGKILL takes the rest).
+    pub fn total(&self) -> u32 {
+        self.pg_restart
+            + self.sink
+            + self.reprocess_kill
+            + self.s3_outage
+            + self.broker_down
+            + self.broker_slow
+            + self.zombie
+            + self.crash_point
+    }
 }
 
 /// One run's plan.
@@ -74,6 +106,10 @@ pub struct Plan {
     /// KIP-848: the dev broker's `--group-session-timeout`).
     pub session_timeout_ms: u64,
     pub faults: FaultMix,
+    /// `tally reprocess-late --follow` runs beside the workers, and the end
+    /// checks add the too-late events' adjustments (each billed once).
+    #[serde(default)]
+    pub reprocess_late: bool,
 }
 
 impl Plan {
@@ -100,6 +136,8 @@ impl Plan {
         let kill_max_ms = kill_min_ms + between(500, 2000);
         let restart_min_ms = between(100, 500);
         let restart_max_ms = restart_min_ms + between(0, 1500);
+        // Drawn last, so the fields above stay what earlier builds drew.
+        let reprocess_late = between(0, 1) == 1;
         Plan {
             seed,
             workers,
@@ -119,8 +157,42 @@ impl Plan {
                 zombie: 80,
                 sink: 120,
                 pg_restart: if pg_restarts { 20 } else { 0 },
+                reprocess_kill: if reprocess_late { 60 } else { 0 },
+                s3_outage: if store == "s3" { 40 } else { 0 },
+                // Not drawn: a broker down while a classic group syncs aborts
+                // librdkafka 2.12.1's mock (`rd_kafka_mock_cgrp_classic_member_sync_set:
+                // Assertion !member->resp`), which ends the run, not the test of tally.
+                broker_down: 0,
+                broker_slow: 40,
             },
+            reprocess_late,
         }
+    }
+
+    /// One line for people: the run's seed, layout, protocol, store and faults.
+    pub fn describe(&self, records: u64) -> String {
+        format!(
+            "seed {}, {} workers, {} partitions, {records} records at {}/s, {} ({}), store {}, \
+             faults every {}–{} ms{}",
+            self.seed,
+            self.workers,
+            self.partitions,
+            self.rate,
+            self.group_protocol,
+            if self.static_membership {
+                "static"
+            } else {
+                "dynamic"
+            },
+            self.store,
+            self.kill_min_ms,
+            self.kill_max_ms,
+            if self.reprocess_late {
+                ", reprocess-late --follow"
+            } else {
+                ""
+            }
+        )
     }
 
     /// The recovery target: p99 at most the session timeout plus 5 s.
