@@ -57,7 +57,7 @@ pub(crate) fn found(listed: &[Listed]) -> Found<'_> {
     found
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Listed {
     /// `chk-<id>-<worker>`.
     pub name: String,
@@ -305,19 +305,20 @@ impl CheckpointStore {
         self.restore_listed(p, None, &listed, rules, policy, state)
     }
 
-    /// `restore_with` from the complete checkpoints whose entry of `p` passes
-    /// `usable` (given the manifest's format) only, for `p` whose log ends at
-    /// `log_end`: `tally explain` starts a replay at the newest snapshot taken
-    /// before a window's first record.
+    /// `restore_with` over `listed` (one listing serves every partition), from
+    /// the complete checkpoints whose entry of `p` passes `usable` (given the
+    /// manifest's format) only, for `p` whose log ends at `log_end`: `tally
+    /// explain` starts a replay at the newest snapshot taken before a window's
+    /// first record.
     pub(crate) fn restore_where(
         &self,
-        p: Partition,
-        log_end: i64,
+        (p, log_end): (Partition, i64),
+        listed: &[Listed],
         usable: impl Fn(u16, &PartitionEntry) -> bool,
         rules: &Rules,
         state: &StateStore,
     ) -> Result<Option<Restored>, CheckpointError> {
-        let mut listed = self.list()?;
+        let mut listed = listed.to_vec();
         for l in &mut listed {
             if let Some(Ok(m)) = &mut l.manifest {
                 let format = m.format;

@@ -85,6 +85,15 @@ pub fn starts(
         cfg.watermark.idle_timeout.0.map(|m| m.0),
         crate::config::rating::from_source,
     );
+    let listed = match store.list() {
+        Ok(l) => l,
+        Err(e) => {
+            let note = format!(
+                "checkpoints not listed ({e}): every partition is replayed from its log start"
+            );
+            return (none(), None, vec![note]);
+        }
+    };
     let mut notes = Vec::new();
     let mut out = Vec::with_capacity(bounds.len());
     for (p, &(log_start, log_end)) in bounds.iter().enumerate() {
@@ -95,7 +104,7 @@ pub fn starts(
                 && e.high_water.is_none_or(|h| h < window_start)
         };
         let resumed = store
-            .restore_where(p, log_end, usable, &rules, &scratch.store)
+            .restore_where((p, log_end), &listed, usable, &rules, &scratch.store)
             .map_err(|e| e.to_string())
             .and_then(|r| {
                 let Some(r) = r else { return Ok(None) };

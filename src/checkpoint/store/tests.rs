@@ -259,7 +259,13 @@ fn retention_keeps_an_anchor_whole() {
     let rules = Rules::opaque("f");
     let at_one = |_: u16, e: &PartitionEntry| e.next_offset.0 == 1;
     let r = store
-        .restore_where(Partition(1), 100, at_one, &rules, &f.state)
+        .restore_where(
+            (Partition(1), 100),
+            &store.list().unwrap(),
+            at_one,
+            &rules,
+            &f.state,
+        )
         .unwrap()
         .expect("the anchor restores");
     assert_eq!(r.next_offset, NextOffset(1));

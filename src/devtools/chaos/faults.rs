@@ -515,13 +515,7 @@ impl<'a> Faults<'a> {
 
     /// A `reprocess-late --follow` that exited by itself: unexpected; restarted.
     fn reap_reprocess(&mut self) -> anyhow::Result<()> {
-        let Some(status) = self
-            .reprocess
-            .as_mut()
-            .map(|c| c.try_wait())
-            .transpose()?
-            .flatten()
-        else {
+        let Some(status) = exited(&mut self.reprocess)? else {
             return Ok(());
         };
         self.reprocess = None;
@@ -537,13 +531,7 @@ impl<'a> Faults<'a> {
     fn reap(&mut self) -> anyhow::Result<()> {
         self.reap_reprocess()?;
         for i in 0..self.workers.len() {
-            let Some(status) = self.workers[i]
-                .child
-                .as_mut()
-                .map(|c| c.try_wait())
-                .transpose()?
-                .flatten()
-            else {
+            let Some(status) = exited(&mut self.workers[i].child)? else {
                 continue;
             };
             let w = &mut self.workers[i];
@@ -572,13 +560,7 @@ impl<'a> Faults<'a> {
             let at = self.restart_at();
             self.restarts.push((at, Target::Worker(i), None));
         }
-        let Some(status) = self
-            .sink
-            .as_mut()
-            .map(|c| c.try_wait())
-            .transpose()?
-            .flatten()
-        else {
+        let Some(status) = exited(&mut self.sink)? else {
             return Ok(());
         };
         self.sink = None;
@@ -593,4 +575,9 @@ impl<'a> Faults<'a> {
         self.restarts.push((at, Target::Sink, None));
         Ok(())
     }
+}
+
+/// How `child` exited, if it is there and has exited.
+fn exited(child: &mut Option<Child>) -> std::io::Result<Option<std::process::ExitStatus>> {
+    Ok(child.as_mut().map(Child::try_wait).transpose()?.flatten())
 }
