@@ -3,6 +3,7 @@
 //! over 100 checkpoints, through the same code a worker runs.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tally::checkpoint::objects::remote::RemoteObjects;
@@ -16,8 +17,12 @@ use tally::state::{NextOffset, StateStore};
 use crate::common::*;
 
 fn remote(prefix: &str) -> RemoteObjects {
+    remote_at(prefix, &s3_endpoint())
+}
+
+fn remote_at(prefix: &str, endpoint: &str) -> RemoteObjects {
     let mut options = BTreeMap::new();
-    options.insert("aws_endpoint".to_string(), s3_endpoint());
+    options.insert("aws_endpoint".to_string(), endpoint.to_string());
     options.insert("aws_allow_http".to_string(), "true".to_string());
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -55,6 +60,29 @@ fn s3_objects_are_created_once_never_replaced_and_read_within_bounds() {
     s.delete("chk-1-w/MANIFEST").unwrap();
     s.delete("chk-1-w/MANIFEST").unwrap();
     assert!(s.list().unwrap().is_empty());
+}
+
+/// A create whose answer is lost (the object made, the connection dropped before
+/// the client heard) is this writer's write, not another's: `put_new` succeeds,
+/// once; another writer's bytes under the key are still `Exists`.
+#[test]
+fn a_create_whose_answer_was_lost_is_not_taken_for_another_writer() {
+    let proxy = crate::s3_proxy::FaultyS3::start(&s3_endpoint(), false);
+    let s = remote_at("lost-answer", &proxy.endpoint);
+    proxy.lose_put_answers.store(1, Ordering::SeqCst);
+    s.put_new("chk-1-w/MANIFEST", b"mine").unwrap();
+    assert_eq!(
+        proxy.lose_put_answers.load(Ordering::SeqCst),
+        0,
+        "no answer was lost"
+    );
+    assert_eq!(s.get("chk-1-w/MANIFEST", 100).unwrap(), b"mine");
+    let other = s.put_new("chk-1-w/MANIFEST", b"theirs");
+    assert!(
+        matches!(other, Err(ObjectError::Exists { .. })),
+        "{other:?}"
+    );
+    assert_eq!(s.get("chk-1-w/MANIFEST", 100).unwrap(), b"mine");
 }
 
 /// 100 checkpoints with partitions moving between them, retention after each:

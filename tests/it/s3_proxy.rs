@@ -2,7 +2,9 @@
 //! HTTP request to `scripts/s3.sh`'s server — or, while `failing`, answers the
 //! GET of an object (not a listing) with `500 Internal Server Error`, as an S3
 //! that has trouble for a while does; or, while `hanging`, holds such a GET
-//! unanswered (a store that stopped responding). One request per connection
+//! unanswered (a store that stopped responding); or, while `lose_put_answers` is
+//! above 0, forwards an object PUT and drops its answer (the object created, the
+//! client told nothing: a connection lost at the worst moment). One request per connection
 //! (`Connection: close` both ways), so every request is seen and decided alone.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -21,6 +23,9 @@ pub struct FaultyS3 {
     pub hanging: Arc<AtomicBool>,
     /// The GETs held so far.
     pub held: Arc<AtomicU64>,
+    /// The next this many object PUTs reach the server, and their answers are
+    /// dropped.
+    pub lose_put_answers: Arc<AtomicU64>,
 }
 
 /// What the proxy does to object GETs.
@@ -30,6 +35,7 @@ struct Faults {
     failed: Arc<AtomicU64>,
     hanging: Arc<AtomicBool>,
     held: Arc<AtomicU64>,
+    lose_put_answers: Arc<AtomicU64>,
 }
 
 impl FaultyS3 {
@@ -47,6 +53,7 @@ impl FaultyS3 {
             failed: Arc::new(AtomicU64::new(0)),
             hanging: Arc::new(AtomicBool::new(false)),
             held: Arc::new(AtomicU64::new(0)),
+            lose_put_answers: Arc::new(AtomicU64::new(0)),
         };
         let f = faults.clone();
         std::thread::spawn(move || {
@@ -63,6 +70,7 @@ impl FaultyS3 {
             failed: faults.failed,
             hanging: faults.hanging,
             held: faults.held,
+            lose_put_answers: faults.lose_put_answers,
         }
     }
 }
@@ -132,6 +140,15 @@ fn serve(conn: TcpStream, upstream: &str, faults: &Faults) -> std::io::Result<()
     up.flush()?;
     let mut response = Vec::new();
     up.read_to_end(&mut response)?;
+    let lose = request_line.starts_with("PUT ")
+        && faults
+            .lose_put_answers
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+    if lose {
+        // The object exists now; the client only sees its connection close.
+        return out.shutdown(std::net::Shutdown::Both);
+    }
     // The response's head, rewritten to close this connection too.
     let split = response
         .windows(4)

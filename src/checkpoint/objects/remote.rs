@@ -10,7 +10,13 @@
 //!   the crate reads them; their values are registered as secrets before anything
 //!   can print them (`crate::secrets`), and no error carries them.
 //! - `put_new` is `PutMode::Create`: S3 sends `If-None-Match: *` (a `412` is
-//!   `Exists`); GCS and Azure use their own create-only preconditions.
+//!   `Exists`); GCS and Azure use their own create-only preconditions. The crate
+//!   does not retry a create whose connection broke, so `put_new` tries again for
+//!   up to 30 s itself (an outage of the store for a few seconds costs a
+//!   checkpoint that much later, not a restart); and since an attempt may have
+//!   created the object and lost only its answer, an `Exists` whose object holds
+//!   exactly the bytes being written is success (keys are unique per writer,
+//!   DESIGN §7.1, so those bytes are this write).
 //! - Calls block the calling thread on this store's own small tokio runtime, so
 //!   the worker's threads (the poll loop, the exporter, restores) use it as they use
 //!   the local directory. It must not be called from inside another runtime.
@@ -23,6 +29,7 @@
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use object_store::path::Path as ObjPath;
@@ -43,6 +50,12 @@ pub struct RemoteObjects {
 
 /// How often a waiting read checks for a stop request.
 const STOP_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// How long `put_new` tries again a create that did not reach the store, from
+/// 100 ms apart to 2 s apart.
+const PUT_RETRY_FOR: Duration = Duration::from_secs(30);
+const PUT_BACKOFF: Duration = Duration::from_millis(100);
+const PUT_BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 /// Whether `dir` (the value of `checkpoint.dir`) names object storage rather
 /// than a local path.
@@ -205,6 +218,12 @@ impl RemoteObjects {
         }
     }
 
+    /// Whether `key` holds exactly `bytes`.
+    fn holds(&self, key: &str, bytes: &[u8]) -> bool {
+        self.get(key, bytes.len() as u64)
+            .is_ok_and(|there| there == bytes)
+    }
+
     /// Runs the read `f` on the store's runtime; gives up with `Interrupted` once
     /// the stop predicate (if set) holds.
     fn read<T>(
@@ -239,15 +258,36 @@ impl Objects for RemoteObjects {
 
     fn put_new(&self, key: &str, bytes: &[u8]) -> Result<(), ObjectError> {
         let path = self.path(key)?;
-        let opts = PutOptions {
-            mode: PutMode::Create,
-            ..PutOptions::default()
-        };
-        let payload = PutPayload::from(bytes.to_vec());
-        self.rt
-            .block_on(self.store.put_opts(&path, payload, opts))
-            .map(drop)
-            .map_err(|e| self.err(key, e))
+        let give_up = Instant::now() + PUT_RETRY_FOR;
+        let mut backoff = PUT_BACKOFF;
+        loop {
+            let opts = PutOptions {
+                mode: PutMode::Create,
+                ..PutOptions::default()
+            };
+            let payload = PutPayload::from(bytes.to_vec());
+            let e = match self.rt.block_on(self.store.put_opts(&path, payload, opts)) {
+                Ok(_) => return Ok(()),
+                Err(e) => self.err(key, e),
+            };
+            match e {
+                // An attempt — this loop's or the client's own retry — may have
+                // created the object and lost only the answer: the same bytes
+                // there are this write.
+                ObjectError::Exists { .. } if self.holds(key, bytes) => return Ok(()),
+                ObjectError::Unavailable { ref msg, .. } if Instant::now() + backoff < give_up => {
+                    tracing::warn!(
+                        location = %self.location(key),
+                        error = %msg,
+                        retry_in_ms = backoff.as_millis() as u64,
+                        "creating a checkpoint object failed; trying again"
+                    );
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(PUT_BACKOFF_MAX);
+                }
+                e => return Err(e),
+            }
+        }
     }
 
     fn get(&self, key: &str, limit: u64) -> Result<Vec<u8>, ObjectError> {
