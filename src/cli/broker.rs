@@ -15,6 +15,10 @@ use crate::kafka::tls_listener::TlsFiles;
 pub struct BrokerArgs {
     #[command(flatten)]
     pub config: ConfigArg,
+    /// Brokers in the cluster (ids 1 to N); every topic has a replica on each,
+    /// so `leader` control commands can move any partition.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=8))]
+    pub brokers: i32,
     /// Partitions of each topic created from the config's [topics].
     #[arg(long, default_value_t = 4)]
     pub partitions: i32,
@@ -46,9 +50,11 @@ pub struct BrokerArgs {
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
     /// Fault injection (the chaos run): a file polled every 100 ms; each time it
-    /// appears, its lines are applied in order and it is removed — `down` (the
-    /// broker drops every connection and refuses new ones; its data stays), `up`,
-    /// `rtt MS` (every response delayed by MS).
+    /// appears, its lines are applied in order and it is removed — `down [ID]`
+    /// (the broker drops every connection and refuses new ones; its data stays),
+    /// `up [ID]`, `rtt MS [ID]` (every response delayed by MS), without ID every
+    /// broker; `leader TOPIC PARTITION ID` (the partition's leadership moves to
+    /// broker ID).
     #[arg(long, value_name = "FILE")]
     pub control_file: Option<PathBuf>,
     /// mTLS: require client certificates signed by this CA (PEM).
@@ -98,7 +104,12 @@ pub fn run(a: BrokerArgs) -> anyhow::Result<()> {
         key,
         client_ca: a.tls_client_ca,
     });
-    let cluster = broker::start(&topics, Some(&a.address_file), timings, tls.as_ref())?;
+    let cluster = broker::start(
+        (&topics, a.brokers),
+        Some(&a.address_file),
+        timings,
+        tls.as_ref(),
+    )?;
     println!("{}", cluster.bootstrap_servers());
     tracing::info!(bootstrap = %cluster.bootstrap_servers(), topics = %crate::logfmt::pairs(topics.iter().map(|(t, n)| (t, n))), file = %a.address_file.display(),
         "dev broker ready (in-memory; keeps the newest 5 MiB per partition)");

@@ -115,7 +115,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     .iter()
     .map(|t| (t.to_string(), partitions))
     .collect();
-    let cluster = broker::start(&topics, None, broker::GroupTimings::default(), None)?;
+    let cluster = broker::start((&topics, 1), None, broker::GroupTimings::default(), None)?;
     let bootstrap = cluster.bootstrap_servers();
     let mut cfg = demo_config(&bootstrap, &dir);
     if a.cloudevents {

@@ -34,6 +34,8 @@ use super::KafkaIoError;
 pub(crate) struct DevBroker {
     handle: BaseProducer,
     bootstrap: String,
+    /// Broker ids are 1 to `brokers`.
+    brokers: i32,
 }
 
 impl DevBroker {
@@ -46,50 +48,105 @@ impl DevBroker {
         unsafe { rd::rd_kafka_handle_mock_cluster(self.handle.client().native_ptr()) }
     }
 
-    /// Puts a TLS listener in front of the (single) mock broker and advertises
-    /// it instead of the plaintext one; returns the new bootstrap address.
+    /// Puts a TLS listener in front of each mock broker and advertises it
+    /// instead of the plaintext one; returns the new bootstrap list.
     fn behind_tls(&self, files: &TlsFiles) -> Result<String, KafkaIoError> {
-        let plain: SocketAddr = self.bootstrap.parse().map_err(|e| {
-            KafkaIoError::Fatal(format!("mock bootstrap {:?}: {e}", self.bootstrap))
-        })?;
-        let host = plain.ip().to_string();
-        let port = tls_listener::start(files, &host, plain).map_err(KafkaIoError::Fatal)?;
-        let c_host = CString::new(host.clone()).expect("an IP address has no NUL");
-        // SAFETY: valid mock pointer, NUL-terminated host; broker 1 is the only one.
-        unsafe {
-            rd::rd_kafka_mock_broker_set_host_port(self.mock(), 1, c_host.as_ptr(), port.into())
-        };
-        Ok(format!("{host}:{port}"))
+        let mut listeners = Vec::new();
+        // The mock lists its brokers in id order, 1 to N.
+        for (id, plain) in (1..).zip(self.bootstrap.split(',')) {
+            let plain: SocketAddr = plain
+                .parse()
+                .map_err(|e| KafkaIoError::Fatal(format!("mock broker {plain:?}: {e}")))?;
+            let host = plain.ip().to_string();
+            let port = tls_listener::start(files, &host, plain).map_err(KafkaIoError::Fatal)?;
+            let c_host = CString::new(host.clone()).expect("an IP address has no NUL");
+            // SAFETY: valid mock pointer, NUL-terminated host, an existing broker id.
+            unsafe {
+                rd::rd_kafka_mock_broker_set_host_port(
+                    self.mock(),
+                    id,
+                    c_host.as_ptr(),
+                    port.into(),
+                )
+            };
+            listeners.push(format!("{host}:{port}"));
+        }
+        Ok(listeners.join(","))
     }
 
-    /// Applies one control command (`tally dev-broker --control-file`): `down`
-    /// (the broker closes its connections and refuses new ones; its logs, offsets
-    /// and groups stay), `up`, or `rtt MS` (every response delayed by MS).
+    /// Applies one control command (`tally dev-broker --control-file`): `down
+    /// [ID]` (the broker closes its connections and refuses new ones; its logs,
+    /// offsets and groups stay), `up [ID]`, `rtt MS [ID]` (every response delayed
+    /// by MS) — without ID, every broker — and `leader TOPIC PARTITION ID` (the
+    /// partition's leadership moves to broker ID; its log stays).
     pub(crate) fn control(&self, command: &str) -> Result<(), String> {
         let words: Vec<&str> = command.split_whitespace().collect();
-        // SAFETY: valid mock pointer; broker 1 is the only one.
-        let err = unsafe {
-            match words.as_slice() {
-                ["down"] => rd::rd_kafka_mock_broker_set_down(self.mock(), 1),
-                ["up"] => rd::rd_kafka_mock_broker_set_up(self.mock(), 1),
-                ["rtt", ms] => {
-                    let ms: i32 = ms.parse().map_err(|_| format!("rtt {ms:?}: not ms"))?;
-                    rd::rd_kafka_mock_broker_set_rtt(self.mock(), 1, ms)
-                }
-                _ => return Err(format!("unknown command {command:?} (down, up, rtt MS)")),
+        let id = |w: &str| -> Result<i32, String> {
+            w.parse::<i32>()
+                .ok()
+                .filter(|id| (1..=self.brokers).contains(id))
+                .ok_or_else(|| {
+                    format!(
+                        "{command:?}: {w:?} is not a broker id (1 to {})",
+                        self.brokers
+                    )
+                })
+        };
+        let every = || (1..=self.brokers).collect::<Vec<i32>>();
+        let ids = |rest: &[&str]| match rest {
+            [] => Ok(every()),
+            [w] => id(w).map(|i| vec![i]),
+            _ => Err(format!("{command:?}: too many words")),
+        };
+        let mock = self.mock();
+        // SAFETY (every call below): a valid mock pointer and existing broker ids.
+        let errs: Vec<rd::rd_kafka_resp_err_t> = match words.as_slice() {
+            ["down", rest @ ..] => ids(rest)?
+                .into_iter()
+                .map(|b| unsafe { rd::rd_kafka_mock_broker_set_down(mock, b) })
+                .collect(),
+            ["up", rest @ ..] => ids(rest)?
+                .into_iter()
+                .map(|b| unsafe { rd::rd_kafka_mock_broker_set_up(mock, b) })
+                .collect(),
+            ["rtt", ms, rest @ ..] => {
+                let ms: i32 = ms.parse().map_err(|_| format!("rtt {ms:?}: not ms"))?;
+                ids(rest)?
+                    .into_iter()
+                    .map(|b| unsafe { rd::rd_kafka_mock_broker_set_rtt(mock, b, ms) })
+                    .collect()
+            }
+            ["leader", topic, partition, b] => {
+                let p: i32 = partition
+                    .parse()
+                    .map_err(|_| format!("leader: partition {partition:?} is not a number"))?;
+                let b = id(b)?;
+                let t = CString::new(*topic).map_err(|_| "leader: NUL in the topic".to_string())?;
+                vec![unsafe { rd::rd_kafka_mock_partition_set_leader(mock, t.as_ptr(), p, b) }]
+            }
+            _ => {
+                return Err(format!(
+                    "unknown command {command:?} (down [ID], up [ID], rtt MS [ID], leader TOPIC PARTITION ID)"
+                ))
             }
         };
-        if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-            return Err(format!("{command}: {err:?}"));
+        match errs
+            .into_iter()
+            .find(|e| *e != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR)
+        {
+            Some(err) => Err(format!("{command}: {err:?}")),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     pub(crate) fn create_topic(&self, name: &str, partitions: i32) -> Result<(), KafkaIoError> {
         let c = CString::new(name)
             .map_err(|_| KafkaIoError::Fatal(format!("topic name {name:?} contains NUL")))?;
         // SAFETY: valid mock pointer and NUL-terminated name.
-        let err = unsafe { rd::rd_kafka_mock_topic_create(self.mock(), c.as_ptr(), partitions, 1) };
+        // Every broker holds a replica, so any of them can lead any partition.
+        let err = unsafe {
+            rd::rd_kafka_mock_topic_create(self.mock(), c.as_ptr(), partitions, self.brokers)
+        };
         if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
             return Err(KafkaIoError::Fatal(format!(
                 "creating topic {name}: {err:?}"
@@ -122,17 +179,18 @@ impl Default for GroupTimings {
     }
 }
 
-/// Starts the mock cluster, creates `topics` (name, partitions), writes the
-/// bootstrap address to `address_file` (atomically) and returns the cluster.
-/// With `tls`, clients reach it only through a TLS listener (`tls_listener`).
+/// Starts the mock cluster of `brokers` brokers, creates `topics` (name,
+/// partitions; a replica on every broker), writes the bootstrap address to
+/// `address_file` (atomically) and returns the cluster. With `tls`, clients
+/// reach it only through TLS listeners (`tls_listener`).
 pub(crate) fn start(
-    topics: &[(String, i32)],
+    (topics, brokers): (&[(String, i32)], i32),
     address_file: Option<&Path>,
     timings: GroupTimings,
     tls: Option<&TlsFiles>,
 ) -> Result<DevBroker, KafkaIoError> {
     let handle: BaseProducer = ClientConfig::new()
-        .set("test.mock.num.brokers", "1")
+        .set("test.mock.num.brokers", brokers.to_string())
         .create()
         .map_err(KafkaIoError::client("starting the mock cluster"))?;
     // SAFETY: see DevBroker::mock; the bootstrap string is owned by the cluster.
@@ -159,7 +217,11 @@ pub(crate) fn start(
             .to_string_lossy()
             .into_owned()
     };
-    let mut broker = DevBroker { handle, bootstrap };
+    let mut broker = DevBroker {
+        handle,
+        bootstrap,
+        brokers,
+    };
     if let Some(files) = tls {
         broker.bootstrap = broker.behind_tls(files)?;
     }

@@ -18,6 +18,7 @@ mod compose;
 mod crafted;
 mod defaults;
 mod demo;
+mod dev_broker;
 mod endpoints;
 mod evolution;
 mod exit_codes;
