@@ -6,7 +6,7 @@
 # (see `tally-dev chaos --help`), e.g. scripts/chaos.sh --workers 4 --duration 15m.
 #
 #   scripts/chaos.sh campaign [ARGS]   the chaos campaign (`tally-dev chaos-campaign`):
-#       short randomized runs back to back until --kills (1000) or --budget (60m), e.g.
+#       short randomized runs, three at a time, until --kills (1000) or --budget (60m), e.g.
 #       scripts/chaos.sh campaign --kills 1000 --seed 7; report in target/chaos-campaign/.
 #   scripts/chaos.sh --replay SEED     replays one campaign run (the campaign prints it).
 #

@@ -208,6 +208,21 @@ pub fn run(a: ChaosArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Campaign runs at once share the PostgreSQL cluster: a run's restart of it
+/// (a fault) waits for the others' one-shot statements (create, compare, drop),
+/// which hold this for reading; the sinks' reconnects are what the fault tests.
+static PG_RESTARTS: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Holds PostgreSQL up (no fault restarts it) while the guard lives.
+fn pg_steady() -> std::sync::RwLockReadGuard<'static, ()> {
+    PG_RESTARTS.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Holds off the other runs' one-shot statements while PostgreSQL restarts.
+pub(super) fn pg_restarting() -> std::sync::RwLockWriteGuard<'static, ()> {
+    PG_RESTARTS.write().unwrap_or_else(|p| p.into_inner())
+}
+
 /// One chaos run of `plan`: services up, faults until the generator is done,
 /// the drain, the tail, the comparison. Returns the report (exact or not); an
 /// error is a run that could not be carried out.
@@ -219,12 +234,7 @@ pub fn run_plan(plan: &Plan, sv: &Services) -> anyhow::Result<ChaosReport> {
     let broker_ctl = dir.join("broker.ctl");
     let broker = start_broker(&exe, plan, &broker_ctl)?;
     let bootstrap = broker.bootstrap.clone();
-    let db_name = format!(
-        "chaos_{}_{}",
-        std::process::id(),
-        crate::base::clock::now_ms()
-    );
-    let db = support::create_database(&sv.database_url, &db_name)?;
+    let (db_name, db) = run_database(plan, sv)?;
     // Checkpoints on S3 go through the run's proxy, which the faults take down.
     let proxy = match (&sv.s3_endpoint, plan.store.as_str()) {
         (Some(endpoint), "s3") => Some(S3Proxy::start(endpoint)?),
@@ -258,10 +268,15 @@ pub fn run_plan(plan: &Plan, sv: &Services) -> anyhow::Result<ChaosReport> {
     if sv.verbose {
         println!("chaos: {}", plan.describe(count));
     }
+    let kafka = crate::config::KafkaConfig {
+        bootstrap_servers: bootstrap.clone(),
+        ..Default::default()
+    };
     let outside = Outside {
         pg_dir: sv.pg_dir.as_deref(),
         s3: proxy.as_ref(),
         broker_ctl: Some(&broker_ctl),
+        kafka: Some(&kafka),
     };
     let mut faults = Faults::new(
         plan,
@@ -271,10 +286,6 @@ pub fn run_plan(plan: &Plan, sv: &Services) -> anyhow::Result<ChaosReport> {
         (sink, reprocess),
         sv.verbose,
     );
-    let kafka = crate::config::KafkaConfig {
-        bootstrap_servers: bootstrap.clone(),
-        ..Default::default()
-    };
     let (produced, undrained) = faults_then_drain(&mut faults, &mut gen, &kafka, plan.partitions)?;
     let produce_secs = (produced - started).as_secs_f64();
     let Faults {
@@ -287,6 +298,8 @@ pub fn run_plan(plan: &Plan, sv: &Services) -> anyhow::Result<ChaosReport> {
     let drained_secs = started.elapsed().as_secs_f64();
     let hung = stop_workers(&mut workers)?;
     let final_state = dir.join("state-final");
+    // The tail and the comparison read PostgreSQL once: no restart meanwhile.
+    let pg = pg_steady();
     tail(
         &exe,
         &cfg_s,
@@ -296,6 +309,7 @@ pub fn run_plan(plan: &Plan, sv: &Services) -> anyhow::Result<ChaosReport> {
     )?;
 
     let f = compare(&db, &expected, &final_state, &kafka, plan.reprocess_late)?;
+    drop(pg);
     let mut report = ChaosReport::new(plan, count, &expected, log, &f, &workers);
     report.phases_s = [produce_secs, drained_secs, started.elapsed().as_secs_f64()];
     report.faults.hung_at_stop = hung;
@@ -304,11 +318,36 @@ pub fn run_plan(plan: &Plan, sv: &Services) -> anyhow::Result<ChaosReport> {
         print_report(&report, produce_secs, drained_secs);
     }
     drop(broker);
-    if !sv.keep {
-        let _ = std::fs::remove_dir_all(&dir);
+    clean_up(&report, sv, &dir, &db_name);
+    Ok(report)
+}
+
+/// A fresh database for the run's sink: its name and URL.
+fn run_database(plan: &Plan, sv: &Services) -> anyhow::Result<(String, String)> {
+    let name = format!(
+        "chaos_{}_{}_{}",
+        std::process::id(),
+        plan.seed,
+        crate::base::clock::now_ms()
+    );
+    let _pg = pg_steady();
+    let url = support::create_database(&sv.database_url, &name)?;
+    Ok((name, url))
+}
+
+/// Removes a run's directory and database — unless `--keep`, or the run did not
+/// pass: its logs are what tell why.
+fn clean_up(report: &ChaosReport, sv: &Services, dir: &Path, db_name: &str) {
+    let passed =
+        report.exact && report.faults.unexpected_exits == 0 && report.faults.never_recovered == 0;
+    if !passed {
+        println!("  run kept in {}", dir.display());
+    }
+    if !sv.keep && passed {
+        let _ = std::fs::remove_dir_all(dir);
+        let _pg = pg_steady();
         let _ = support::execute(&sv.database_url, &format!("DROP DATABASE {db_name}"));
     }
-    Ok(report)
 }
 
 /// The faults until the generator is done and everything settled, then the
@@ -349,6 +388,13 @@ fn start_workers(plan: &Plan, spawn: &Spawner, dir: &Path) -> anyhow::Result<Vec
         .collect()
 }
 
+/// The dev broker's brokers in a chaos run: leader changes move partitions
+/// among them.
+pub const BROKERS: i32 = 3;
+
+/// Partitions of the run's results topic.
+pub const RESULTS_PARTITIONS: i32 = 4;
+
 /// The dev broker with the run's topics (and, for KIP-848 groups, its session
 /// timeout).
 fn start_broker(exe: &Path, plan: &Plan, ctl: &Path) -> anyhow::Result<support::DevBroker> {
@@ -357,7 +403,7 @@ fn start_broker(exe: &Path, plan: &Plan, ctl: &Path) -> anyhow::Result<support::
         exe,
         &[
             ("requests", plan.partitions),
-            ("tenant-cost", 4),
+            ("tenant-cost", RESULTS_PARTITIONS),
             ("requests.late", 4),
             ("requests.dlq", 4),
         ],
@@ -366,6 +412,8 @@ fn start_broker(exe: &Path, plan: &Plan, ctl: &Path) -> anyhow::Result<support::
             timeout.as_ref(),
             "--control-file".as_ref(),
             ctl.as_os_str(),
+            "--brokers".as_ref(),
+            BROKERS.to_string().as_ref(),
         ],
     )
 }
@@ -419,9 +467,10 @@ fn write_config(
     let cfg = dir.join("chaos.toml");
     let checkpoints = match (s3_endpoint, plan.store.as_str()) {
         (Some(endpoint), "s3") => format!(
-            "dir = \"s3://tally/chaos-{}-{}\"\nobject_store = {{ aws_endpoint = \"{endpoint}\", \
+            "dir = \"s3://tally/chaos-{}-{}-{}\"\nobject_store = {{ aws_endpoint = \"{endpoint}\", \
              aws_allow_http = \"true\" }}",
             std::process::id(),
+            plan.seed,
             crate::base::clock::now_ms()
         ),
         (None, "s3") => bail!("the plan keeps checkpoints on S3: give --s3-endpoint"),

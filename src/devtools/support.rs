@@ -266,6 +266,19 @@ pub fn log_ends(
         .collect()
 }
 
+/// The broker that leads `topic`'s `partition`, by the cluster's metadata.
+pub fn leader(kafka: &KafkaConfig, topic: &str, partition: i32) -> anyhow::Result<i32> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = crate::kafka::client_config(kafka, &[]).create()?;
+    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(2))?;
+    md.topics()
+        .iter()
+        .flat_map(|t| t.partitions())
+        .find(|p| p.id() == partition)
+        .map(|p| p.leader())
+        .ok_or_else(|| anyhow::anyhow!("no metadata for {topic}/{partition}"))
+}
+
 /// Commits `windows` fresh windows (`t<id>-<i>`) to each of `partitions` at next
 /// offset `next`, then writes checkpoint `id` of them through the real exporter
 /// and waits for it: a checkpoint as a worker writes one, for tests of the store.

@@ -6,11 +6,15 @@
 //! Markdown summary (`campaign_report`), so a campaign cut short still leaves
 //! both; a failing run prints its seed and the one command that replays it.
 //!
+//! `--parallel` runs go on at once, each with services of its own (broker,
+//! database, S3 prefix, directory); the report lists them as they end.
+//!
 //! Invariant: the run seeds (drawn from the master seed, or given with
 //! `--run-seeds`), and so the plans and schedules, depend only on those seeds and
-//! the services given (S3 endpoint, PostgreSQL directory).
+//! the services given (S3 endpoint, PostgreSQL directory), not on `--parallel`.
 
 use std::path::PathBuf;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::Context;
@@ -51,6 +55,11 @@ pub struct CampaignArgs {
     /// `--replay`).
     #[arg(long, value_delimiter = ',', value_name = "SEED,...")]
     pub run_seeds: Vec<u64>,
+    /// Runs at a time, each with its own dev broker, database, S3 prefix and
+    /// processes: a run's processes use a fraction of a core, and its recoveries
+    /// wait on session timeouts, not on the CPU.
+    #[arg(long, default_value_t = 3)]
+    pub parallel: usize,
     /// Where campaign.json and campaign.md go.
     #[arg(long, default_value = "target/chaos-campaign", value_name = "DIR")]
     pub out: PathBuf,
@@ -77,6 +86,13 @@ pub fn replay_command(a: &CampaignArgs, seed: u64) -> String {
     format!("{env}{} --replay {seed}", a.replay_with)
 }
 
+/// What the runs of a campaign share: the report, and the seeds not run yet.
+struct Shared {
+    report: CampaignReport,
+    seeds: Box<dyn Iterator<Item = u64> + Send>,
+    started: usize,
+}
+
 pub fn run(a: CampaignArgs) -> anyhow::Result<()> {
     let budget = dur(&a.budget)?;
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
@@ -87,39 +103,62 @@ pub fn run(a: CampaignArgs) -> anyhow::Result<()> {
         keep: false,
         verbose: false,
     };
-    let mut report = CampaignReport::new(a.seed, a.s3_endpoint.is_some(), a.pg_dir.is_some());
     let started = Instant::now();
     println!(
-        "chaos campaign: master seed {}, until {} kills or {} (report in {})",
+        "chaos campaign: master seed {}, until {} kills or {}, {} runs at a time (report in {})",
         a.seed,
         a.kills,
         a.budget,
+        a.parallel,
         a.out.display()
     );
-    let seeds: Box<dyn Iterator<Item = u64>> = if a.run_seeds.is_empty() {
+    let seeds: Box<dyn Iterator<Item = u64> + Send> = if a.run_seeds.is_empty() {
         Box::new(run_seeds(a.seed))
     } else {
         Box::new(a.run_seeds.clone().into_iter())
     };
-    for (k, seed) in seeds.enumerate() {
-        if report.totals.kills >= a.kills
+    let shared = Mutex::new(Shared {
+        report: CampaignReport::new(a.seed, a.s3_endpoint.is_some(), a.pg_dir.is_some()),
+        seeds,
+        started: 0,
+    });
+    // The next run to start, unless the campaign is over.
+    let next = || -> Option<(usize, u64)> {
+        let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
+        let over = sh.report.totals.kills >= a.kills
             || started.elapsed() >= budget
-            || a.runs.is_some_and(|n| k >= n)
-            || crate::base::shutdown::requested()
-        {
-            break;
+            || a.runs.is_some_and(|n| sh.started >= n)
+            || crate::base::shutdown::requested();
+        let seed = if over { None } else { sh.seeds.next() }?;
+        sh.started += 1;
+        Some((sh.started - 1, seed))
+    };
+    let lane = || -> anyhow::Result<()> {
+        while let Some((k, seed)) = next() {
+            let plan = Plan::draw(seed, a.s3_endpoint.is_some(), a.pg_dir.is_some());
+            let t = Instant::now();
+            let outcome = run_plan(&plan, &services);
+            let entry = RunEntry::new(plan, outcome, t.elapsed(), replay_command(&a, seed));
+            let mut sh = shared.lock().unwrap_or_else(|p| p.into_inner());
+            println!("{}", entry.line(k));
+            if !entry.passed {
+                println!("  FAILED: seed {seed}; replay with: {}", entry.replay);
+            }
+            sh.report.push(entry, started.elapsed());
+            sh.report.write(&a.out)?;
         }
-        let plan = Plan::draw(seed, a.s3_endpoint.is_some(), a.pg_dir.is_some());
-        let t = Instant::now();
-        let outcome = run_plan(&plan, &services);
-        let entry = RunEntry::new(plan, outcome, t.elapsed(), replay_command(&a, seed));
-        println!("{}", entry.line(k));
-        if !entry.passed {
-            println!("  FAILED: seed {seed}; replay with: {}", entry.replay);
-        }
-        report.push(entry, started.elapsed());
-        report.write(&a.out)?;
-    }
+        Ok(())
+    };
+    std::thread::scope(|s| {
+        let lanes: Vec<_> = (0..a.parallel.max(1)).map(|_| s.spawn(lane)).collect();
+        lanes
+            .into_iter()
+            .try_for_each(|l| l.join().expect("a campaign lane panicked"))
+    })?;
+    let report = shared
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .report;
     println!("\n{}", report.markdown());
     let failed: Vec<&RunEntry> = report.runs.iter().filter(|r| !r.passed).collect();
     for r in &failed {

@@ -67,7 +67,7 @@ impl RunEntry {
         let what = match (&self.report, &self.error) {
             (Some(r), _) => format!(
                 "{} kills ({} at crash points, {} sink, {} reprocess-late), {} zombies, {} pg restarts, \
-                 {} S3 outages, broker {} down {} slow, recovery p99 {:.1} s, faults done {:.0} s, \
+                 {} S3 outages, broker {} down {} slow, {} leader changes, recovery p99 {:.1} s, faults done {:.0} s, \
                  drained {:.0} s, {}",
                 self.kills(),
                 r.faults.crash_point_kills,
@@ -78,6 +78,7 @@ impl RunEntry {
                 r.faults.s3_outages,
                 r.faults.broker_downs,
                 r.faults.broker_slows,
+                r.faults.leader_changes,
                 r.recovery_p99_s,
                 r.phases_s[0],
                 r.phases_s[1],
@@ -127,6 +128,8 @@ pub struct Totals {
     pub broker_downs: usize,
     #[serde(default)]
     pub broker_slows: usize,
+    #[serde(default)]
+    pub leader_changes: usize,
     /// Runs that ran `reprocess-late --follow` (their late sets billed once).
     #[serde(default)]
     pub reprocess_runs: usize,
@@ -144,6 +147,10 @@ pub struct Totals {
     pub audits_balanced: usize,
     pub exact_runs: usize,
     pub never_recovered: usize,
+    /// Worker deaths whose partitions a later death orphaned again before they
+    /// moved on (timed with the later one).
+    #[serde(default)]
+    pub superseded: usize,
     pub elapsed_s: f64,
     pub kills_per_minute: f64,
 }
@@ -159,6 +166,11 @@ pub struct Recovery {
     /// Session timeout + 5 s.
     pub target_s: f64,
     pub within_target: bool,
+    /// Of the same recoveries timed from the first death they cover.
+    #[serde(default)]
+    pub stall_p99_s: f64,
+    #[serde(default)]
+    pub stall_max_s: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -167,6 +179,9 @@ pub struct CampaignReport {
     pub s3: bool,
     pub pg_restarts: bool,
     pub totals: Totals,
+    /// Per protocol (the issue's target is per protocol).
+    #[serde(default)]
+    pub recovery_by_protocol: Vec<Recovery>,
     /// Per protocol and store.
     pub recovery: Vec<Recovery>,
     /// Per protocol, store and membership.
@@ -185,6 +200,7 @@ impl CampaignReport {
             s3,
             pg_restarts,
             totals: Totals::default(),
+            recovery_by_protocol: Vec::new(),
             recovery: Vec::new(),
             recovery_by_membership: Vec::new(),
             recovery_isolated: Vec::new(),
@@ -215,11 +231,13 @@ impl CampaignReport {
             t.s3_exits += f.s3_exits;
             t.broker_downs += f.broker_downs;
             t.broker_slows += f.broker_slows;
+            t.leader_changes += f.leader_changes;
             t.reprocess_runs += usize::from(r.adjustments.is_some());
             t.unexpected_exits += f.unexpected_exits;
             t.hung_at_stop += f.hung_at_stop;
             t.drain_timeouts += usize::from(!f.undrained_partitions.is_empty());
             t.never_recovered += f.never_recovered;
+            t.superseded += f.superseded;
             t.lost_windows += r.lost_windows;
             t.double_counted_windows += r.double_counted_windows;
             t.extra_windows += r.extra_windows;
@@ -232,27 +250,33 @@ impl CampaignReport {
         t.kills_per_minute = t.kills as f64 / (t.elapsed_s / 60.0).max(1e-9);
         self.totals = t;
         let by_store = |p: &Plan| format!("{} / {}", p.group_protocol, p.store);
+        self.recovery_by_protocol = self.recovery_by(|p| p.group_protocol.clone(), false);
         self.recovery = self.recovery_by(by_store, false);
         self.recovery_by_membership = self.recovery_by(Plan::class, false);
         self.recovery_isolated = self.recovery_by(by_store, true);
     }
 
     fn recovery_by(&self, class: impl Fn(&Plan) -> String, isolated: bool) -> Vec<Recovery> {
-        let mut by: BTreeMap<String, (Vec<f64>, f64)> = BTreeMap::new();
+        let mut by: BTreeMap<String, (Vec<f64>, Vec<f64>, f64)> = BTreeMap::new();
         for run in &self.runs {
             let Some(r) = &run.report else { continue };
-            let e = by
-                .entry(class(&run.plan))
-                .or_insert((Vec::new(), run.plan.recovery_target_s()));
-            e.0.extend(if isolated {
-                &r.faults.isolated_recoveries
+            let e = by.entry(class(&run.plan)).or_insert((
+                Vec::new(),
+                Vec::new(),
+                run.plan.recovery_target_s(),
+            ));
+            let f = &r.faults;
+            let (times, stalls) = if isolated {
+                (&f.isolated_recoveries, &f.isolated_recoveries)
             } else {
-                &r.faults.recoveries
-            });
-            e.1 = e.1.min(run.plan.recovery_target_s());
+                (&f.recoveries, &f.stalls)
+            };
+            e.0.extend(times);
+            e.1.extend(stalls);
+            e.2 = e.2.min(run.plan.recovery_target_s());
         }
         by.into_iter()
-            .map(|(class, (v, target_s))| {
+            .map(|(class, (v, stalls, target_s))| {
                 let p99_s = pct(&v, 99);
                 Recovery {
                     class,
@@ -261,7 +285,9 @@ impl CampaignReport {
                     p99_s,
                     max_s: v.iter().copied().fold(0.0, f64::max),
                     target_s,
-                    within_target: p99_s <= target_s,
+                    within_target: !v.is_empty() && p99_s <= target_s,
+                    stall_p99_s: pct(&stalls, 99),
+                    stall_max_s: stalls.iter().copied().fold(0.0, f64::max),
                 }
             })
             .collect()
@@ -284,14 +310,15 @@ impl CampaignReport {
              in {} runs that ran it), {:.1} kills/min; {} zombies \
              (SIGSTOP past the session timeout), {} PostgreSQL restarts, {} S3 outages ({} workers \
              exited 4 in them, as documented, and were restarted), the dev broker {} times down \
-             and {} times slow; {} unexpected exits; \
+             and {} times slow, {} partition leaderships moved; {} unexpected exits; \
              {} workers not stopped 60 s after the final SIGTERM; {} runs not drained by the \
              workers 300 s after the faults.\n\n\
              | check | result |\n|---|---|\n\
              | lost windows | {} |\n| double-counted windows | {} |\n| extra windows | {} |\n\
              | windows compared (sink view vs generator) | {} |\n| records generated | {} |\n\
              | exact runs (view, counters, late and dead-letter sets) | {} / {} |\n\
-             | audits balanced | {} / {} |\n| kills never recovered | {} |\n\n",
+             | audits balanced | {} / {} |\n| kills never recovered | {} |\n\
+             | kills whose partitions a later death orphaned again (timed with it) | {} |\n\n",
             self.master_seed,
             t.runs,
             t.elapsed_s / 60.0,
@@ -310,6 +337,7 @@ impl CampaignReport {
             t.s3_exits,
             t.broker_downs,
             t.broker_slows,
+            t.leader_changes,
             t.unexpected_exits,
             t.hung_at_stop,
             t.drain_timeouts,
@@ -323,11 +351,17 @@ impl CampaignReport {
             t.audits_balanced,
             t.runs,
             t.never_recovered,
+            t.superseded,
         );
+        s += &recovery_table("protocol", &self.recovery_by_protocol);
         s += &recovery_table("protocol / store", &self.recovery);
         s += &recovery_table(
             "protocol / store / membership",
             &self.recovery_by_membership,
+        );
+        s += &recovery_table(
+            "isolated kills (no other fault until recovered): protocol / store",
+            &self.recovery_isolated,
         );
         let failed: Vec<&RunEntry> = self.runs.iter().filter(|r| !r.passed).collect();
         if !failed.is_empty() {
@@ -348,18 +382,25 @@ impl CampaignReport {
 
 fn recovery_table(title: &str, rows: &[Recovery]) -> String {
     let mut s = format!(
-        "| {title} | recoveries | p50 | p99 | max | target (session + 5 s) |\n|---|---|---|---|---|---|\n"
+        "| {title} | recoveries | p50 | p99 | max | target (session + 5 s) | from the first death: p99, max |\n\
+         |---|---|---|---|---|---|---|\n"
     );
     for r in rows {
         s += &format!(
-            "| {} | {} | {:.1} s | {:.1} s | {:.1} s | {:.0} s {} |\n",
+            "| {} | {} | {:.1} s | {:.1} s | {:.1} s | {:.0} s {} | {:.1} s, {:.1} s |\n",
             r.class,
             r.recoveries,
             r.p50_s,
             r.p99_s,
             r.max_s,
             r.target_s,
-            if r.within_target { "met" } else { "**missed**" }
+            match (r.recoveries, r.within_target) {
+                (0, _) => "(none)",
+                (_, true) => "met",
+                _ => "**missed**",
+            },
+            r.stall_p99_s,
+            r.stall_max_s,
         );
     }
     s + "\n"

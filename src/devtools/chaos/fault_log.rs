@@ -39,15 +39,27 @@ pub struct FaultLog {
     pub broker_downs: usize,
     #[serde(default)]
     pub broker_slows: usize,
+    /// Partition leaderships moved to another broker.
+    #[serde(default)]
+    pub leader_changes: usize,
     /// Workers, sinks or reprocessors that exited without being killed or reaching a crash point.
     pub unexpected_exits: usize,
-    /// Seconds from each worker death until its partitions moved on.
+    /// Seconds from each worker death until its partitions — and those of the
+    /// earlier deaths it superseded — moved on.
     pub recoveries: Vec<f64>,
+    /// The same recoveries timed from the first of the deaths they cover: how
+    /// long the longest-waiting orphan stalled.
+    #[serde(default)]
+    pub stalls: Vec<f64>,
     /// Those of `recoveries` that no other fault overlapped (from the death to
     /// the recovery).
     #[serde(default)]
     pub isolated_recoveries: Vec<f64>,
     pub never_recovered: usize,
+    /// Worker deaths followed by another before their orphans moved on: the
+    /// later death's recovery covers their orphans too.
+    #[serde(default)]
+    pub superseded: usize,
     /// Workers that did not stop within 60 s of the final SIGTERM (then killed).
     #[serde(default)]
     pub hung_at_stop: usize,

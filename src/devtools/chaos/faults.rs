@@ -18,16 +18,19 @@
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 pub use super::fault_log::{Event, FaultLog};
 use super::kills::{behind, kill, recovered, rss_kb, Pending, Worker};
-use super::plan::{Plan, SINK_CRASH_POINT, WORKER_CRASH_POINTS};
+use super::plan::{FaultKind, Plan, SINK_CRASH_POINT, WORKER_CRASH_POINTS};
 use super::s3_proxy::S3Proxy;
+
+mod services;
 use super::spawn::Spawner;
 use crate::devtools::support::{self, signal};
 use crate::gen::Rng;
+use services::control_broker;
 
 /// The exit status of a process whose service (here: the checkpoint store) is
 /// unavailable (docs/reference/exit-codes.md).
@@ -47,19 +50,13 @@ pub(super) struct Outside<'a> {
     pub(super) s3: Option<&'a S3Proxy>,
     /// The dev broker's control file (`tally dev-broker --control-file`).
     pub(super) broker_ctl: Option<&'a Path>,
+    /// The dev broker, for its metadata (a partition's leader).
+    pub(super) kafka: Option<&'a crate::config::KafkaConfig>,
 }
 
 /// What seeds fault `n`'s stream, xored with the plan's seed.
 pub fn fault_stream(n: u64) -> u64 {
     (n + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-}
-
-/// Hands `command` to the dev broker: its control file, written whole.
-fn control_broker(ctl: &Path, command: &str) -> anyhow::Result<()> {
-    let tmp = ctl.with_extension("tmp");
-    std::fs::write(&tmp, format!("{command}\n"))?;
-    std::fs::rename(&tmp, ctl)?;
-    Ok(())
 }
 
 /// The loop's state.
@@ -174,15 +171,28 @@ impl<'a> Faults<'a> {
             if given_up > 0 {
                 self.event(format!("{given_up} kills not recovered after 120 s"));
             }
-            for (secs, isolated) in done {
+            for (secs, stall, isolated) in done {
                 self.log.recoveries.push(secs);
+                self.log.stalls.push(stall);
                 if isolated {
                     self.log.isolated_recoveries.push(secs);
                 }
                 let alone = if isolated { " (isolated)" } else { "" };
                 self.event(format!("recovered after {secs:.1} s{alone}"));
             }
-            if !gen_done && Instant::now() >= next {
+            // A worker fault waits until every earlier worker death has
+            // recovered, every killed worker is restarted and every zombie
+            // SIGCONTed: each kill's recovery is then its own, not the group's
+            // settling from a storm of faults (crash-point deaths, S3 exits and
+            // the other kinds still overlap).
+            let settling = !self.pending.is_empty()
+                || !self.conts.is_empty()
+                || self
+                    .restarts
+                    .iter()
+                    .any(|(_, t, _)| matches!(t, Target::Worker(_)));
+            let held = settling && self.next_kind().hits_a_worker();
+            if !gen_done && Instant::now() >= next && !held {
                 self.fault()?;
                 next = self.next_fault(Instant::now());
             }
@@ -256,38 +266,26 @@ impl<'a> Faults<'a> {
         done
     }
 
+    /// The kind of the next fault (the first draw of its stream).
+    fn next_kind(&self) -> FaultKind {
+        let x = Rng::new(self.plan.seed ^ fault_stream(self.drawn)).below(1000) as u32;
+        self.plan.faults.kind(x, self.outside.pg_dir.is_some())
+    }
+
     /// One fault drawn from the plan's mix.
     fn draw_fault(&mut self) -> anyhow::Result<()> {
-        let f = self.plan.faults;
         self.faults += 1;
         let x = self.rng.below(1000) as u32;
-        let pg = if self.outside.pg_dir.is_some() {
-            f.pg_restart
-        } else {
-            0
-        };
-        if x < pg {
-            return self.pg_restart();
-        }
-        if x < pg + f.sink {
-            return self.kill_sink();
-        }
-        // Tested apart from the worker faults' ranges, so that a plan without
-        // them draws the schedule earlier builds drew.
-        let worker_faults = pg + f.sink + f.zombie + f.crash_point;
-        if (worker_faults..worker_faults + f.reprocess_kill).contains(&x) {
-            return self.kill_reprocess();
-        }
-        let s3 = worker_faults + f.reprocess_kill;
-        if (s3..s3 + f.s3_outage).contains(&x) {
-            return self.s3_outage();
-        }
-        let down = s3 + f.s3_outage;
-        if (down..down + f.broker_down).contains(&x) {
-            return self.broker_fault(false);
-        }
-        if (down + f.broker_down..down + f.broker_down + f.broker_slow).contains(&x) {
-            return self.broker_fault(true);
+        let kind = self.plan.faults.kind(x, self.outside.pg_dir.is_some());
+        match kind {
+            FaultKind::PgRestart => return self.pg_restart(),
+            FaultKind::SinkKill => return self.kill_sink(),
+            FaultKind::ReprocessKill => return self.kill_reprocess(),
+            FaultKind::S3Outage => return self.s3_outage(),
+            FaultKind::BrokerDown => return self.broker_fault(false),
+            FaultKind::BrokerSlow => return self.broker_fault(true),
+            FaultKind::LeaderChange => return self.leader_change(),
+            FaultKind::Zombie | FaultKind::CrashPoint | FaultKind::Kill => {}
         }
         let alive: Vec<usize> = (0..self.workers.len())
             .filter(|i| self.workers[*i].child.is_some() && !self.workers[*i].stopped)
@@ -296,10 +294,10 @@ impl<'a> Faults<'a> {
             return Ok(());
         }
         let i = alive[self.rng.below(alive.len() as u64) as usize];
-        if x < pg + f.sink + f.zombie {
+        if kind == FaultKind::Zombie {
             return self.zombie(i);
         }
-        let crash = (x < pg + f.sink + f.zombie + f.crash_point).then(|| {
+        let crash = (kind == FaultKind::CrashPoint).then(|| {
             let p = WORKER_CRASH_POINTS[self.rng.below(WORKER_CRASH_POINTS.len() as u64) as usize];
             format!("{p}:{}", 1 + self.rng.below(3))
         });
@@ -327,11 +325,25 @@ impl<'a> Faults<'a> {
     }
 
     /// Starts timing the recovery of a death that left `owned` orphaned.
+    /// Starts timing the recovery of a worker death. Earlier deaths still
+    /// recovering are superseded: their orphans join this death's, and the
+    /// recovery is timed from this death (each time is from the last death
+    /// before it); how long since the first of them goes to the stalls.
     fn orphaned(&mut self, owned: BTreeMap<i32, i64>) {
-        if !owned.is_empty() {
+        let mut orphans = owned;
+        let mut first = Instant::now();
+        for p in self.pending.drain(..) {
+            self.log.superseded += 1;
+            first = first.min(p.first);
+            for (part, o) in p.orphans {
+                orphans.entry(part).or_insert(o);
+            }
+        }
+        if !orphans.is_empty() {
             self.pending.push(Pending {
                 at: Instant::now(),
-                orphans: owned,
+                first,
+                orphans,
                 faults: self.faults,
             });
         }
@@ -385,82 +397,6 @@ impl<'a> Faults<'a> {
         self.log.reprocess_kills += 1;
         self.event("killed reprocess-late --follow".into());
         self.restarts.push((at, Target::Reprocess, None));
-        Ok(())
-    }
-
-    /// The dev broker down for 1–3 s, or (`slow`) every response of it delayed
-    /// by 200–800 ms for 2–5 s; one broker fault at a time.
-    fn broker_fault(&mut self, slow: bool) -> anyhow::Result<()> {
-        let (command, back, pause) = if slow {
-            let rtt = self.between_ms(200, 800).as_millis();
-            (format!("rtt {rtt}"), "rtt 0", self.between_ms(2000, 5000))
-        } else {
-            ("down".to_string(), "up", self.between_ms(1000, 3000))
-        };
-        let Some(ctl) = self.outside.broker_ctl else {
-            return Ok(());
-        };
-        if self.broker_back.is_some() {
-            return Ok(());
-        }
-        control_broker(ctl, &command)?;
-        self.broker_back = Some((Instant::now() + pause, back));
-        if slow {
-            self.log.broker_slows += 1;
-        } else {
-            self.log.broker_downs += 1;
-        }
-        self.event(format!(
-            "dev broker {command} for {:.1} s",
-            pause.as_secs_f64()
-        ));
-        Ok(())
-    }
-
-    /// The S3 endpoint is down, or came back less than 10 s ago.
-    fn s3_recently_down(&self) -> bool {
-        self.s3_back.is_some()
-            || self
-                .s3_was_back
-                .is_some_and(|t| t.elapsed() < Duration::from_secs(10))
-    }
-
-    /// Takes the S3 endpoint down for 1–4 s (unless it is down already).
-    fn s3_outage(&mut self) -> anyhow::Result<()> {
-        let pause = self.between_ms(1000, 4000);
-        let Some(proxy) = self.outside.s3 else {
-            return Ok(());
-        };
-        if self.s3_back.is_some() {
-            return Ok(());
-        }
-        proxy.down();
-        self.s3_back = Some(Instant::now() + pause);
-        self.log.s3_outages += 1;
-        self.event(format!(
-            "S3 endpoint down for {:.1} s (connections reset, new ones refused)",
-            pause.as_secs_f64()
-        ));
-        Ok(())
-    }
-
-    fn pg_restart(&mut self) -> anyhow::Result<()> {
-        let Some(dir) = self.outside.pg_dir else {
-            return Ok(());
-        };
-        let out = Command::new("scripts/pg.sh")
-            .arg("restart")
-            .arg(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .output()?;
-        anyhow::ensure!(
-            out.status.success(),
-            "scripts/pg.sh restart failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        self.log.pg_restarts += 1;
-        self.event("restarted PostgreSQL".into());
         Ok(())
     }
 
@@ -553,7 +489,8 @@ impl<'a> Faults<'a> {
                 ));
             } else {
                 self.log.unexpected_exits += 1;
-                self.event(format!("worker {i} exited by itself ({status})"));
+                let why = last_error(&self.workers[i].state.with_extension("log"));
+                self.event(format!("worker {i} exited by itself ({status}){why}"));
             }
             self.faults += 1;
             self.orphaned(owned);
@@ -575,6 +512,20 @@ impl<'a> Faults<'a> {
         self.restarts.push((at, Target::Sink, None));
         Ok(())
     }
+}
+
+/// `: <line>` — the last line of the log at `log` that says `error`, if any
+/// (what made a process exit by itself, in the campaign's report).
+fn last_error(log: &Path) -> String {
+    std::fs::read_to_string(log)
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .rev()
+                .find(|l| l.contains("error"))
+                .map(|l| format!(": {}", l.trim()))
+        })
+        .unwrap_or_default()
 }
 
 /// How `child` exited, if it is there and has exited.

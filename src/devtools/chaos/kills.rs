@@ -67,7 +67,10 @@ pub(super) fn kill(w: &mut Worker) -> anyhow::Result<Option<BTreeMap<i32, i64>>>
 
 /// A worker death whose partitions have not moved on yet.
 pub(super) struct Pending {
+    /// The last death.
     pub(super) at: Instant,
+    /// The first of the deaths whose orphans these are.
+    pub(super) first: Instant,
     /// The partitions the worker owned, and their next offsets.
     pub(super) orphans: BTreeMap<i32, i64>,
     /// The fault count just after this death: if it is still the count at the
@@ -79,14 +82,15 @@ pub(super) struct Pending {
 /// was, or has reached its log end in `ends` (the input's final ends, once the
 /// generator is done; empty before — an orphan already at its end cannot move
 /// past it). Drops the recovered and those given up on after 120 s from `pending`;
-/// returns the recovered ones' times, each with whether it was isolated
-/// (`faults` is the fault count now), and how many were given up on.
+/// returns the recovered ones' times from the last and from the first death,
+/// each with whether it was isolated (`faults` is the fault count now), and how
+/// many were given up on.
 pub(super) fn recovered(
     workers: &[Worker],
     pending: &mut Vec<Pending>,
     faults: usize,
     ends: &BTreeMap<i32, i64>,
-) -> (Vec<(f64, bool)>, usize) {
+) -> (Vec<(f64, f64, bool)>, usize) {
     let live: Vec<WorkerReport> = workers
         .iter()
         .filter(|w| w.child.is_some())
@@ -106,7 +110,11 @@ pub(super) fn recovered(
             })
         });
         if recovered {
-            done.push((p.at.elapsed().as_secs_f64(), p.faults == faults));
+            done.push((
+                p.at.elapsed().as_secs_f64(),
+                p.first.elapsed().as_secs_f64(),
+                p.faults == faults,
+            ));
         }
         let waiting = !recovered && p.at.elapsed() < Duration::from_secs(120);
         given_up += usize::from(!recovered && !waiting);

@@ -61,12 +61,14 @@ pub struct ChaosReport {
     pub phases_s: [f64; 3],
 }
 
+/// The `q`th percentile of `v` by nearest rank (the smallest value with at
+/// least q % of `v` at or below it): with fewer than 100 values, p99 is the
+/// maximum. 0 for no values.
 pub fn pct(v: &[f64], q: usize) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len().saturating_sub(1) * q / 100)
-        .copied()
-        .unwrap_or(0.0)
+    let rank = (v.len() * q).div_ceil(100).max(1);
+    v.get(rank - 1).copied().unwrap_or(0.0)
 }
 
 impl ChaosReport {
@@ -242,8 +244,8 @@ pub(super) fn print_report(r: &ChaosReport, produce_secs: f64, drained_secs: f64
     );
     let l = &r.faults;
     println!(
-        "kills                    {} ({} SIGKILL, {} at a crash point); sink kills {}; reprocess-late kills {}; zombies {}; PostgreSQL restarts {}; S3 outages {} (workers exited 4 in them: {}); broker down {}, slow {}; unexpected exits {}",
-        r.kills, l.kills, l.crash_point_kills, l.sink_kills, l.reprocess_kills, l.zombies, l.pg_restarts, l.s3_outages, l.s3_exits, l.broker_downs, l.broker_slows, l.unexpected_exits
+        "kills                    {} ({} SIGKILL, {} at a crash point); sink kills {}; reprocess-late kills {}; zombies {}; PostgreSQL restarts {}; S3 outages {} (workers exited 4 in them: {}); broker down {}, slow {}; leader changes {}; unexpected exits {}",
+        r.kills, l.kills, l.crash_point_kills, l.sink_kills, l.reprocess_kills, l.zombies, l.pg_restarts, l.s3_outages, l.s3_exits, l.broker_downs, l.broker_slows, l.leader_changes, l.unexpected_exits
     );
     println!(
         "windows compared         {} (extra in view: {})",
@@ -284,4 +286,21 @@ pub(super) fn print_report(r: &ChaosReport, produce_secs: f64, drained_secs: f64
     let rss: Vec<String> = r.peak_rss_mib.iter().map(|m| format!("{m} MiB")).collect();
     println!("peak RSS per worker      {}", rss.join(", "));
     println!("audit balanced           {}", r.audit_balanced);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pct;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v = [4.2, 1.0, 1.2, 1.6, 1.7, 1.3, 1.1];
+        // Fewer than 100 values: p99 is the maximum, never below it.
+        assert_eq!(pct(&v, 99), 4.2);
+        assert_eq!(pct(&v, 50), 1.3);
+        let hundred: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(pct(&hundred, 99), 99.0);
+        assert_eq!(pct(&hundred, 50), 50.0);
+        assert_eq!(pct(&[], 99), 0.0);
+    }
 }

@@ -63,12 +63,15 @@ pub struct FaultMix {
     /// The dev broker slow for 2–5 s: every response delayed by 200–800 ms.
     #[serde(default)]
     pub broker_slow: u32,
+    /// The leadership of one partition (of the input or the results topic)
+    /// moved to another of the dev broker's brokers.
+    #[serde(default)]
+    pub leader_change: u32,
 }
 
 impl FaultMix {
-    /// The shares in the order the fault loop tests them: PostgreSQL restart,
-    /// sink kill, reprocess-late kill, S3 outage, broker down, broker slow,
-    /// zombie, crash point (a plain worker SIGKILL takes the rest).
+    /// The shares of every kind but the plain worker SIGKILL, which takes the
+    /// rest.
     pub fn total(&self) -> u32 {
         self.pg_restart
             + self.sink
@@ -76,8 +79,67 @@ impl FaultMix {
             + self.s3_outage
             + self.broker_down
             + self.broker_slow
+            + self.leader_change
             + self.zombie
             + self.crash_point
+    }
+}
+
+/// A fault's kind, as `FaultMix::kind` draws it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultKind {
+    PgRestart,
+    SinkKill,
+    ReprocessKill,
+    S3Outage,
+    BrokerDown,
+    BrokerSlow,
+    LeaderChange,
+    Zombie,
+    /// A worker SIGKILLed and restarted armed at a crash point.
+    CrashPoint,
+    /// A worker SIGKILLed and restarted.
+    Kill,
+}
+
+impl FaultKind {
+    /// Whether the fault hits a worker (and so the group): these wait until
+    /// every earlier worker death has recovered.
+    pub fn hits_a_worker(self) -> bool {
+        matches!(
+            self,
+            FaultKind::Zombie | FaultKind::CrashPoint | FaultKind::Kill
+        )
+    }
+}
+
+impl FaultMix {
+    /// The kind that `x` (drawn below 1000) picks; `pg`: PostgreSQL restarts can
+    /// be drawn. Worker faults take the first ranges after PostgreSQL and the
+    /// sink, the others are tested apart from them, so that a plan without the
+    /// later kinds draws what earlier builds drew.
+    pub fn kind(&self, x: u32, pg: bool) -> FaultKind {
+        let pg = if pg { self.pg_restart } else { 0 };
+        let sink = pg + self.sink;
+        let zombie = sink + self.zombie;
+        let worker_faults = zombie + self.crash_point;
+        let reprocess = worker_faults + self.reprocess_kill;
+        let s3 = reprocess + self.s3_outage;
+        let down = s3 + self.broker_down;
+        let slow = down + self.broker_slow;
+        let leader = slow + self.leader_change;
+        match x {
+            x if x < pg => FaultKind::PgRestart,
+            x if x < sink => FaultKind::SinkKill,
+            x if (worker_faults..reprocess).contains(&x) => FaultKind::ReprocessKill,
+            x if (reprocess..s3).contains(&x) => FaultKind::S3Outage,
+            x if (s3..down).contains(&x) => FaultKind::BrokerDown,
+            x if (down..slow).contains(&x) => FaultKind::BrokerSlow,
+            x if (slow..leader).contains(&x) => FaultKind::LeaderChange,
+            x if x < zombie => FaultKind::Zombie,
+            x if x < worker_faults => FaultKind::CrashPoint,
+            _ => FaultKind::Kill,
+        }
     }
 }
 
@@ -164,6 +226,7 @@ impl Plan {
                 // Assertion !member->resp`), which ends the run, not the test of tally.
                 broker_down: 0,
                 broker_slow: 40,
+                leader_change: 40,
             },
             reprocess_late,
         }
@@ -228,5 +291,35 @@ impl Plan {
             }
             _ => classic,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{FaultKind, Plan};
+
+    /// Every kind gets exactly its share of the 1000 draws, and the worker
+    /// kinds keep the ranges right after PostgreSQL and the sink.
+    #[test]
+    fn each_kind_gets_its_share() {
+        let plan = Plan::draw(7, true, true);
+        let f = plan.faults;
+        let count =
+            |k: FaultKind, pg: bool| (0..1000).filter(|x| f.kind(*x, pg) == k).count() as u32;
+        assert_eq!(count(FaultKind::PgRestart, true), f.pg_restart);
+        assert_eq!(count(FaultKind::PgRestart, false), 0);
+        assert_eq!(count(FaultKind::SinkKill, true), f.sink);
+        assert_eq!(count(FaultKind::Zombie, true), f.zombie);
+        assert_eq!(count(FaultKind::CrashPoint, true), f.crash_point);
+        assert_eq!(count(FaultKind::ReprocessKill, true), f.reprocess_kill);
+        assert_eq!(count(FaultKind::S3Outage, true), f.s3_outage);
+        assert_eq!(count(FaultKind::BrokerDown, true), f.broker_down);
+        assert_eq!(count(FaultKind::BrokerSlow, true), f.broker_slow);
+        assert_eq!(count(FaultKind::LeaderChange, true), f.leader_change);
+        assert_eq!(count(FaultKind::Kill, true), 1000 - f.total());
+        let first_worker = f.pg_restart + f.sink;
+        assert_eq!(f.kind(first_worker, true), FaultKind::Zombie);
+        assert!(f.kind(first_worker + f.zombie, true).hits_a_worker());
+        assert!(!f.kind(first_worker - 1, true).hits_a_worker());
     }
 }
