@@ -138,3 +138,14 @@ pub fn signal() -> Option<i32> {
 pub fn request() {
     REQUESTED.store(true, Ordering::SeqCst);
 }
+
+/// Ends the process with `code` at once, from any thread: no exit handlers, no
+/// static destructors. For a stop that hangs (a close that does not return):
+/// `std::process::exit` from another thread runs C++ static destructors — the
+/// storage engine's thread pools among them — while the hung thread still holds
+/// what they wait for, and can hang too. Everything that matters is durable by
+/// then (the caller says why); stderr is unbuffered, so the logs are whole.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit(2) takes an integer and never returns; it is async-signal-safe.
+    unsafe { libc::_exit(code) }
+}

@@ -354,7 +354,7 @@ impl Driver {
                     timeout_s = CLOSE_TIMEOUT.as_secs(),
                     "leaving the consumer group did not finish; exiting (the last checkpoint is complete)"
                 );
-                std::process::exit(0);
+                crate::base::shutdown::exit_now(0);
             })
             .map_err(|e| WorkerError::Io {
                 path: "close-watchdog thread".into(),
