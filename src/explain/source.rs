@@ -63,8 +63,7 @@ pub fn open(kafka: &KafkaConfig, topic: &str) -> Result<InputReader, ReadError> 
     }
     let mut bounds = Vec::new();
     for p in 0..n {
-        let (low, high) = consumer
-            .fetch_watermarks(topic, p, Duration::from_secs(10))
+        let (low, high) = crate::kafka::watermarks(&consumer, topic, p, Duration::from_secs(10))
             .map_err(KafkaIoError::client(format!("log range of {topic}/{p}")))?;
         bounds.push((low, high));
     }

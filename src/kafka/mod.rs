@@ -210,6 +210,34 @@ pub(crate) fn partition_count<C: rdkafka::consumer::ConsumerContext>(
         .map_or(0, |t| t.partitions().len()))
 }
 
+/// The log start and end of `topic`/`partition` (librdkafka's
+/// `fetch_watermarks`), through a leader change: while the partition moves
+/// between brokers the old leader answers `NOT_LEADER_FOR_PARTITION` (or there
+/// is no leader yet), librdkafka refreshes its metadata, and the question is
+/// asked again, 100 ms apart, for at most `timeout`. Any other error is the
+/// caller's at once.
+pub fn watermarks<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &rdkafka::consumer::BaseConsumer<C>,
+    topic: &str,
+    partition: i32,
+    timeout: std::time::Duration,
+) -> rdkafka::error::KafkaResult<(i64, i64)> {
+    use rdkafka::consumer::Consumer;
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode as Code};
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match consumer.fetch_watermarks(topic, partition, left) {
+            Err(KafkaError::MetadataFetch(
+                Code::NotLeaderForPartition | Code::LeaderNotAvailable,
+            )) if left > std::time::Duration::from_millis(100) => {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            done => return done,
+        }
+    }
+}
+
 /// Waits until the cluster answers a metadata request for `topic`, for at most
 /// `k.connect_timeout`; then fails with the last error librdkafka reported (a
 /// TLS or SASL failure names itself there). Stops early on shutdown. Call it

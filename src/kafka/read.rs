@@ -42,8 +42,7 @@ pub fn read_topic(kafka: &KafkaConfig, topic: &str) -> Result<Vec<StoredRecord>,
     let mut remaining = 0i64;
     let mut ends = Vec::new();
     for p in 0..partitions {
-        let (low, high) = consumer
-            .fetch_watermarks(topic, p, Duration::from_secs(10))
+        let (low, high) = crate::kafka::watermarks(&consumer, topic, p, Duration::from_secs(10))
             .map_err(KafkaIoError::client(format!("log range of {topic}/{p}")))?;
         remaining += high - low;
         ends.push(high);

@@ -76,9 +76,10 @@ pub(crate) fn gather_facts<C: ConsumerContext>(
     partitions
         .iter()
         .map(|p| {
-            let (log_start, log_end) = consumer.fetch_watermarks(topic, p.0, timeout).map_err(
-                super::KafkaIoError::client(format!("reading the log range of {topic}/{p}")),
-            )?;
+            let (log_start, log_end) = crate::kafka::watermarks(&consumer, topic, p.0, timeout)
+                .map_err(super::KafkaIoError::client(format!(
+                    "reading the log range of {topic}/{p}"
+                )))?;
             let committed = match committed.find_partition(topic, p.0).map(|e| e.offset()) {
                 Some(Offset::Offset(o)) => Some(o),
                 _ => None,

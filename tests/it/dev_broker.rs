@@ -1,7 +1,7 @@
 //! `tally dev-broker --brokers N`: a mock cluster of N brokers, every topic with
 //! a replica on each, whose partition leadership a `leader` line of the control
 //! file moves (the chaos campaign's leader change) — with every record kept, and
-//! clients that follow the new leader.
+//! clients that follow the new leader, `tally::kafka::watermarks` among them.
 
 use std::ffi::OsStr;
 use std::path::Path;
@@ -13,6 +13,7 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 
 use crate::common::*;
 use tally::devtools::support::leader;
+use tally::kafka::watermarks;
 
 fn send(p: &BaseProducer, range: std::ops::Range<i32>) {
     for i in range {
@@ -47,6 +48,10 @@ fn a_leader_change_moves_a_partition_and_keeps_its_records() {
             .unwrap();
     send(&producer, 0..50);
 
+    // A consumer that knows the leader before the move, as a worker does.
+    let watcher: BaseConsumer = tally::kafka::client_config(&kafka, &[]).create().unwrap();
+    let ten = Duration::from_secs(10);
+    assert_eq!(watermarks(&watcher, "requests", 0, ten).unwrap(), (0, 50));
     let before = leader(&kafka, "requests", 0).unwrap();
     assert!((1..=3).contains(&before), "leader {before}");
     let to = before % 3 + 1;
@@ -56,6 +61,9 @@ fn a_leader_change_moves_a_partition_and_keeps_its_records() {
         Duration::from_secs(10),
         || (leader(&kafka, "requests", 0).ok() == Some(to)).then_some(()),
     );
+    // The old leader answers NOT_LEADER_FOR_PARTITION to the consumer that knew
+    // it; asked again after the metadata refresh, the new one answers.
+    assert_eq!(watermarks(&watcher, "requests", 0, ten).unwrap(), (0, 50));
     // The same producer finds the new leader, idempotence and all.
     send(&producer, 50..100);
     // A line naming no broker of the cluster is refused; the leader stays.
