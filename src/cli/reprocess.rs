@@ -201,7 +201,7 @@ fn offsets(
     let mut end: BTreeMap<i32, i64> = BTreeMap::new();
     let mut all = TopicPartitionList::new();
     for p in 0..partitions {
-        let (low, high) = crate::kafka::watermarks(&consumer, topic, p, Duration::from_secs(10))?;
+        let (low, high) = crate::kafka::watermarks(consumer, topic, p, Duration::from_secs(10))?;
         start.insert(p, low);
         end.insert(p, high);
         all.add_partition(topic, p);
@@ -378,7 +378,7 @@ fn follow_round(
     let mut backlog = Vec::with_capacity(next.len());
     for (p, n) in next {
         pos.add_partition_offset(topic, *p, Offset::Offset(*n))?;
-        match crate::kafka::watermarks(&consumer, topic, *p, Duration::from_secs(10)) {
+        match crate::kafka::watermarks(consumer, topic, *p, Duration::from_secs(10)) {
             Ok((_, high)) => backlog.push((*p, (high - n).max(0))),
             Err(e) => tracing::warn!(error = %e, partition = p, "cannot read the late topic's end"),
         }

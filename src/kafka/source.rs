@@ -76,7 +76,7 @@ pub(crate) fn gather_facts<C: ConsumerContext>(
     partitions
         .iter()
         .map(|p| {
-            let (log_start, log_end) = crate::kafka::watermarks(&consumer, topic, p.0, timeout)
+            let (log_start, log_end) = crate::kafka::watermarks(consumer, topic, p.0, timeout)
                 .map_err(super::KafkaIoError::client(format!(
                     "reading the log range of {topic}/{p}"
                 )))?;

@@ -203,7 +203,7 @@ fn assignment(
         let start = stored.get(&Partition(p)).map(|o| o.0);
         tpl.add_partition_offset(topic, p, start.map_or(Offset::Beginning, Offset::Offset))
             .map_err(KafkaIoError::client("building the assignment"))?;
-        let (low, high) = crate::kafka::watermarks(&consumer, topic, p, Duration::from_secs(10))
+        let (low, high) = crate::kafka::watermarks(consumer, topic, p, Duration::from_secs(10))
             .map_err(KafkaIoError::client(format!(
                 "reading the log range of {topic}/{p}"
             )))?;

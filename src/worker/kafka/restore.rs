@@ -114,7 +114,7 @@ impl Worker {
         let mut moved = false;
         let owned: Vec<(Partition, NextOffset)> = self.parts.next_offsets().collect();
         for (p, next) in owned {
-            let (low, high) = crate::kafka::watermarks(&consumer, &topic, p.0, timeout).map_err(
+            let (low, high) = crate::kafka::watermarks(consumer, &topic, p.0, timeout).map_err(
                 KafkaIoError::client(format!("reading the log range of {topic}/{p}")),
             )?;
             let next = next.0;
