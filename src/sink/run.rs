@@ -89,15 +89,14 @@ async fn run_async(cfg: &Config, opts: SinkOptions) -> Result<SinkSummary, SinkE
     }
     service.set_not_ready("connecting to PostgreSQL");
     let budget = Duration::from_millis(cfg.sink.retry_budget.0.max(0) as u64);
-    let mut client = reconnect(&cfg.sink.database_url, Instant::now() + budget, &service).await?;
-    migrate::run(&mut client).await?;
+    let (mut client, stored) =
+        start_database(&cfg.sink.database_url, topic, budget, &service).await?;
     let consumer = results_consumer(cfg)?;
     let partitions = wait_for_partitions(&consumer, topic)?;
     let mut topology = check::Topology {
         results: partitions,
         input: input_partitions(&consumer, &cfg.topics.input),
     };
-    let stored = applied_offsets(&client, topic).await?;
     let (tpl, mut next, ends) = assignment(&consumer, topic, partitions, &stored)?;
     consumer
         .assign(&tpl)
@@ -220,6 +219,34 @@ fn assignment(
         ends.insert(p, high);
     }
     Ok((tpl, next, ends))
+}
+
+/// Connects, migrates the schema and reads the applied offsets. PostgreSQL lost
+/// meanwhile (a restart) is reconnected to and the steps run again, within
+/// `budget` (`sink.retry_budget`), as a batch's apply is: migrations are
+/// transactional and idempotent, and the offsets are read again.
+async fn start_database(
+    url: &str,
+    topic: &str,
+    budget: Duration,
+    service: &State,
+) -> Result<(tokio_postgres::Client, BTreeMap<Partition, NextOffset>), SinkError> {
+    let until = Instant::now() + budget;
+    loop {
+        let mut client = reconnect(url, until, service).await?;
+        let started = match migrate::run(&mut client).await {
+            Ok(_) => applied_offsets(&client, topic).await,
+            Err(e) => Err(e),
+        };
+        match started {
+            Ok(stored) => return Ok((client, stored)),
+            Err(SinkError::Postgres(e)) if transient(&e) && Instant::now() < until => {
+                warn!(error = %e, "PostgreSQL lost while starting; reconnecting");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Applies `batch`, reconnecting and applying it again while PostgreSQL is lost,
