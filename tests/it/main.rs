@@ -47,6 +47,7 @@ mod semantics;
 mod service;
 mod signals;
 mod sink_batch;
+mod sink_start;
 mod state_budget;
 mod status;
 mod store_faults;
